@@ -1,0 +1,68 @@
+// A decoded inference request as the core sees it: names, datatypes, shapes and
+// views of the tensor bytes, with no gRPC or protobuf type in sight. The
+// service layer builds one from a KServe ModelInferRequest without copying
+// tensor data; the views must stay valid until the request's completion
+// callback has run.
+#ifndef GEMMSERVE_SERVER_CORE_INFERENCE_REQUEST_H_
+#define GEMMSERVE_SERVER_CORE_INFERENCE_REQUEST_H_
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/types/span.h"
+#include "server/tensor/tensor.h"
+
+namespace gemmserve {
+
+// Where an input's elements came from on the wire. kRaw is little-endian,
+// row-major bytes at any alignment; the typed kinds are the protocol's
+// repeated fields (int_contents, fp32_contents, ...), already contiguous
+// arrays of their element type.
+enum class ContentsKind {
+  kNone,
+  kRaw,
+  kBool,
+  kInt32,
+  kInt64,
+  kUint32,
+  kUint64,
+  kFp32,
+  kFp64,
+  kBytes,
+};
+
+// The protocol's name for a contents kind: "raw_input_contents", "fp32_contents", ...
+absl::string_view ContentsKindName(ContentsKind kind);
+
+struct InputTensorView {
+  absl::string_view name;
+  absl::string_view datatype;  // as sent, e.g. "FP32"
+  absl::Span<const int64_t> shape;
+  ContentsKind contents = ContentsKind::kNone;
+  const void* data = nullptr;  // first byte (raw) or first element (typed)
+  int64_t count = 0;           // bytes for kRaw, elements otherwise
+};
+
+struct InferRequestView {
+  absl::string_view model_name;
+  absl::string_view model_version;  // empty: the model's only version
+  std::vector<InputTensorView> inputs;
+  std::vector<absl::string_view> requested_outputs;  // empty: all outputs
+};
+
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+
+struct InferResult {
+  std::string model_name;
+  std::string model_version;
+  std::vector<NamedTensor> outputs;
+};
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_CORE_INFERENCE_REQUEST_H_

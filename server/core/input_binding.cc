@@ -1,0 +1,167 @@
+#include "server/core/input_binding.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/common/status_macros.h"
+
+namespace gemmserve {
+
+absl::string_view ContentsKindName(ContentsKind kind) {
+  switch (kind) {
+    case ContentsKind::kNone: return "no contents";
+    case ContentsKind::kRaw: return "raw_input_contents";
+    case ContentsKind::kBool: return "bool_contents";
+    case ContentsKind::kInt32: return "int_contents";
+    case ContentsKind::kInt64: return "int64_contents";
+    case ContentsKind::kUint32: return "uint_contents";
+    case ContentsKind::kUint64: return "uint64_contents";
+    case ContentsKind::kFp32: return "fp32_contents";
+    case ContentsKind::kFp64: return "fp64_contents";
+    case ContentsKind::kBytes: return "bytes_contents";
+  }
+  return "?";
+}
+
+namespace {
+
+// The typed field that carries `type`, or kNone where the protocol has none
+// (FP16 and BF16 travel only as raw bytes).
+ContentsKind TypedKindFor(DataType type) {
+  switch (type) {
+    case DataType::kFP32: return ContentsKind::kFp32;
+    case DataType::kFP64: return ContentsKind::kFp64;
+    case DataType::kINT32: return ContentsKind::kInt32;
+    case DataType::kINT64: return ContentsKind::kInt64;
+    case DataType::kUINT32: return ContentsKind::kUint32;
+    case DataType::kUINT64: return ContentsKind::kUint64;
+    case DataType::kFP16:
+    case DataType::kBF16: return ContentsKind::kNone;
+  }
+  return ContentsKind::kNone;
+}
+
+// Client-chosen names are shown escaped and cut short.
+std::string Shown(absl::string_view name) {
+  std::string s = absl::CHexEscape(name.substr(0, 64));
+  if (name.size() > 64) s += "...";
+  return s;
+}
+
+std::string InputNames(const ModelMetadata& metadata) {
+  std::vector<std::string> names;
+  for (const TensorSpec& spec : metadata.inputs) {
+    names.push_back(spec.optional ? spec.name + " (optional)" : spec.name);
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+std::string TypeNames(const std::vector<DataType>& types) {
+  std::vector<absl::string_view> names;
+  for (DataType t : types) names.push_back(DataTypeName(t));
+  return absl::StrJoin(names, ", ");
+}
+
+absl::Status CheckContents(const BoundInput& bound, int64_t elements) {
+  const InputTensorView& view = *bound.view;
+  const absl::string_view type_name = DataTypeName(bound.type);
+  const std::string where = absl::StrCat("input '", view.name, "': ");
+  const std::string what =
+      absl::StrCat("(shape ", ShapeToString(bound.shape), ", ", type_name, ")");
+  const ContentsKind typed = TypedKindFor(bound.type);
+  switch (view.contents) {
+    case ContentsKind::kNone:
+      if (elements == 0) return absl::OkStatus();
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "no data: expected ", bound.byte_size, " bytes ", what,
+          " in raw_input_contents",
+          typed == ContentsKind::kNone ? "" : absl::StrCat(" or ", ContentsKindName(typed))));
+    case ContentsKind::kRaw:
+      if (view.count != bound.byte_size) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "expected ", bound.byte_size,
+                                                       " bytes ", what, ", got ", view.count));
+      }
+      return absl::OkStatus();
+    default:
+      if (view.contents != typed) {
+        if (typed == ContentsKind::kNone) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, type_name, " has no typed contents field; send it in raw_input_contents, got ",
+              ContentsKindName(view.contents)));
+        }
+        return absl::InvalidArgumentError(absl::StrCat(where, type_name, " data belongs in ",
+                                                       ContentsKindName(typed), ", got ",
+                                                       ContentsKindName(view.contents)));
+      }
+      if (view.count != elements) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "expected ", elements,
+                                                       " elements ", what, " in ",
+                                                       ContentsKindName(typed), ", got ",
+                                                       view.count));
+      }
+      return absl::OkStatus();
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> BoundInput::Materialize() const {
+  GEMMSERVE_ASSIGN_OR_RETURN(Tensor t, Tensor::Allocate(type, shape));
+  if (byte_size > 0) std::memcpy(t.raw_data(), view->data, static_cast<size_t>(byte_size));
+  return t;
+}
+
+absl::StatusOr<BoundInputs> BindInputs(const ModelMetadata& metadata,
+                                       const InferRequestView& request) {
+  BoundInputs bound(metadata.inputs.size());
+  for (const InputTensorView& view : request.inputs) {
+    auto it = std::find_if(metadata.inputs.begin(), metadata.inputs.end(),
+                           [&](const TensorSpec& s) { return s.name == view.name; });
+    if (it == metadata.inputs.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown input '", Shown(view.name),
+                                                     "' for model '", metadata.name,
+                                                     "'; it takes ", InputNames(metadata)));
+    }
+    BoundInput& slot = bound[it - metadata.inputs.begin()];
+    if (slot.spec != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", view.name, "' is given more than once"));
+    }
+    slot.spec = &*it;
+    slot.view = &view;
+    absl::StatusOr<DataType> type = ParseDataType(view.datatype);
+    if (!type.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", view.name, "': ", type.status().message()));
+    }
+    if (std::find(it->datatypes.begin(), it->datatypes.end(), *type) == it->datatypes.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", view.name, "': datatype ", DataTypeName(*type), " is not accepted; expected ",
+          TypeNames(it->datatypes)));
+    }
+    slot.type = *type;
+    absl::StatusOr<int64_t> elements = ElementCount(view.shape);
+    absl::StatusOr<int64_t> bytes = ByteSize(view.shape, slot.type);
+    if (!elements.ok() || !bytes.ok()) {
+      const absl::Status& error = elements.ok() ? bytes.status() : elements.status();
+      return absl::InvalidArgumentError(absl::StrCat("input '", view.name, "': ", error.message()));
+    }
+    slot.shape.assign(view.shape.begin(), view.shape.end());
+    slot.byte_size = *bytes;
+    GEMMSERVE_RETURN_IF_ERROR(CheckContents(slot, *elements));
+  }
+  for (size_t i = 0; i < bound.size(); ++i) {
+    if (bound[i].spec == nullptr && !metadata.inputs[i].optional) {
+      return absl::InvalidArgumentError(absl::StrCat("missing required input '",
+                                                     metadata.inputs[i].name, "' for model '",
+                                                     metadata.name, "'"));
+    }
+  }
+  return bound;
+}
+
+}  // namespace gemmserve

@@ -1,0 +1,74 @@
+// gemmserve: the process. Parses flags, starts the server, prints the bound
+// address on stdout (tests and scripts read it to learn an ephemeral port), and
+// shuts down gracefully on SIGTERM or SIGINT, handled on a thread of its own.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "server/common/logging.h"
+#include "server/service/grpc_server.h"
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on for gRPC.");
+ABSL_FLAG(int32_t, grpc_port, 8001, "gRPC port; 0 picks a free one (printed on stdout).");
+ABSL_FLAG(int32_t, metrics_port, 8002, "Prometheus metrics port (reserved).");
+ABSL_FLAG(int32_t, compute_threads, 0,
+          "Threads that compute, BLIS threads included; 0 means one per core.");
+ABSL_FLAG(int64_t, max_message_bytes, int64_t{1} << 30,
+          "Largest request or response message, in bytes.");
+ABSL_FLAG(int64_t, max_output_bytes, int64_t{4} << 30,
+          "Largest total output of one request, in bytes.");
+ABSL_FLAG(int32_t, shutdown_grace_seconds, 10,
+          "On SIGTERM, how long in-flight calls get to finish.");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "gemmserve: MatMul and GroupedMatMul over the KServe v2 gRPC protocol.\n"
+      "  gemmserve --grpc_port=8001 --compute_threads=2");
+  absl::ParseCommandLine(argc, argv);
+
+  // Block the shutdown signals in every thread (they inherit the mask) so
+  // that only the waiting thread below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  gemmserve::ServerOptions options;
+  options.host = absl::GetFlag(FLAGS_host);
+  options.grpc_port = absl::GetFlag(FLAGS_grpc_port);
+  options.compute_threads = absl::GetFlag(FLAGS_compute_threads);
+  if (options.compute_threads == 0) {
+    options.compute_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
+
+  absl::StatusOr<std::unique_ptr<gemmserve::GemmServer>> server =
+      gemmserve::GemmServer::Start(options);
+  if (!server.ok()) {
+    GEMMSERVE_LOG(ERROR) << "cannot start: " << server.status();
+    return 1;
+  }
+  GEMMSERVE_LOG(INFO) << "gemmserve " << "serving matmul and grouped_matmul with "
+                      << options.compute_threads << " compute threads";
+  std::cout << "gemmserve listening on " << (*server)->address() << std::endl;
+
+  std::thread signal_thread([&] {
+    int received = 0;
+    sigwait(&signals, &received);
+    GEMMSERVE_LOG(INFO) << "signal " << received << ": shutting down";
+    (*server)->Shutdown(std::chrono::system_clock::now() +
+                        std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
+  });
+  (*server)->Wait();
+  signal_thread.join();
+  GEMMSERVE_LOG(INFO) << "stopped";
+  return 0;
+}

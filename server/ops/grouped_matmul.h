@@ -1,0 +1,60 @@
+// The ONNX GroupedMatMul operator (opset 29), the mixture-of-experts layer:
+//
+//   output[m, s, :] = input[m, :] @ weights[group_indices[m, s]] (+ bias[group])
+//
+// with input [M, K], weights [G, K, N], group_indices [M, S] (INT32 or INT64),
+// optional bias [G, N], output [M, S, N].
+//
+// The kernel never materialises the [M*S, K, N] selected weights of the ONNX
+// function body. It sorts the (token, slot) pairs by group, and for each group
+// that is used gathers the rows of its tokens, runs one GEMM against that
+// group's [K, N] weights in place, and scatters the rows (plus bias, added
+// before the single rounding of half types) into [M, S, N].
+//
+// Indices are data: ValidateGroupIndices must accept them before RunGroupedMatMul
+// reads any weight; an index outside [0, G) is INVALID_ARGUMENT, never wrapped.
+//
+//   GEMMSERVE_ASSIGN_OR_RETURN(auto plan, PlanGroupedMatMul(x.shape(), w.shape(),
+//                                                           idx.shape(), nullptr));
+//   GEMMSERVE_RETURN_IF_ERROR(ValidateGroupIndices(idx, plan.g));
+//   GEMMSERVE_RETURN_IF_ERROR(RunGroupedMatMul(plan, x, w, idx, nullptr, &out, 2));
+#ifndef GEMMSERVE_SERVER_OPS_GROUPED_MATMUL_H_
+#define GEMMSERVE_SERVER_OPS_GROUPED_MATMUL_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "server/tensor/shape.h"
+#include "server/tensor/tensor.h"
+
+namespace gemmserve {
+
+struct GroupedMatMulPlan {
+  int64_t m = 0, k = 0, n = 0, g = 0, s = 0;
+  bool has_bias = false;
+  Shape output_shape;  // [M, S, N]
+  int64_t output_elements = 0;
+  int64_t flops = 0;  // 2*M*S*K*N, saturating
+};
+
+// Shape checks of the spec; `bias_shape` is null when there is no bias.
+// Messages name the tensor: "input 'weights': expected rank 3 [G, K, N], got [2,3]".
+absl::StatusOr<GroupedMatMulPlan> PlanGroupedMatMul(absl::Span<const int64_t> input_shape,
+                                                    absl::Span<const int64_t> weights_shape,
+                                                    absl::Span<const int64_t> indices_shape,
+                                                    const Shape* bias_shape);
+
+// INVALID_ARGUMENT for the first index outside [0, g), naming its position.
+// `indices` must be INT32 or INT64.
+absl::Status ValidateGroupIndices(const Tensor& indices, int64_t g);
+
+// Tensors must match the plan; `bias` may be null. Indices must have passed
+// ValidateGroupIndices. RESOURCE_EXHAUSTED if scratch memory is denied.
+absl::Status RunGroupedMatMul(const GroupedMatMulPlan& plan, const Tensor& input,
+                              const Tensor& weights, const Tensor& indices, const Tensor* bias,
+                              Tensor* output, int threads);
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_OPS_GROUPED_MATMUL_H_

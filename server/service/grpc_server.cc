@@ -1,0 +1,79 @@
+#include "server/service/grpc_server.h"
+
+#include <limits>
+#include <utility>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/core/builtin_models.h"
+
+namespace gemmserve {
+
+absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(const ServerOptions& options) {
+  if (options.grpc_port < 0 || options.grpc_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--grpc_port ", options.grpc_port,
+                                                   " is not a port number"));
+  }
+  // gRPC takes the limits as int; protobuf cannot carry 2 GiB anyway.
+  if (options.max_message_bytes <= 0 ||
+      options.max_message_bytes > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_message_bytes must be in [1, ", std::numeric_limits<int>::max(), "]"));
+  }
+  if (options.max_output_bytes < 0) {
+    return absl::InvalidArgumentError("--max_output_bytes must not be negative");
+  }
+  if (options.compute_threads < 1) {
+    return absl::InvalidArgumentError("--compute_threads must be at least 1");
+  }
+
+  std::unique_ptr<GemmServer> server(new GemmServer);
+  EngineOptions engine_options;
+  engine_options.compute_threads = options.compute_threads;
+  engine_options.max_output_bytes = options.max_output_bytes;
+  engine_options.max_message_bytes = options.max_message_bytes;
+  std::vector<std::unique_ptr<Model>> models;
+  models.push_back(MakeMatMulModel());
+  models.push_back(MakeGroupedMatMulModel());
+  server->engine_ = std::make_unique<InferenceEngine>(engine_options, std::move(models));
+  server->service_ = std::make_unique<InferenceService>(server->engine_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string host = options.host.find(':') != std::string::npos &&
+                                   options.host.front() != '['
+                               ? absl::StrCat("[", options.host, "]")
+                               : options.host;
+  builder.AddListeningPort(absl::StrCat(host, ":", options.grpc_port),
+                           grpc::InsecureServerCredentials(), &server->port_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", host, ":", options.grpc_port));
+  }
+  server->address_ = absl::StrCat(host, ":", server->port_);
+  server->server_->GetHealthCheckService()->SetServingStatus(true);
+  return server;
+}
+
+GemmServer::~GemmServer() {
+  if (server_) server_->Shutdown();
+}
+
+void GemmServer::Shutdown(std::chrono::system_clock::time_point deadline) {
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  server_->Shutdown(deadline);
+}
+
+void GemmServer::Wait() { server_->Wait(); }
+
+}  // namespace gemmserve

@@ -1,0 +1,61 @@
+// GemmServer: the process's gRPC server. Binds the KServe service, the
+// standard grpc.health.v1 service and server reflection on one port, with the
+// message size limits applied by gRPC itself in both directions.
+//
+//   ServerOptions options;
+//   options.grpc_port = 0;  // pick a free port
+//   GEMMSERVE_ASSIGN_OR_RETURN(auto server, GemmServer::Start(options));
+//   std::cout << "listening on " << server->address() << "\n";
+//   server->Wait();
+#ifndef GEMMSERVE_SERVER_SERVICE_GRPC_SERVER_H_
+#define GEMMSERVE_SERVER_SERVICE_GRPC_SERVER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <grpcpp/server.h>
+
+#include "absl/status/statusor.h"
+#include "server/core/inference_engine.h"
+#include "server/service/inference_service.h"
+
+namespace gemmserve {
+
+struct ServerOptions {
+  std::string host = "0.0.0.0";
+  int grpc_port = 8001;
+  int compute_threads = 1;
+  int64_t max_message_bytes = int64_t{1} << 30;
+  int64_t max_output_bytes = int64_t{4} << 30;
+};
+
+class GemmServer {
+ public:
+  // INVALID_ARGUMENT for bad options; UNAVAILABLE if the port cannot be bound.
+  static absl::StatusOr<std::unique_ptr<GemmServer>> Start(const ServerOptions& options);
+  ~GemmServer();
+
+  // "host:port" with the port actually bound.
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+
+  // Health turns NOT_SERVING, then in-flight calls get until `deadline` to
+  // finish before they are cancelled.
+  void Shutdown(std::chrono::system_clock::time_point deadline);
+  void Wait();
+
+ private:
+  GemmServer() = default;
+
+  std::unique_ptr<InferenceEngine> engine_;
+  std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  int port_ = 0;
+};
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_SERVICE_GRPC_SERVER_H_

@@ -1,0 +1,46 @@
+#include "server/tensor/tensor.h"
+
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/common/status_macros.h"
+
+namespace gemmserve {
+
+absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(int64_t bytes) {
+  AlignedBuffer buffer;
+  if (bytes < 0) return absl::InvalidArgumentError("negative allocation size");
+  if (bytes == 0) return buffer;
+  // aligned_alloc wants a multiple of the alignment.
+  const int64_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (rounded < bytes) return absl::ResourceExhaustedError("allocation size overflows");
+  void* p = std::aligned_alloc(kAlignment, static_cast<size_t>(rounded));
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of memory allocating ", bytes, " bytes"));
+  }
+  buffer.data_.reset(p);
+  buffer.size_ = bytes;
+  return buffer;
+}
+
+absl::StatusOr<Tensor> Tensor::Allocate(DataType type, Shape shape) {
+  Tensor t;
+  GEMMSERVE_ASSIGN_OR_RETURN(t.num_elements_, ElementCount(shape));
+  GEMMSERVE_ASSIGN_OR_RETURN(int64_t bytes, ByteSize(shape, type));
+  GEMMSERVE_ASSIGN_OR_RETURN(t.buffer_, AlignedBuffer::Allocate(bytes));
+  t.type_ = type;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::Zeros(DataType type, Shape shape) {
+  GEMMSERVE_ASSIGN_OR_RETURN(Tensor t, Allocate(type, std::move(shape)));
+  if (t.byte_size() > 0) std::memset(t.raw_data(), 0, static_cast<size_t>(t.byte_size()));
+  return t;
+}
+
+}  // namespace gemmserve
