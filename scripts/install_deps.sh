@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what gemmserve needs to build, test and run, from Debian bookworm's
+# archive only. Shared by deploy/run.sh, tests/run.sh and the Dockerfile.
+# Does nothing (and needs no network) when everything is already installed.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config
+  libgrpc++-dev libgrpc-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libabsl-dev libblis-dev prometheus-cpp-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-grpcio python3-numpy python3-onnx python3-protobuf
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install_deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

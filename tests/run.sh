@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite: installs dependencies, builds, runs every test through
+# ctest. Exits non-zero if anything fails.
+#   tests/run.sh                 # Release build in build/
+#   BUILD_DIR=build-asan CMAKE_ARGS=-DGEMMSERVE_SANITIZE=ON tests/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install_deps.sh
+BUILD_DIR=${BUILD_DIR:-build}
+# shellcheck disable=SC2086
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+cmake --build "$BUILD_DIR" -j"$(nproc)"
+cd "$BUILD_DIR"
+ctest --output-on-failure --timeout 600
