@@ -1,0 +1,23 @@
+# gemmserve container: build with the project's own scripts, run on a slim
+# Debian bookworm with only the shared libraries the binaries load.
+#   docker build -t gemmserve .
+#   docker run -p 8001:8001 -p 8002:8002 gemmserve
+FROM debian:bookworm-slim AS build
+COPY scripts/install_deps.sh /src/scripts/install_deps.sh
+RUN /src/scripts/install_deps.sh
+COPY . /src
+RUN cmake -S /src -B /src/build -DCMAKE_BUILD_TYPE=Release \
+ && cmake --build /src/build -j"$(nproc)" --target gemmserve gemmserve-cli
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libblis4-openmp libgomp1 \
+      libc-ares2 libre2-9 libssl3 \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --no-create-home gemmserve
+COPY --from=build /src/build/bin/gemmserve /src/build/bin/gemmserve-cli /usr/local/bin/
+USER 10001
+EXPOSE 8001 8002
+HEALTHCHECK --interval=10s --timeout=3s CMD ["gemmserve-cli", "--url=127.0.0.1:8001", "health"]
+ENTRYPOINT ["gemmserve", "--grpc_port=8001", "--metrics_port=8002"]
