@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/client_text.h"
 #include "server/common/status_macros.h"
 #include "server/core/input_binding.h"
 
@@ -15,11 +15,6 @@ namespace {
 // Room for the response's envelope (names, shapes, ids) beside the tensor bytes.
 constexpr int64_t kResponseOverheadBytes = 64 * 1024;
 
-std::string Shown(absl::string_view name) {
-  std::string s = absl::CHexEscape(name.substr(0, 64));
-  if (name.size() > 64) s += "...";
-  return s;
-}
 
 absl::Status CheckOutputLimits(const PreparedInference& prepared, const EngineOptions& options) {
   const int64_t bytes = prepared.output_bytes();
@@ -60,9 +55,9 @@ absl::StatusOr<const Model*> InferenceEngine::FindModel(absl::string_view name,
       return model.get();
     }
     return absl::NotFoundError(
-        absl::StrCat("model '", m.name, "' has no version '", Shown(version), "'"));
+        absl::StrCat("model '", m.name, "' has no version '", ClientText(version), "'"));
   }
-  return absl::NotFoundError(absl::StrCat("unknown model '", Shown(name), "'"));
+  return absl::NotFoundError(absl::StrCat("unknown model '", ClientText(name), "'"));
 }
 
 std::vector<const Model*> InferenceEngine::models() const {
@@ -83,7 +78,7 @@ absl::Status InferenceEngine::Submit(InferRequestView request_view,
     bool known = std::any_of(metadata.outputs.begin(), metadata.outputs.end(),
                              [&](const TensorSpec& s) { return s.name == wanted; });
     if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown output '", Shown(wanted),
+      return absl::InvalidArgumentError(absl::StrCat("unknown output '", ClientText(wanted),
                                                      "' requested from model '", metadata.name,
                                                      "'"));
     }

@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "absl/status/status.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/client_text.h"
 #include "absl/strings/str_join.h"
 #include "server/common/status_macros.h"
 
@@ -45,12 +45,6 @@ ContentsKind TypedKindFor(DataType type) {
   return ContentsKind::kNone;
 }
 
-// Client-chosen names are shown escaped and cut short.
-std::string Shown(absl::string_view name) {
-  std::string s = absl::CHexEscape(name.substr(0, 64));
-  if (name.size() > 64) s += "...";
-  return s;
-}
 
 std::string InputNames(const ModelMetadata& metadata) {
   std::vector<std::string> names;
@@ -122,7 +116,7 @@ absl::StatusOr<BoundInputs> BindInputs(const ModelMetadata& metadata,
     auto it = std::find_if(metadata.inputs.begin(), metadata.inputs.end(),
                            [&](const TensorSpec& s) { return s.name == view.name; });
     if (it == metadata.inputs.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown input '", Shown(view.name),
+      return absl::InvalidArgumentError(absl::StrCat("unknown input '", ClientText(view.name),
                                                      "' for model '", metadata.name,
                                                      "'; it takes ", InputNames(metadata)));
     }

@@ -13,6 +13,9 @@
 #include "server/core/builtin_models.h"
 
 namespace gemmserve {
+namespace {
+constexpr char kInferenceServiceName[] = "inference.GRPCInferenceService";
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(const ServerOptions& options) {
   if (options.grpc_port < 0 || options.grpc_port > 65535) {
@@ -61,7 +64,9 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(const ServerOption
         absl::StrCat("cannot listen on ", host, ":", options.grpc_port));
   }
   server->address_ = absl::StrCat(host, ":", server->port_);
+  // "" is the whole server; probes may also name the service.
   server->server_->GetHealthCheckService()->SetServingStatus(true);
+  server->server_->GetHealthCheckService()->SetServingStatus(kInferenceServiceName, true);
   return server;
 }
 
@@ -70,7 +75,7 @@ GemmServer::~GemmServer() {
 }
 
 void GemmServer::Shutdown(std::chrono::system_clock::time_point deadline) {
-  server_->GetHealthCheckService()->SetServingStatus(false);
+  server_->GetHealthCheckService()->SetServingStatus(false);  // every service
   server_->Shutdown(deadline);
 }
 

@@ -3,17 +3,12 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/client_text.h"
 
 namespace gemmserve {
 namespace {
 
-std::string Shown(absl::string_view name) {
-  std::string s = absl::CHexEscape(name.substr(0, 64));
-  if (name.size() > 64) s += "...";
-  return s;
-}
 
 struct TypedField {
   ContentsKind kind;
@@ -64,7 +59,7 @@ absl::StatusOr<InferRequestView> DecodeInferRequest(const inference::ModelInferR
     if (raw_count > 0) {
       if (!typed.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "input '", Shown(input.name()), "' has ", ContentsKindName(typed[0].kind),
+            "input '", ClientText(input.name()), "' has ", ContentsKindName(typed[0].kind),
             " while the request uses raw_input_contents; send all inputs one way"));
       }
       const std::string& raw = request.raw_input_contents(i);
@@ -73,7 +68,7 @@ absl::StatusOr<InferRequestView> DecodeInferRequest(const inference::ModelInferR
       tensor.count = static_cast<int64_t>(raw.size());
     } else if (typed.size() > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "input '", Shown(input.name()), "' sets both ", ContentsKindName(typed[0].kind), " and ",
+          "input '", ClientText(input.name()), "' sets both ", ContentsKindName(typed[0].kind), " and ",
           ContentsKindName(typed[1].kind), "; use the one field of its datatype"));
     } else if (typed.size() == 1) {
       tensor.contents = typed[0].kind;

@@ -3,8 +3,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/client_text.h"
 
 namespace gemmserve {
 
@@ -59,9 +59,8 @@ absl::StatusOr<DataType> ParseDataType(absl::string_view name) {
     }
   }
   // Do not echo arbitrary client bytes at length.
-  std::string shown = absl::CHexEscape(name.substr(0, 16));
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown datatype \"", shown, name.size() > 16 ? "...\"" : "\"",
+      "unknown datatype \"", ClientText(name, 16), "\"",
       "; expected one of BF16, FP16, FP32, FP64, INT32, INT64, UINT32, UINT64"));
 }
 

@@ -1,0 +1,294 @@
+#!/usr/bin/python3
+"""End-to-end test of gemmserve-cli against the real gemmserve server.
+
+    cli_test.py PATH/TO/gemmserve PATH/TO/gemmserve-cli
+
+ctest passes both paths. One server is started on an ephemeral port of
+127.0.0.1 for the whole test; the test learns the port from the server's
+"gemmserve listening on" line and never sleeps. Timeouts only guard against
+hangs; the operands are .npy files written here with numpy and the results
+are checked against numpy.matmul.
+"""
+
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+
+SERVER = None
+CLI = None
+STARTUP_TIMEOUT_S = 30
+CALL_TIMEOUT_S = 60
+SHUTDOWN_TIMEOUT_S = 30
+
+
+def float_to_bf16_bits(x):
+    """float32 -> bfloat16 bits, rounding to nearest even (no NaNs here)."""
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def bf16_bits_to_float(bits):
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def read_line(pipe, timeout_s):
+    """The first line written to `pipe`, or an error once `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    data = b""
+    while b"\n" not in data:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([pipe], [], [], remaining)[0]:
+            raise TimeoutError(f"no line from the server within {timeout_s}s: {data!r}")
+        chunk = os.read(pipe.fileno(), 4096)
+        if not chunk:
+            raise EOFError(f"server closed stdout before its listening line: {data!r}")
+        data += chunk
+    return data.split(b"\n", 1)[0].decode()
+
+
+class CliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.log = open(os.path.join(cls.tmp.name, "server.log"), "w+b")
+        cls.server = subprocess.Popen(
+            [SERVER, "--grpc_port=0", "--host=127.0.0.1", "--compute_threads=1"],
+            stdout=subprocess.PIPE, stderr=cls.log)
+        try:
+            line = read_line(cls.server.stdout, STARTUP_TIMEOUT_S)
+            match = re.fullmatch(r"gemmserve listening on 127\.0\.0\.1:(\d+)", line)
+            if not match:
+                raise AssertionError(f"unexpected first line from the server: {line!r}")
+        except BaseException:
+            cls.server.kill()
+            cls.server.wait()
+            cls.dump_log()
+            cls.tmp.cleanup()
+            raise
+        cls.url = f"127.0.0.1:{match.group(1)}"
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.send_signal(signal.SIGTERM)
+        try:
+            code = cls.server.wait(timeout=SHUTDOWN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            cls.server.kill()
+            code = cls.server.wait()
+        cls.server.stdout.close()
+        if code != 0:
+            cls.dump_log()
+        cls.log.close()
+        cls.tmp.cleanup()
+        if code != 0:
+            raise AssertionError(f"server exited with {code} on SIGTERM, expected 0")
+
+    @classmethod
+    def dump_log(cls):
+        cls.log.seek(0)
+        sys.stderr.write("--- server log ---\n" + cls.log.read().decode(errors="replace"))
+
+    def path(self, name):
+        return os.path.join(self.tmp.name, f"{self.id().rsplit('.', 1)[-1]}_{name}")
+
+    def save(self, name, array):
+        path = self.path(name)
+        np.save(path, array)
+        return path
+
+    def cli(self, *args, url=None):
+        return subprocess.run([CLI, f"--url={url or self.url}", *args],
+                              capture_output=True, text=True, timeout=CALL_TIMEOUT_S)
+
+    def assert_exit(self, result, code):
+        self.assertEqual(result.returncode, code,
+                         f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+
+    def infer_to_file(self, model, *operands):
+        out = self.path("out.npy")
+        result = self.cli("infer", model, *operands, f"--output={out}")
+        self.assert_exit(result, 0)
+        with open(out, "rb") as f:
+            data = f.read()
+        array = np.load(out)
+        # The CLI writes byte for byte what np.save writes.
+        expected = self.path("expected.npy")
+        np.save(expected, array)
+        with open(expected, "rb") as f:
+            self.assertEqual(data, f.read())
+        return array
+
+    # ------------------------------------------------------------ health
+
+    def test_health_of_running_server_is_serving(self):
+        result = self.cli("health")
+        self.assert_exit(result, 0)
+        self.assertEqual(result.stdout.strip(), "SERVING")
+
+    def test_health_of_unreachable_server_fails_with_unavailable(self):
+        # A bound but not listening socket: connections to it are refused,
+        # and nobody else can take the port meanwhile.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            result = self.cli("--timeout_ms=10000", "health",
+                              url=f"127.0.0.1:{s.getsockname()[1]}")
+        self.assert_exit(result, 1)
+        self.assertIn("UNAVAILABLE", result.stderr)
+
+    # ---------------------------------------------------------- metadata
+
+    def test_metadata_lists_matmul_inputs_and_outputs(self):
+        result = self.cli("metadata", "matmul")
+        self.assert_exit(result, 0)
+        self.assertIn("model: matmul", result.stdout)
+        for name in ("A", "B", "Y"):
+            self.assertRegex(result.stdout, rf"(?m)^  {name}\s+\w+\s+\[")
+
+    def test_metadata_of_unknown_model_is_not_found(self):
+        result = self.cli("metadata", "no_such_model")
+        self.assert_exit(result, 1)
+        self.assertIn("NOT_FOUND", result.stderr)
+
+    # ------------------------------------------------------------- infer
+
+    def test_infer_fp32_matches_numpy(self):
+        rng = np.random.default_rng(1)
+        a = rng.uniform(-1, 1, (3, 4)).astype(np.float32)
+        b = rng.uniform(-1, 1, (4, 5)).astype(np.float32)
+        y = self.infer_to_file("matmul", f"A={self.save('a.npy', a)}",
+                               f"B={self.save('b.npy', b)}")
+        self.assertEqual(y.dtype, np.float32)
+        np.testing.assert_allclose(y, np.matmul(a, b), rtol=1e-5, atol=1e-6)
+
+    def test_infer_int64_batched_matches_numpy_exactly(self):
+        rng = np.random.default_rng(2)
+        a = rng.integers(-100, 100, (2, 3, 4), dtype=np.int64)
+        b = rng.integers(-100, 100, (4, 5), dtype=np.int64)
+        y = self.infer_to_file("matmul", f"A={self.save('a.npy', a)}",
+                               f"B={self.save('b.npy', b)}")
+        self.assertEqual(y.dtype, np.int64)
+        np.testing.assert_array_equal(y, np.matmul(a, b))
+
+    def test_infer_other_npy_dtypes_match_numpy(self):
+        rng = np.random.default_rng(5)
+        for dtype, rtol in ((np.float16, 1e-2), (np.float64, 1e-12), (np.int32, 0),
+                            (np.uint32, 0), (np.uint64, 0)):
+            with self.subTest(dtype=np.dtype(dtype).name):
+                if np.issubdtype(dtype, np.floating):
+                    a = rng.uniform(-1, 1, (4, 6)).astype(dtype)
+                    b = rng.uniform(-1, 1, (6, 3)).astype(dtype)
+                else:
+                    a = rng.integers(0, 50, (4, 6)).astype(dtype)
+                    b = rng.integers(0, 50, (6, 3)).astype(dtype)
+                y = self.infer_to_file("matmul", f"A={self.save('a.npy', a)}",
+                                       f"B={self.save('b.npy', b)}")
+                self.assertEqual(y.dtype, dtype)
+                expected = np.matmul(a.astype(np.float64), b.astype(np.float64))
+                np.testing.assert_allclose(y.astype(np.float64), expected, rtol=rtol,
+                                           atol=1e-3 if dtype == np.float16 else 0)
+
+    def test_infer_bf16_as_uint16_bits_matches_numpy(self):
+        rng = np.random.default_rng(3)
+        a = float_to_bf16_bits(rng.uniform(-1, 1, (6, 8)))
+        b = float_to_bf16_bits(rng.uniform(-1, 1, (8, 7)))
+        y = self.infer_to_file("matmul", f"A={self.save('a.npy', a)}",
+                               f"B={self.save('b.npy', b)}")
+        self.assertEqual(y.dtype, np.uint16)  # BF16 bits, as they went in
+        expected = np.matmul(bf16_bits_to_float(a).astype(np.float64),
+                             bf16_bits_to_float(b).astype(np.float64))
+        np.testing.assert_allclose(bf16_bits_to_float(y), expected, rtol=1e-2, atol=1e-3)
+
+    def test_infer_grouped_matmul_with_bias_matches_numpy(self):
+        rng = np.random.default_rng(4)
+        m, k, n, g, s = 5, 4, 3, 3, 2
+        x = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+        w = rng.uniform(-1, 1, (g, k, n)).astype(np.float32)
+        idx = rng.integers(0, g, (m, s), dtype=np.int32)
+        bias = rng.uniform(-1, 1, (g, n)).astype(np.float32)
+        y = self.infer_to_file(
+            "grouped_matmul", f"input={self.save('x.npy', x)}",
+            f"weights={self.save('w.npy', w)}", f"group_indices={self.save('i.npy', idx)}",
+            f"bias={self.save('bias.npy', bias)}")
+        expected = np.einsum("mk,mskn->msn", x, w[idx]) + bias[idx]
+        np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+
+    def test_infer_random_operands_prints_result(self):
+        result = self.cli("infer", "matmul", "A=random:FP16:2x3", "B=random:FP16:3x4")
+        self.assert_exit(result, 0)
+        self.assertTrue(result.stdout.startswith("Y: FP16 [2,4]\n[["), result.stdout)
+
+    def test_infer_random_operands_depend_only_on_seed(self):
+        args = ("infer", "matmul", "A=random:INT32:4x4", "B=random:INT32:4x4")
+        first = self.cli(*args, "--seed=7")
+        again = self.cli(*args, "--seed=7")
+        other = self.cli(*args, "--seed=8")
+        for result in (first, again, other):
+            self.assert_exit(result, 0)
+        self.assertEqual(first.stdout, again.stdout)
+        self.assertNotEqual(first.stdout, other.stdout)
+
+    def test_infer_random_index_writes_outputs_to_dir(self):
+        out_dir = self.path("outputs")
+        os.mkdir(out_dir)
+        result = self.cli("infer", "grouped_matmul", "input=random:BF16:8x16",
+                          "weights=random:BF16:4x16x32",
+                          "group_indices=random_index:INT64:8x2:4", f"--output_dir={out_dir}")
+        self.assert_exit(result, 0)
+        self.assertEqual(os.listdir(out_dir), ["output.npy"])
+        y = np.load(os.path.join(out_dir, "output.npy"))
+        self.assertEqual((y.dtype, y.shape), (np.uint16, (8, 2, 32)))
+
+    def test_infer_large_output_is_abbreviated(self):
+        result = self.cli("infer", "matmul", "A=random:FP32:100x10", "B=random:FP32:10x100")
+        self.assert_exit(result, 0)
+        lines = result.stdout.splitlines()
+        self.assertEqual(lines[0], "Y: FP32 [100,100]")
+        self.assertEqual(len(lines), 1 + 7)  # 3 rows, "...", 3 rows
+        self.assertIn(" ... ", lines[1])
+
+    def test_mismatched_shapes_fail_with_invalid_argument(self):
+        result = self.cli("infer", "matmul", "A=random:FP32:3x4", "B=random:FP32:5x6")
+        self.assert_exit(result, 1)
+        self.assertIn("INVALID_ARGUMENT", result.stderr)
+
+    def test_malformed_npy_fails_with_invalid_argument(self):
+        path = self.path("bad.npy")
+        with open(path, "wb") as f:
+            f.write(b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4'")
+        result = self.cli("infer", "matmul", f"A={path}", "B=random:FP32:1x1")
+        self.assert_exit(result, 1)
+        self.assertIn("INVALID_ARGUMENT", result.stderr)
+
+    # ------------------------------------------------------------- usage
+
+    def test_usage_errors_exit_2(self):
+        for args in ([], ["frobnicate"], ["--no_such_flag", "health"], ["--timeout_ms=soon", "health"],
+                     ["--timeout_ms"], ["metadata"], ["infer"], ["infer", "matmul", "A"],
+                     ["infer", "matmul", "A=random:FP33:2x2"], ["infer", "matmul", "A=random:FP32:2y2"],
+                     ["infer", "grouped_matmul", "group_indices=random_index:INT64:2x2:0"],
+                     ["infer", "matmul", "A=random:FP32:2", "A=random:FP32:2"]):
+            with self.subTest(args=args):
+                result = self.cli(*args)
+                self.assert_exit(result, 2)
+                self.assertIn("usage:", result.stderr)
+
+    def test_help_exits_0(self):
+        result = self.cli("--help")
+        self.assert_exit(result, 0)
+        self.assertIn("usage: gemmserve-cli", result.stdout)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    SERVER, CLI = sys.argv[1], sys.argv[2]
+    unittest.main(argv=sys.argv[:1] + sys.argv[3:], verbosity=2)

@@ -1,0 +1,91 @@
+// A small blocking C++ client for gemmserve's KServe v2 gRPC API.
+//
+// Client wraps one channel and the generated GRPCInferenceService stub and
+// turns each RPC into a call that returns absl::Status values (the gRPC code
+// and message are kept), with tensors as HostTensors sent and received as raw
+// little-endian bytes. Health() speaks the standard grpc.health.v1 protocol,
+// which is what load balancers and the Docker HEALTHCHECK use.
+//
+// The channel connects lazily: Connect() only fails on an empty target, and a
+// server that is down shows up as UNAVAILABLE on the first call. Every call
+// takes an optional timeout; the default waits as long as the server takes.
+// A Client is thread-safe and cheap to move.
+//
+//   GEMMSERVE_ASSIGN_OR_RETURN(Client client, Client::Connect("127.0.0.1:8001"));
+//   std::vector<HostTensor> inputs = {
+//       {"A", "FP32", {2, 3}, a_bytes}, {"B", "FP32", {3, 4}, b_bytes}};
+//   GEMMSERVE_ASSIGN_OR_RETURN(std::vector<HostTensor> outputs,
+//                              client.Infer("matmul", std::move(inputs),
+//                                           absl::Seconds(10)));
+//   // outputs[0]: "Y", "FP32", {2, 4}, 32 bytes
+#ifndef GEMMSERVE_CLIENT_CPP_CLIENT_H_
+#define GEMMSERVE_CLIENT_CPP_CLIENT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/channel.h>
+#include <grpcpp/support/status.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/cpp/host_tensor.h"
+#include "grpc_service.grpc.pb.h"
+#include "grpc_service.pb.h"
+
+namespace gemmserve::client {
+
+// grpc.health.v1.HealthCheckResponse.ServingStatus.
+enum class ServingStatus {
+  kUnknown = 0,
+  kServing = 1,
+  kNotServing = 2,
+  kServiceUnknown = 3,
+};
+
+// "SERVING", "NOT_SERVING", ... as in the health protocol.
+absl::string_view ServingStatusName(ServingStatus status);
+
+// The same canonical code and message: the two code sets are identical.
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+class Client {
+ public:
+  // INVALID_ARGUMENT for an empty target ("host:port", or any gRPC target URI).
+  static absl::StatusOr<Client> Connect(std::string target);
+
+  Client(Client&&) = default;
+  Client& operator=(Client&&) = default;
+
+  absl::StatusOr<bool> ServerLive(absl::Duration timeout = absl::InfiniteDuration()) const;
+  absl::StatusOr<bool> ServerReady(absl::Duration timeout = absl::InfiniteDuration()) const;
+
+  // grpc.health.v1.Health/Check for `service` ("" asks about the whole server).
+  absl::StatusOr<ServingStatus> Health(absl::string_view service = "",
+                                       absl::Duration timeout = absl::InfiniteDuration()) const;
+
+  absl::StatusOr<inference::ModelMetadataResponse> ModelMetadata(
+      absl::string_view model, absl::Duration timeout = absl::InfiniteDuration()) const;
+
+  // Runs `model` on `inputs` (moved into the request to spare a copy of large
+  // tensors) and returns all its outputs. The server's answer is checked, not
+  // trusted: INTERNAL if it lacks raw contents for an output, or if an
+  // output's byte count does not match its shape for a datatype gemmserve
+  // knows.
+  absl::StatusOr<std::vector<HostTensor>> Infer(
+      absl::string_view model, std::vector<HostTensor> inputs,
+      absl::Duration timeout = absl::InfiniteDuration()) const;
+
+ private:
+  explicit Client(std::shared_ptr<grpc::Channel> channel);
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
+};
+
+}  // namespace gemmserve::client
+
+#endif  // GEMMSERVE_CLIENT_CPP_CLIENT_H_
