@@ -12,11 +12,13 @@
 namespace gemmserve {
 namespace {
 
-// Room for the response's envelope (names, shapes, ids) beside the tensor bytes.
-constexpr int64_t kResponseOverheadBytes = 64 * 1024;
+// Room for the response's envelope (model name and version, output names,
+// datatypes and shapes, field tags) beside the tensor bytes and the echoed id.
+constexpr int64_t kResponseEnvelopeBytes = 1024;
 
 
-absl::Status CheckOutputLimits(const PreparedInference& prepared, const EngineOptions& options) {
+absl::Status CheckOutputLimits(const PreparedInference& prepared, int64_t id_bytes,
+                               const EngineOptions& options) {
   const int64_t bytes = prepared.output_bytes();
   auto describe = [&] {
     std::string shapes;
@@ -30,11 +32,12 @@ absl::Status CheckOutputLimits(const PreparedInference& prepared, const EngineOp
         "output ", describe(), " would be ", bytes, " bytes, over the server's limit of ",
         options.max_output_bytes, " (raise it with --max_output_bytes)"));
   }
-  if (bytes > options.max_message_bytes - kResponseOverheadBytes) {
+  const int64_t response_bytes = bytes + id_bytes + kResponseEnvelopeBytes;
+  if (response_bytes > options.max_message_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "output ", describe(), " would be ", bytes,
-        " bytes, more than fits in a response message of at most ", options.max_message_bytes,
-        " bytes (raise it with --max_message_bytes)"));
+        "output ", describe(), " would be ", bytes, " bytes, making a response of about ",
+        response_bytes, " bytes with the request id, over the message limit of ",
+        options.max_message_bytes, " (raise it with --max_message_bytes)"));
   }
   return absl::OkStatus();
 }
@@ -85,7 +88,7 @@ absl::Status InferenceEngine::Submit(InferRequestView request_view,
   }
   GEMMSERVE_ASSIGN_OR_RETURN(BoundInputs bound, BindInputs(metadata, *request));
   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<PreparedInference> prepared, model->Prepare(bound));
-  GEMMSERVE_RETURN_IF_ERROR(CheckOutputLimits(*prepared, options_));
+  GEMMSERVE_RETURN_IF_ERROR(CheckOutputLimits(*prepared, static_cast<int64_t>(request->id.size()), options_));
 
   std::vector<std::string> wanted(request->requested_outputs.begin(),
                                   request->requested_outputs.end());

@@ -48,6 +48,7 @@ struct InputTensorView {
 struct InferRequestView {
   absl::string_view model_name;
   absl::string_view model_version;  // empty: the model's only version
+  absl::string_view id;             // echoed in the response
   std::vector<InputTensorView> inputs;
   std::vector<absl::string_view> requested_outputs;  // empty: all outputs
 };

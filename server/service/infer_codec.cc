@@ -41,6 +41,7 @@ absl::StatusOr<InferRequestView> DecodeInferRequest(const inference::ModelInferR
   InferRequestView view;
   view.model_name = request.model_name();
   view.model_version = request.model_version();
+  view.id = request.id();
   const int raw_count = request.raw_input_contents_size();
   if (raw_count > 0 && raw_count != request.inputs_size()) {
     return absl::InvalidArgumentError(absl::StrCat(

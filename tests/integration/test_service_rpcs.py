@@ -1,0 +1,142 @@
+"""The non-inference RPCs: liveness and readiness, server and model metadata,
+an RPC the server does not implement, grpc.health.v1 and server reflection."""
+import unittest
+
+import grpc
+import numpy as np
+
+from gemmserve_client import pb2, pb2_grpc
+from gemmserve_testing import wire
+from gemmserve_testing.base import GemmServeTestCase, open_channel
+from gemmserve_testing.server import ServerProcess
+
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+REFLECTION_INFO = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+SERVING = 1  # grpc.health.v1.HealthCheckResponse.ServingStatus
+
+
+def identity(data):
+    return data
+
+
+class ServiceRpcsTest(GemmServeTestCase):
+
+    def test_server_is_live_and_ready(self):
+        self.assertTrue(self.stub.ServerLive(pb2.ServerLiveRequest(), timeout=10).live)
+        self.assertTrue(self.stub.ServerReady(pb2.ServerReadyRequest(), timeout=10).ready)
+
+    def test_both_models_are_ready_with_and_without_a_version(self):
+        for name in ("matmul", "grouped_matmul"):
+            for version in ("", "1"):
+                with self.subTest(model=name, version=version):
+                    response = self.stub.ModelReady(
+                        pb2.ModelReadyRequest(name=name, version=version), timeout=10)
+                    self.assertTrue(response.ready)
+
+    def test_unknown_model_or_version_is_not_ready(self):
+        # Triton's behaviour, which gemmserve keeps for wire compatibility: ModelReady
+        # answers OK with ready=false for a model or version it does not serve.
+        for name, version in (("no_such_model", ""), ("matmul", "2"), ("grouped_matmul", "7")):
+            with self.subTest(model=name, version=version):
+                response = self.stub.ModelReady(pb2.ModelReadyRequest(name=name, version=version),
+                                                timeout=10)
+                self.assertFalse(response.ready)
+
+    def test_server_metadata_names_the_server(self):
+        response = self.stub.ServerMetadata(pb2.ServerMetadataRequest(), timeout=10)
+        self.assertEqual(response.name, "gemmserve")
+        self.assertTrue(response.version, "a version string is reported")
+
+    def test_matmul_metadata_reports_inputs_with_default_datatype_and_variable_dims(self):
+        response = self.stub.ModelMetadata(pb2.ModelMetadataRequest(name="matmul"), timeout=10)
+        self.assertEqual(response.name, "matmul")
+        self.assertEqual(list(response.versions), ["1"])
+        for tensors, names in ((response.inputs, ["A", "B"]), (response.outputs, ["Y"])):
+            self.assertEqual([t.name for t in tensors], names)
+            for tensor in tensors:
+                self.assertEqual(tensor.datatype, "FP32", tensor.name)
+                self.assertTrue(tensor.shape, f"{tensor.name} has a shape")
+                self.assertTrue(all(d == -1 for d in tensor.shape),
+                                f"{tensor.name}: {list(tensor.shape)}")
+
+    def test_grouped_matmul_metadata_reports_inputs_with_default_datatype_and_variable_dims(self):
+        response = self.stub.ModelMetadata(
+            pb2.ModelMetadataRequest(name="grouped_matmul", version="1"), timeout=10)
+        self.assertEqual(response.name, "grouped_matmul")
+        self.assertEqual(list(response.versions), ["1"])
+        self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in response.inputs],
+                         [("input", "FP32", [-1, -1]), ("weights", "FP32", [-1, -1, -1]),
+                          ("group_indices", "INT64", [-1, -1]), ("bias", "FP32", [-1, -1])])
+        self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in response.outputs],
+                         [("output", "FP32", [-1, -1, -1])])
+
+    def test_metadata_of_unknown_model_or_version_is_not_found(self):
+        for name, version in (("no_such_model", ""), ("matmul", "2")):
+            with self.subTest(model=name, version=version):
+                error = self.rpc_error(self.stub.ModelMetadata,
+                                       pb2.ModelMetadataRequest(name=name, version=version))
+                self.assertEqual(error.code(), grpc.StatusCode.NOT_FOUND, error.details())
+
+    def test_repository_index_is_unimplemented(self):
+        error = self.rpc_error(self.stub.RepositoryIndex, pb2.RepositoryIndexRequest())
+        self.assertEqual(error.code(), grpc.StatusCode.UNIMPLEMENTED, error.details())
+        self.assertTrue(self.stub.ServerLive(pb2.ServerLiveRequest(), timeout=10).live)
+
+    def test_health_check_of_the_whole_server_is_serving(self):
+        check = self.channel.unary_unary(HEALTH_CHECK, request_serializer=identity,
+                                         response_deserializer=identity)
+        # HealthCheckRequest{service = ""} encodes to no bytes at all.
+        response = check(b"", timeout=10)
+        self.assertEqual(wire.values(response, 1), [SERVING])
+
+    def test_reflection_lists_the_inference_service(self):
+        info = self.channel.stream_stream(REFLECTION_INFO, request_serializer=identity,
+                                          response_deserializer=identity)
+        # ServerReflectionRequest{list_services = "*"} (field 7).
+        responses = list(info(iter([wire.length_delimited(7, "*")]), timeout=10))
+        self.assertEqual(len(responses), 1)
+        # ServerReflectionResponse.list_services_response (6) -> service (1) -> name (1).
+        (listing,) = wire.values(responses[0], 6)
+        names = [wire.values(service, 1)[0].decode() for service in wire.values(listing, 1)]
+        self.assertIn("inference.GRPCInferenceService", names)
+
+    def test_reflection_describes_the_inference_service(self):
+        from google.protobuf import descriptor_pb2
+        info = self.channel.stream_stream(REFLECTION_INFO, request_serializer=identity,
+                                          response_deserializer=identity)
+        # ServerReflectionRequest{file_containing_symbol (4)}.
+        request = wire.length_delimited(4, "inference.GRPCInferenceService")
+        responses = list(info(iter([request]), timeout=10))
+        self.assertEqual(len(responses), 1)
+        # file_descriptor_response (4) -> file_descriptor_proto (1), serialized.
+        (files,) = wire.values(responses[0], 4)
+        methods = {}
+        for blob in wire.values(files, 1):
+            descriptor = descriptor_pb2.FileDescriptorProto.FromString(blob)
+            for service in descriptor.service:
+                methods[f"{descriptor.package}.{service.name}"] = [m.name for m in service.method]
+        self.assertIn("ModelInfer", methods.get("inference.GRPCInferenceService", []))
+
+
+class ShutdownTest(unittest.TestCase):
+
+    def test_sigterm_after_serving_stops_the_server_with_exit_code_0(self):
+        server = ServerProcess().start()
+        try:
+            channel = open_channel(server.address)
+            stub = pb2_grpc.GRPCInferenceServiceStub(channel)
+            a = np.ones((2, 2), np.float32)
+            request = pb2.ModelInferRequest(model_name="matmul", raw_input_contents=[
+                a.tobytes(), a.tobytes()])
+            for name in ("A", "B"):
+                request.inputs.add(name=name, datatype="FP32", shape=[2, 2])
+            self.assertEqual(stub.ModelInfer(request, timeout=30).raw_output_contents[0],
+                             np.full((2, 2), 2, np.float32).tobytes())
+            channel.close()
+        finally:
+            server.stop(timeout=20)  # SIGTERM; raises unless the exit code is 0
+        self.assertEqual(server.proc.returncode, 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

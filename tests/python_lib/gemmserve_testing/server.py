@@ -1,0 +1,149 @@
+"""Starts the real gemmserve binary for a test and stops it afterwards.
+
+The server binds an ephemeral port (--grpc_port=0) and announces it with one
+stdout line, `gemmserve listening on 127.0.0.1:PORT`; start() waits for that
+line (with a deadline, never a sleep) and fails with the server's stderr when
+the process exits or stays silent instead.
+"""
+import ctypes
+import os
+import re
+import selectors
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+_READY_LINE = re.compile(rb"^gemmserve listening on 127\.0\.0\.1:(\d+)\r?\n$")
+
+
+def server_binary():
+    path = os.environ.get("GEMMSERVE_BIN")
+    if not path:
+        raise RuntimeError("GEMMSERVE_BIN is not set: run the tests through ctest, or set it "
+                           "to build/bin/gemmserve")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"GEMMSERVE_BIN={path} is not an executable file")
+    return path
+
+
+def _die_with_parent():
+    """Runs in the child before exec: if the test process dies (a ctest timeout kills it),
+    the kernel kills the server too instead of leaving it orphaned."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+class ServerProcess:
+    def __init__(self, *flags, compute_threads=2, start_timeout=30.0):
+        self.flags = ["--grpc_port=0", "--host=127.0.0.1",
+                      f"--compute_threads={compute_threads}", *flags]
+        self.start_timeout = start_timeout
+        self.proc = None
+        self.port = None
+        self._stderr = None
+        self._drainer = None
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+    def start(self):
+        binary = server_binary()
+        self._stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([binary, *self.flags], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=self._stderr,
+                                     preexec_fn=_die_with_parent)
+        try:
+            line = self._read_ready_line()
+        except BaseException:
+            self._kill()
+            raise
+        match = _READY_LINE.match(line)
+        if not match:
+            message = (f"unexpected first stdout line {line!r} from gemmserve; "
+                       f"stderr:\n{self.stderr_text()}")
+            self._kill()
+            raise AssertionError(message)
+        self.port = int(match.group(1))
+        # Keep draining stdout so that a chatty server can never block on a full pipe.
+        self._drainer = threading.Thread(target=self._drain_stdout, daemon=True)
+        self._drainer.start()
+        return self
+
+    def _read_ready_line(self):
+        deadline = time.monotonic() + self.start_timeout
+        line = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            while not line.endswith(b"\n"):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(
+                        f"gemmserve printed no ready line within {self.start_timeout}s "
+                        f"(got {line!r}); stderr:\n{self.stderr_text()}")
+                if not sel.select(remaining):
+                    continue
+                chunk = os.read(self.proc.stdout.fileno(), 1)
+                if not chunk:
+                    code = self.proc.wait(timeout=10)
+                    raise AssertionError(
+                        f"gemmserve {' '.join(self.flags)} exited with code {code} before "
+                        f"it was ready (stdout {line!r}); stderr:\n{self.stderr_text()}")
+                line += chunk
+        return line
+
+    def _drain_stdout(self):
+        for _ in self.proc.stdout:
+            pass
+
+    def stderr_text(self, limit=8000):
+        if self._stderr is None:
+            return ""
+        self._stderr.flush()
+        self._stderr.seek(0)
+        text = self._stderr.read().decode("utf-8", "replace")
+        return text if len(text) <= limit else "...\n" + text[-limit:]
+
+    def assert_alive(self):
+        code = self.proc.poll()
+        if code is not None:
+            raise AssertionError(f"gemmserve died with code {code}; stderr:\n"
+                                 f"{self.stderr_text()}")
+
+    def stop(self, timeout=30.0):
+        """SIGTERM, then expects the process to exit 0 within `timeout`."""
+        if self.proc is None:
+            return
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                code = self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                message = f"gemmserve ignored SIGTERM for {timeout}s; stderr:\n"
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(message + self.stderr_text()) from None
+            if code != 0:
+                raise AssertionError(f"gemmserve exited with code {code} after SIGTERM; "
+                                     f"stderr:\n{self.stderr_text()}")
+        finally:
+            self._close()
+
+    def _kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._close()
+
+    def _close(self):
+        if self._drainer is not None:
+            self._drainer.join(timeout=5)  # the process is gone: stdout is at EOF
+            self._drainer = None
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        if self._stderr:
+            self._stderr.close()
+            self._stderr = None
