@@ -1,5 +1,6 @@
 #include "server/core/builtin_models.h"
 
+#include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -18,6 +19,16 @@ const std::vector<DataType> kMatMulTypes = {DataType::kFP32,  DataType::kFP64,  
                                             DataType::kUINT32, DataType::kUINT64};
 const std::vector<DataType> kIndexTypes = {DataType::kINT64, DataType::kINT32};
 
+// Bytes of `elements` values of `type`, saturating: an output too large to
+// count is over every limit.
+int64_t SaturatingBytes(int64_t elements, DataType type) {
+  int64_t bytes;
+  if (__builtin_mul_overflow(elements, DataTypeSize(type), &bytes)) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  return bytes;
+}
+
 absl::Status SameType(const BoundInput& reference, const BoundInput& other) {
   if (other.type == reference.type) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
@@ -31,7 +42,7 @@ class PreparedMatMul final : public PreparedInference {
       : plan_(std::move(plan)), a_(std::move(a)), b_(std::move(b)) {}
 
   int64_t output_bytes() const override {
-    return plan_.output_elements * DataTypeSize(a_.type);
+    return SaturatingBytes(plan_.output_elements, a_.type);
   }
   std::vector<std::pair<std::string, Shape>> output_shapes() const override {
     return {{"Y", plan_.output_shape}};
@@ -84,7 +95,7 @@ class PreparedGroupedMatMul final : public PreparedInference {
       : plan_(std::move(plan)), inputs_(std::move(inputs)) {}
 
   int64_t output_bytes() const override {
-    return plan_.output_elements * DataTypeSize(inputs_[0].type);
+    return SaturatingBytes(plan_.output_elements, inputs_[0].type);
   }
   std::vector<std::pair<std::string, Shape>> output_shapes() const override {
     return {{"output", plan_.output_shape}};

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +53,10 @@ class Request {
     inputs_.push_back(std::move(in));
     return *this;
   }
+  Request& SetId(std::string id) {
+    id_ = std::move(id);
+    return *this;
+  }
   Request& Want(const std::string& output) {
     outputs_.push_back(std::make_unique<std::string>(output));
     return *this;
@@ -60,6 +66,7 @@ class Request {
     InferRequestView view;
     view.model_name = model_;
     view.model_version = version_;
+    view.id = id_;
     for (const auto& in : inputs_) {
       InputTensorView t;
       t.name = in->name;
@@ -80,7 +87,7 @@ class Request {
     Shape shape;
     std::string bytes;
   };
-  std::string model_, version_;
+  std::string model_, version_, id_;
   std::vector<std::unique_ptr<Input>> inputs_;
   std::vector<std::unique_ptr<std::string>> outputs_;
 };
@@ -134,29 +141,27 @@ class InferenceEngineTest : public ::testing::Test {
     engine_ = std::make_unique<InferenceEngine>(options, BuiltinModels());
   }
 
-  // Submit, expect a synchronous error, and make sure `done` never runs: the
-  // engine's destructor drains the pool, so after it nothing can be pending.
+  // Submit and expect a synchronous error. `done` must then never run; that is
+  // checked in TearDown, after the engine's destructor has drained the pool.
   absl::Status SubmitExpectingSyncError(const Request& request) {
     auto completion = std::make_unique<Completion>();
     absl::Status status =
         engine_->Submit(request.View(), NeverCancelled(), completion->Callback());
-    EXPECT_FALSE(status.ok());
-    if (status.ok()) completion->Wait();  // keep the buffers alive until it ran
-    pending_checks_.push_back(std::move(completion));
+    EXPECT_FALSE(status.ok()) << "accepted; done got "
+                              << (status.ok() ? completion->Wait().status() : status);
+    if (!status.ok()) never_done_.push_back(std::move(completion));
     return status;
   }
 
   void TearDown() override {
-    engine_.reset();  // runs every scheduled task
-    for (const auto& c : pending_checks_) EXPECT_EQ(c->calls(), c == nullptr ? 0 : c->calls());
-    for (const auto& c : pending_checks_) {
-      // A synchronous error must never be followed by a call of `done`.
-      if (c->calls() != 0) ADD_FAILURE() << "done was called after a synchronous error";
+    engine_.reset();  // runs every task still scheduled
+    for (const auto& c : never_done_) {
+      EXPECT_EQ(c->calls(), 0) << "done was called after a synchronous error";
     }
   }
 
   std::unique_ptr<InferenceEngine> engine_;
-  std::vector<std::unique_ptr<Completion>> pending_checks_;
+  std::vector<std::unique_ptr<Completion>> never_done_;
 };
 
 Request MatMulFp32(Shape a_shape, std::vector<float> a, Shape b_shape, std::vector<float> b) {
@@ -324,7 +329,9 @@ TEST_F(InferenceEngineTest, TheEngineKeepsItsOwnCopyOfTheView) {
 }
 
 TEST_F(InferenceEngineTest, ManyConcurrentRequestsEachGetTheirOwnAnswer) {
-  Reset(EngineOptions{.compute_threads = 2});
+  EngineOptions options;
+  options.compute_threads = 2;
+  Reset(options);
   constexpr int kRequests = 64;
   std::vector<std::unique_ptr<Request>> requests;
   std::vector<std::unique_ptr<Completion>> completions;
@@ -430,15 +437,37 @@ TEST_F(InferenceEngineTest, E8GroupedMatMulOutputLimit) {
 }
 
 TEST_F(InferenceEngineTest, E8OutputThatCannotFitInAResponseMessage) {
+  // With a 1 MiB message limit, 512 KiB of output fits and a full 1 MiB of
+  // output cannot (the response needs room for its envelope too). The exact
+  // envelope allowance is the engine's business; a few KiB is ample.
   EngineOptions options;
-  options.max_message_bytes = 64 * 1024 + 100;  // room for 100 bytes of tensor data
+  options.max_message_bytes = 1 << 20;
   Reset(options);
-  Request fits = MatMulFp32({5, 1}, {1, 2, 3, 4, 5}, {1, 5}, {1, 1, 1, 1, 1});  // 100 bytes
+  Request fits = MatMulFp32({256, 1}, std::vector<float>(256, 1.0f), {1, 512},
+                            std::vector<float>(512, 1.0f));  // 512 KiB
   Completion c;
   ASSERT_TRUE(engine_->Submit(fits.View(), NeverCancelled(), c.Callback()).ok());
   EXPECT_TRUE(c.Wait().ok());
-  Request over = MatMulFp32({5, 1}, {1, 2, 3, 4, 5}, {1, 6}, {1, 1, 1, 1, 1, 1});  // 120 bytes
+  Request over = MatMulFp32({512, 1}, std::vector<float>(512, 1.0f), {1, 512},
+                            std::vector<float>(512, 1.0f));  // 1 MiB
   absl::Status status = SubmitExpectingSyncError(over);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(status.message()),
+              AllOf(HasSubstr("--max_message_bytes"), HasSubstr("'Y' [512,512]")));
+}
+
+TEST_F(InferenceEngineTest, E8TheEchoedRequestIdCountsTowardsTheMessageLimit) {
+  EngineOptions options;
+  options.max_message_bytes = 1 << 20;
+  Reset(options);
+  // 1 MiB - 8 KiB of output: fits with a short id, not with a 16 KiB one.
+  Request r = MatMulFp32({254, 1}, std::vector<float>(254, 1.0f), {1, 1024},
+                         std::vector<float>(1024, 1.0f));
+  Completion c;
+  ASSERT_TRUE(engine_->Submit(r.View(), NeverCancelled(), c.Callback()).ok());
+  EXPECT_TRUE(c.Wait().ok());
+  r.SetId(std::string(16 * 1024, 'i'));
+  absl::Status status = SubmitExpectingSyncError(r);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(status.message()), HasSubstr("--max_message_bytes"));
 }

@@ -94,7 +94,7 @@ absl::Status RunTyped(const GroupedMatMulPlan& plan, const GroupRuns& runs, cons
     const int64_t begin = runs.run_begin[r];
     const int64_t count = runs.run_begin[r + 1] - begin;
     // Gather (and widen) the input row of each pair's token.
-    for (int64_t i = 0; i < count; ++i) {
+    for (int64_t i = 0; i < count && k > 0; ++i) {
       const T* src = x + (runs.pairs[begin + i] / s) * k;
       if constexpr (kWiden) {
         HalfToFloatBlock(type, src, rows + i * k, k);

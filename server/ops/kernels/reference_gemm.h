@@ -7,6 +7,7 @@
 #ifndef GEMMSERVE_SERVER_OPS_KERNELS_REFERENCE_GEMM_H_
 #define GEMMSERVE_SERVER_OPS_KERNELS_REFERENCE_GEMM_H_
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -15,6 +16,19 @@
 
 namespace gemmserve {
 namespace reference_internal {
+
+// Rounds to binary32 with round-to-odd. A second rounding of that float to a
+// type of at most 22 significand bits (FP16, BF16) then equals one correct
+// rounding of the double: the reference rounds once, as its contract says.
+inline float RoundToOddFloat(double d) {
+  float f = static_cast<float>(d);
+  if (static_cast<double>(f) != d && std::isfinite(f)) {
+    uint32_t bits = FloatBits(f);
+    if ((bits & 1u) == 0) bits += std::fabs(static_cast<double>(f)) > std::fabs(d) ? -1 : 1;
+    f = BitsToFloat(bits);
+  }
+  return f;
+}
 
 template <typename T>
 void IntegerGemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
@@ -57,11 +71,11 @@ inline void ReferenceGemm(DataType type, int64_t m, int64_t n, int64_t k, const 
     case DataType::kFP16:
       return FloatGemm(m, n, k, static_cast<const uint16_t*>(a), lda, static_cast<const uint16_t*>(b),
                        ldb, static_cast<uint16_t*>(c), ldc, HalfToFloat,
-                       [](double v) { return FloatToHalf(static_cast<float>(v)); });
+                       [](double v) { return FloatToHalf(RoundToOddFloat(v)); });
     case DataType::kBF16:
       return FloatGemm(m, n, k, static_cast<const uint16_t*>(a), lda, static_cast<const uint16_t*>(b),
                        ldb, static_cast<uint16_t*>(c), ldc, BFloat16ToFloat,
-                       [](double v) { return FloatToBFloat16(static_cast<float>(v)); });
+                       [](double v) { return FloatToBFloat16(RoundToOddFloat(v)); });
     case DataType::kINT32:
       return IntegerGemm(m, n, k, static_cast<const int32_t*>(a), lda, static_cast<const int32_t*>(b),
                          ldb, static_cast<int32_t*>(c), ldc);
