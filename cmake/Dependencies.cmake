@@ -14,7 +14,7 @@ find_program(PYTHON3 NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH REQUIRED)
 # include directory (an alternatives link to the OpenMP build by default).
 find_path(BLIS_INCLUDE_DIR blis.h PATH_SUFFIXES ${CMAKE_LIBRARY_ARCHITECTURE} REQUIRED)
 find_library(BLIS_LIBRARY NAMES blis REQUIRED)
-find_package(OpenMP REQUIRED COMPONENTS C)
+find_package(OpenMP REQUIRED COMPONENTS C CXX)
 add_library(blis::blis UNKNOWN IMPORTED)
 set_target_properties(blis::blis PROPERTIES
   IMPORTED_LOCATION ${BLIS_LIBRARY}

@@ -12,6 +12,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "server/common/logging.h"
+#include "server/ops/kernels/compute_environment.h"
 #include "server/service/grpc_server.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on for gRPC.");
@@ -27,6 +28,7 @@ ABSL_FLAG(int32_t, shutdown_grace_seconds, 10,
           "On SIGTERM, how long in-flight calls get to finish.");
 
 int main(int argc, char** argv) {
+  gemmserve::ReexecWithComputeEnvironment(argv);
   absl::SetProgramUsageMessage(
       "gemmserve: MatMul and GroupedMatMul over the KServe v2 gRPC protocol.\n"
       "  gemmserve --grpc_port=8001 --compute_threads=2");
@@ -56,8 +58,9 @@ int main(int argc, char** argv) {
     GEMMSERVE_LOG(ERROR) << "cannot start: " << server.status();
     return 1;
   }
-  GEMMSERVE_LOG(INFO) << "gemmserve " << "serving matmul and grouped_matmul with "
-                      << options.compute_threads << " compute threads";
+  GEMMSERVE_LOG(INFO) << "gemmserve serving matmul and grouped_matmul with "
+                      << options.compute_threads << " compute threads, BLIS config "
+                      << gemmserve::BlisArchitecture();
   std::cout << "gemmserve listening on " << (*server)->address() << std::endl;
 
   std::thread signal_thread([&] {

@@ -1,8 +1,11 @@
 #include "server/ops/grouped_matmul.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -10,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
 #include "server/ops/kernels/gemm.h"
+#include "server/ops/kernels/streaming_gemm.h"
 #include "server/tensor/half.h"
 
 namespace gemmserve {
@@ -66,68 +70,199 @@ struct Arith<uint16_t, float> {
   }
 };
 
+// Groups with at most this many rows take the streaming (decode) path, which
+// reads the group's weights once; above it a packing BLIS GEMM wins, since
+// the streaming kernel keeps its accumulators in L1/L2 rather than registers.
+// Measured with gemmserve-bench on olmoe shapes (docs/performance.md).
+constexpr int64_t kStreamingMaxRows = 8;
+
+// Views of one group's run of pairs.
+struct GroupRun {
+  int64_t group;
+  int64_t begin;  // into GroupRuns::pairs
+  int64_t count;
+};
+
 template <typename T, typename Acc>
-absl::Status RunTyped(const GroupedMatMulPlan& plan, const GroupRuns& runs, const Tensor& input,
-                      const Tensor& weights, const Tensor* bias, Tensor* output, int threads) {
-  constexpr bool kWiden = !std::is_same_v<T, Acc>;
+class GroupedKernel {
+ public:
+  static constexpr bool kWiden = !std::is_same_v<T, Acc>;
   using A = Arith<T, Acc>;
-  const DataType type = input.type();
-  const int64_t k = plan.k, n = plan.n, s = plan.s;
-  const T* x = input.data<T>();
-  const T* w = weights.data<T>();
-  const T* b = bias ? bias->data<T>() : nullptr;
-  T* out = output->data<T>();
 
-  GEMMSERVE_ASSIGN_OR_RETURN(AlignedBuffer rows_buf,
-                             AlignedBuffer::Allocate(runs.longest * k * int64_t{sizeof(Acc)}));
-  GEMMSERVE_ASSIGN_OR_RETURN(AlignedBuffer result_buf,
-                             AlignedBuffer::Allocate(runs.longest * n * int64_t{sizeof(Acc)}));
-  AlignedBuffer widened_weights;
-  if constexpr (kWiden) {
-    GEMMSERVE_ASSIGN_OR_RETURN(widened_weights, AlignedBuffer::Allocate(k * n * int64_t{sizeof(Acc)}));
+  GroupedKernel(const GroupedMatMulPlan& plan, const GroupRuns& runs, const Tensor& input,
+                const Tensor& weights, const Tensor* bias, Tensor* output, int threads)
+      : plan_(plan), runs_(runs), type_(input.type()), x_(input.data<T>()),
+        w_(weights.data<T>()), b_(bias ? bias->data<T>() : nullptr),
+        out_(output->data<T>()), threads_(std::max(threads, 1)) {}
+
+  absl::Status Run() {
+    std::vector<GroupRun> streaming, packed;
+    for (size_t r = 0; r + 1 < runs_.run_begin.size(); ++r) {
+      const int64_t begin = runs_.run_begin[r];
+      const GroupRun run{runs_.run_group[r], begin, runs_.run_begin[r + 1] - begin};
+      (run.count <= kStreamingMaxRows ? streaming : packed).push_back(run);
+    }
+    if (!streaming.empty()) GEMMSERVE_RETURN_IF_ERROR(RunStreaming(streaming));
+    if (!packed.empty()) GEMMSERVE_RETURN_IF_ERROR(RunPacked(packed));
+    return absl::OkStatus();
   }
-  Acc* rows = static_cast<Acc*>(rows_buf.data());
-  Acc* result = static_cast<Acc*>(result_buf.data());
 
-  for (size_t r = 0; r + 1 < runs.run_begin.size(); ++r) {
-    const int64_t group = runs.run_group[r];
-    const int64_t begin = runs.run_begin[r];
-    const int64_t count = runs.run_begin[r + 1] - begin;
-    // Gather (and widen) the input row of each pair's token.
-    for (int64_t i = 0; i < count && k > 0; ++i) {
-      const T* src = x + (runs.pairs[begin + i] / s) * k;
+ private:
+  const Acc* GroupWeightsAsAcc(int64_t group, Acc* scratch) const {
+    const T* gw = w_ + group * plan_.k * plan_.n;
+    if constexpr (kWiden) {
+      HalfToFloatBlock(type_, gw, scratch, plan_.k * plan_.n);
+      return scratch;
+    } else {
+      (void)scratch;
+      return gw;
+    }
+  }
+
+  // Gathers (and widens) the input row of each pair of `run` into `rows`.
+  void Gather(const GroupRun& run, Acc* rows) const {
+    const int64_t k = plan_.k;
+    if (k == 0) return;
+    for (int64_t i = 0; i < run.count; ++i) {
+      const T* src = x_ + (runs_.pairs[run.begin + i] / plan_.s) * k;
       if constexpr (kWiden) {
-        HalfToFloatBlock(type, src, rows + i * k, k);
+        HalfToFloatBlock(type_, src, rows + i * k, k);
       } else {
         std::memcpy(rows + i * k, src, static_cast<size_t>(k) * sizeof(T));
       }
     }
-    const T* group_weights = w + group * k * n;
-    const Acc* gemm_weights;
-    if constexpr (kWiden) {
-      HalfToFloatBlock(type, group_weights, static_cast<Acc*>(widened_weights.data()), k * n);
-      gemm_weights = static_cast<const Acc*>(widened_weights.data());
-    } else {
-      gemm_weights = group_weights;
-    }
-    GEMMSERVE_RETURN_IF_ERROR(GemmRowMajor(DataTypeOf<Acc>::value, count, n, k, rows, k,
-                                           gemm_weights, n, result, n, threads));
-    // Scatter into [M, S, N] (pair p is row p), adding the bias before the
-    // one rounding to T.
-    const T* group_bias = b ? b + group * n : nullptr;
-    for (int64_t i = 0; i < count; ++i) {
-      T* dst = out + runs.pairs[begin + i] * n;
+  }
+
+  // Writes result rows of `run` (plus bias, then the one rounding) to [M,S,N].
+  void Scatter(const GroupRun& run, const Acc* result) const {
+    const int64_t n = plan_.n;
+    const T* group_bias = b_ ? b_ + run.group * n : nullptr;
+    for (int64_t i = 0; i < run.count; ++i) {
+      T* dst = out_ + runs_.pairs[run.begin + i] * n;
       const Acc* src = result + i * n;
       if (group_bias) {
-        for (int64_t j = 0; j < n; ++j) dst[j] = A::Store(type, src[j] + A::Load(type, group_bias[j]));
+        for (int64_t j = 0; j < n; ++j) dst[j] = A::Store(type_, src[j] + A::Load(type_, group_bias[j]));
       } else if constexpr (kWiden) {
-        FloatToHalfBlock(type, src, dst, n);
+        FloatToHalfBlock(type_, src, dst, n);
       } else {
         std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(T));
       }
     }
   }
-  return absl::OkStatus();
+
+  // Decode: each group's weights streamed once, the work split into items of
+  // (group, slice of K) so that even one group keeps every thread busy; each
+  // item accumulates into its own partial rows, summed per group at the end.
+  absl::Status RunStreaming(const std::vector<GroupRun>& runs) {
+    const int64_t k = plan_.k, n = plan_.n;
+    const int64_t groups = static_cast<int64_t>(runs.size());
+    // Enough items for two per thread; slices of K no thinner than 64 rows.
+    const int64_t wanted = (2 * threads_ + groups - 1) / groups;
+    const int64_t slices = std::max<int64_t>(1, std::min<int64_t>(wanted, k / 64));
+    struct Item {
+      int64_t run, k_begin, k_end, partial;  // partial: offset in elements
+    };
+    std::vector<Item> items;
+    std::vector<int64_t> rows_offset(groups);
+    int64_t rows_total = 0, partial_total = 0;
+    for (int64_t r = 0; r < groups; ++r) {
+      rows_offset[r] = rows_total;
+      rows_total += runs[r].count * k;
+      for (int64_t s = 0; s < slices; ++s) {
+        items.push_back({r, k * s / slices, k * (s + 1) / slices, partial_total});
+        partial_total += runs[r].count * n;
+      }
+    }
+    GEMMSERVE_ASSIGN_OR_RETURN(AlignedBuffer rows_buf,
+                               AlignedBuffer::Allocate(rows_total * int64_t{sizeof(Acc)}));
+    GEMMSERVE_ASSIGN_OR_RETURN(AlignedBuffer partial_buf,
+                               AlignedBuffer::Allocate(partial_total * int64_t{sizeof(Acc)}));
+    Acc* rows = static_cast<Acc*>(rows_buf.data());
+    Acc* partial = static_cast<Acc*>(partial_buf.data());
+    for (int64_t r = 0; r < groups; ++r) Gather(runs[r], rows + rows_offset[r]);
+    if (partial_total > 0) std::fill(partial, partial + partial_total, Acc{0});
+
+    const int64_t item_count = static_cast<int64_t>(items.size());
+#pragma omp parallel for num_threads(threads_) schedule(dynamic, 1)
+    for (int64_t i = 0; i < item_count; ++i) {
+      const Item& item = items[i];
+      const GroupRun& run = runs[item.run];
+      const T* gw = w_ + run.group * k * n;
+      if constexpr (std::is_same_v<Acc, double>) {
+        StreamingGemmAccumulate(run.count, item.k_begin, item.k_end, n, rows + rows_offset[item.run],
+                                k, gw, n, partial + item.partial, n);
+      } else {
+        StreamingGemmAccumulate(type_, run.count, item.k_begin, item.k_end, n,
+                                rows + rows_offset[item.run], k, gw, n, partial + item.partial, n);
+      }
+    }
+    // Slice partials of one group are adjacent: fold them into the first.
+    for (int64_t r = 0; r < groups; ++r) {
+      Acc* first = partial + items[r * slices].partial;
+      const int64_t len = runs[r].count * n;
+      for (int64_t s = 1; s < slices; ++s) {
+        const Acc* other = partial + items[r * slices + s].partial;
+        for (int64_t e = 0; e < len; ++e) first[e] += other[e];
+      }
+      Scatter(runs[r], first);
+    }
+    return absl::OkStatus();
+  }
+
+  // Prefill: one packing GEMM per group. With many groups, groups run in
+  // parallel on one BLIS thread each (no fork/join inside a GEMM, uneven
+  // groups balanced by dynamic scheduling); with few, one group at a time on
+  // all threads.
+  absl::Status RunPacked(const std::vector<GroupRun>& runs) {
+    const int64_t k = plan_.k, n = plan_.n;
+    const int64_t groups = static_cast<int64_t>(runs.size());
+    const bool across_groups = threads_ > 1 && groups >= 2 * threads_;
+    const int lanes = across_groups ? threads_ : 1;
+    int64_t longest = 0;
+    for (const GroupRun& run : runs) longest = std::max(longest, run.count);
+    std::vector<AlignedBuffer> rows_buf(lanes), result_buf(lanes), weights_buf(lanes);
+    for (int t = 0; t < lanes; ++t) {
+      GEMMSERVE_ASSIGN_OR_RETURN(rows_buf[t], AlignedBuffer::Allocate(longest * k * int64_t{sizeof(Acc)}));
+      GEMMSERVE_ASSIGN_OR_RETURN(result_buf[t], AlignedBuffer::Allocate(longest * n * int64_t{sizeof(Acc)}));
+      if constexpr (kWiden) {
+        GEMMSERVE_ASSIGN_OR_RETURN(weights_buf[t], AlignedBuffer::Allocate(k * n * int64_t{sizeof(Acc)}));
+      }
+    }
+    auto one_group = [&](const GroupRun& run, int lane, int gemm_threads) {
+      Acc* rows = static_cast<Acc*>(rows_buf[lane].data());
+      Acc* result = static_cast<Acc*>(result_buf[lane].data());
+      Gather(run, rows);
+      const Acc* gw = GroupWeightsAsAcc(run.group, static_cast<Acc*>(weights_buf[lane].data()));
+      if constexpr (std::is_same_v<Acc, double>) {
+        DgemmRowMajor(run.count, n, k, rows, k, gw, n, result, n, gemm_threads);
+      } else {
+        SgemmRowMajor(run.count, n, k, rows, k, gw, n, result, n, gemm_threads);
+      }
+      Scatter(run, result);
+    };
+    if (across_groups) {
+#pragma omp parallel for num_threads(threads_) schedule(dynamic, 1)
+      for (int64_t r = 0; r < groups; ++r) one_group(runs[r], omp_get_thread_num(), 1);
+    } else {
+      for (const GroupRun& run : runs) one_group(run, 0, threads_);
+    }
+    return absl::OkStatus();
+  }
+
+  const GroupedMatMulPlan& plan_;
+  const GroupRuns& runs_;
+  const DataType type_;
+  const T* x_;
+  const T* w_;
+  const T* b_;
+  T* out_;
+  const int threads_;
+};
+
+template <typename T, typename Acc>
+absl::Status RunTyped(const GroupedMatMulPlan& plan, const GroupRuns& runs, const Tensor& input,
+                      const Tensor& weights, const Tensor* bias, Tensor* output, int threads) {
+  return GroupedKernel<T, Acc>(plan, runs, input, weights, bias, output, threads).Run();
 }
 
 }  // namespace

@@ -254,6 +254,20 @@ std::vector<GroupedCase> Cases() {
       {"block_edges_258_pairs_one_group", 129, 17, 9, 3, 2, fixed(0)},
       {"block_edges_k129_n257", 5, 129, 257, 2, 2, random_route(2)},
       {"wide", 64, 65, 127, 4, 4, random_route(4)},
+      // Each path of the kernel (see kStreamingMaxRows in grouped_matmul.cc):
+      // streaming with K split into slices, a column block edge (1024) and a
+      // K remainder; the 8/9-row boundary between streaming and packed;
+      // packed groups run across threads; both paths in one call.
+      {"streaming_k_slices_column_block_edge", 1, 300, 1030, 3, 1, fixed(1)},
+      {"streaming_k_remainder", 2, 131, 33, 2, 1, random_route(2)},
+      {"streaming_eight_rows", 8, 70, 20, 2, 1, fixed(0)},
+      {"packed_nine_rows", 9, 70, 20, 2, 1, fixed(1)},
+      {"packed_across_groups", 80, 40, 24, 5, 1,
+       [](int64_t m, int64_t, std::mt19937_64&) { return m % 5; }},
+      {"streaming_and_packed_in_one_call", 40, 33, 19, 6, 2,
+       [](int64_t, int64_t s, std::mt19937_64& rng) {
+         return s == 0 ? int64_t{0} : 1 + RandomGroup(5, rng);
+       }},
       {"k_zero", 4, 0, 6, 3, 2, random_route(3)},
       {"m_zero", 0, 4, 6, 3, 2, random_route(3)},
       {"s_zero", 4, 4, 6, 3, 0, random_route(3)},

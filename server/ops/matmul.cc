@@ -81,7 +81,7 @@ absl::Status RunMatMul(const MatMulPlan& plan, const Tensor& a, const Tensor& b,
   // Row-major strides (in matrices) of each operand over the batch dims; a
   // broadcast dimension (size 1 against a larger one) has stride 0.
   const size_t rank = plan.batch_shape.size();
-  std::vector<int64_t> a_stride(rank), b_stride(rank), index(rank, 0);
+  std::vector<int64_t> a_stride(rank), b_stride(rank);
   int64_t sa = 1, sb = 1;
   for (size_t d = rank; d-- > 0;) {
     a_stride[d] = plan.a_batch[d] == 1 ? 0 : sa;
@@ -89,20 +89,28 @@ absl::Status RunMatMul(const MatMulPlan& plan, const Tensor& a, const Tensor& b,
     sa *= plan.a_batch[d];
     sb *= plan.b_batch[d];
   }
-  int64_t a_off = 0, b_off = 0;
-  for (int64_t entry = 0; entry < plan.batch_count; ++entry) {
-    GEMMSERVE_RETURN_IF_ERROR(GemmRowMajor(type, m, n, k, a_bytes + a_off * m * k * es, k,
-                                           b_bytes + b_off * k * n * es, n,
-                                           y_bytes + entry * m * n * es, n, threads));
-    // Odometer increment of the batch index, keeping the offsets in step.
+  auto one_entry = [&](int64_t entry, int gemm_threads) {
+    int64_t a_off = 0, b_off = 0, rest = entry;
     for (size_t d = rank; d-- > 0;) {
-      a_off += a_stride[d];
-      b_off += b_stride[d];
-      if (++index[d] < plan.batch_shape[d]) break;
-      a_off -= a_stride[d] * index[d];
-      b_off -= b_stride[d] * index[d];
-      index[d] = 0;
+      const int64_t index = rest % plan.batch_shape[d];
+      rest /= plan.batch_shape[d];
+      a_off += index * a_stride[d];
+      b_off += index * b_stride[d];
     }
+    return GemmRowMajor(type, m, n, k, a_bytes + a_off * m * k * es, k,
+                        b_bytes + b_off * k * n * es, n, y_bytes + entry * m * n * es, n,
+                        gemm_threads);
+  };
+  if (threads > 1 && plan.batch_count >= 2 * threads) {
+    // Many independent GEMMs: one per thread at a time, no fork/join inside.
+    std::vector<absl::Status> status(static_cast<size_t>(plan.batch_count));
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t entry = 0; entry < plan.batch_count; ++entry) status[entry] = one_entry(entry, 1);
+    for (const absl::Status& s : status) GEMMSERVE_RETURN_IF_ERROR(s);
+    return absl::OkStatus();
+  }
+  for (int64_t entry = 0; entry < plan.batch_count; ++entry) {
+    GEMMSERVE_RETURN_IF_ERROR(one_entry(entry, threads));
   }
   return absl::OkStatus();
 }

@@ -43,7 +43,12 @@ inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = uint32_t{h & 0x8000u} << 16;
   const uint32_t exponent = (h >> 10) & 0x1fu;
   const uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0x1f) return BitsToFloat(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0x1f) {
+    // Infinity, or NaN made quiet as vcvtph2ps does, so scalar and vector
+    // conversions agree bit for bit.
+    const uint32_t quiet = mantissa != 0 ? 0x400000u : 0u;
+    return BitsToFloat(sign | 0x7f800000u | quiet | (mantissa << 13));
+  }
   if (exponent == 0) {
     // Zero or subnormal: mantissa * 2^-24, exact in binary32.
     const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;

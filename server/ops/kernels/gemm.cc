@@ -22,19 +22,19 @@ absl::Status GemmRowMajor(DataType type, int64_t m, int64_t n, int64_t k,
                               static_cast<uint16_t*>(c), ldc, threads);
     case DataType::kINT32:
       IntGemmRowMajor(m, n, k, static_cast<const int32_t*>(a), lda,
-                      static_cast<const int32_t*>(b), ldb, static_cast<int32_t*>(c), ldc);
+                      static_cast<const int32_t*>(b), ldb, static_cast<int32_t*>(c), ldc, threads);
       return absl::OkStatus();
     case DataType::kINT64:
       IntGemmRowMajor(m, n, k, static_cast<const int64_t*>(a), lda,
-                      static_cast<const int64_t*>(b), ldb, static_cast<int64_t*>(c), ldc);
+                      static_cast<const int64_t*>(b), ldb, static_cast<int64_t*>(c), ldc, threads);
       return absl::OkStatus();
     case DataType::kUINT32:
       IntGemmRowMajor(m, n, k, static_cast<const uint32_t*>(a), lda,
-                      static_cast<const uint32_t*>(b), ldb, static_cast<uint32_t*>(c), ldc);
+                      static_cast<const uint32_t*>(b), ldb, static_cast<uint32_t*>(c), ldc, threads);
       return absl::OkStatus();
     case DataType::kUINT64:
       IntGemmRowMajor(m, n, k, static_cast<const uint64_t*>(a), lda,
-                      static_cast<const uint64_t*>(b), ldb, static_cast<uint64_t*>(c), ldc);
+                      static_cast<const uint64_t*>(b), ldb, static_cast<uint64_t*>(c), ldc, threads);
       return absl::OkStatus();
   }
   return absl::InternalError("unhandled datatype in GemmRowMajor");

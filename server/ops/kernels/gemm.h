@@ -28,10 +28,11 @@ void SgemmRowMajor(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
 void DgemmRowMajor(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
                    const double* b, int64_t ldb, double* c, int64_t ldc, int threads);
 
-// Integer GEMM with wrap-around (two's complement) arithmetic.
+// Integer GEMM with wrap-around (two's complement) arithmetic, vectorised for
+// the CPU it runs on (AVX-512, AVX2 or portable), rows split over threads.
 template <typename T>
 void IntGemmRowMajor(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
-                     const T* b, int64_t ldb, T* c, int64_t ldc);
+                     const T* b, int64_t ldb, T* c, int64_t ldc, int threads);
 
 // Half-precision GEMM (FP16 or BF16 bits), FP32 accumulation, one rounding.
 // Needs scratch memory: RESOURCE_EXHAUSTED if it cannot be had.

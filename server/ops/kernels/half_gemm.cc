@@ -5,6 +5,7 @@
 
 #include "server/common/status_macros.h"
 #include "server/ops/kernels/gemm.h"
+#include "server/ops/kernels/streaming_gemm.h"
 #include "server/tensor/half.h"
 #include "server/tensor/tensor.h"
 
@@ -18,11 +19,7 @@ constexpr int64_t kRowBlock = 256;
 }  // namespace
 
 void HalfToFloatBlock(DataType type, const uint16_t* in, float* out, int64_t count) {
-  if (type == DataType::kBF16) {
-    for (int64_t i = 0; i < count; ++i) out[i] = BFloat16ToFloat(in[i]);
-  } else {
-    for (int64_t i = 0; i < count; ++i) out[i] = HalfToFloat(in[i]);
-  }
+  WidenToFloat(type, in, out, count);
 }
 
 void FloatToHalfBlock(DataType type, const float* in, uint16_t* out, int64_t count) {

@@ -1,63 +1,91 @@
-// Cache-blocked integer GEMM. numpy computes integer matmul with a naive
-// triple loop; this kernel streams a panel of B that fits in L2 past every row
-// of A with a unit-stride inner loop the compiler vectorises. Arithmetic is
-// done in the unsigned type of the same width, where overflow is defined to
-// wrap, which gives numpy's two's-complement results for the signed types too.
+// Integer GEMM: runtime dispatch to the best build of int_gemm_impl.inc for
+// this CPU, and rows of C split across threads.
+#include <omp.h>
+
 #include <algorithm>
 #include <type_traits>
 
 #include "server/ops/kernels/gemm.h"
+#include "server/ops/kernels/int_gemm_internal.h"
 
 namespace gemmserve {
+namespace int_gemm_internal {
 namespace {
-
-// A kc x nc panel of B: 128 x 256 elements is 256 KiB at 8 bytes, half of a
-// typical L2, leaving room for the rows of A and C in flight.
-constexpr int64_t kPanelK = 128;
-constexpr int64_t kPanelN = 256;
-
-template <typename U>
-void MultiplyPanel(int64_t m, int64_t n, int64_t k, const U* a, int64_t lda,
-                   const U* b, int64_t ldb, U* c, int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i) {
-    U* __restrict__ c_row = c + i * ldc;
-    const U* a_row = a + i * lda;
-    for (int64_t p = 0; p < k; ++p) {
-      const U a_ip = a_row[p];
-      const U* __restrict__ b_row = b + p * ldb;
-      for (int64_t j = 0; j < n; ++j) c_row[j] += a_ip * b_row[j];
-    }
-  }
-}
-
+#include "server/ops/kernels/int_gemm_impl.inc"
 }  // namespace
 
+void IntGemmRows32_generic(int64_t row_begin, int64_t row_end, int64_t n, int64_t k,
+                           const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb,
+                           uint32_t* c, int64_t ldc) {
+  IntGemmRows32(row_begin, row_end, n, k, a, lda, b, ldb, c, ldc);
+}
+void IntGemmRows64_generic(int64_t row_begin, int64_t row_end, int64_t n, int64_t k,
+                           const uint64_t* a, int64_t lda, const uint64_t* b, int64_t ldb,
+                           uint64_t* c, int64_t ldc) {
+  IntGemmRows64(row_begin, row_end, n, k, a, lda, b, ldb, c, ldc);
+}
+
+namespace {
+enum class Isa { kGeneric, kAvx2, kAvx512 };
+Isa DetectIsa() {
+  // vpmullq (64-bit lane multiply) needs AVX512DQ.
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+    return Isa::kAvx512;
+  }
+  if (__builtin_cpu_supports("avx2")) return Isa::kAvx2;
+  return Isa::kGeneric;
+}
+const Isa kIsa = DetectIsa();
+}  // namespace
+
+const char* IntGemmIsa() {
+  return kIsa == Isa::kAvx512 ? "avx512" : kIsa == Isa::kAvx2 ? "avx2" : "generic";
+}
+
+}  // namespace int_gemm_internal
+
 template <typename T>
-void IntGemmRowMajor(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
-                     const T* b, int64_t ldb, T* c, int64_t ldc) {
+void IntGemmRowMajor(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+                     int64_t ldb, T* c, int64_t ldc, int threads) {
   static_assert(std::is_integral_v<T>);
   using U = std::make_unsigned_t<T>;
+  using namespace int_gemm_internal;
   if (m <= 0 || n <= 0) return;
-  for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T{0});
   const U* ua = reinterpret_cast<const U*>(a);
   const U* ub = reinterpret_cast<const U*>(b);
   U* uc = reinterpret_cast<U*>(c);
-  for (int64_t j0 = 0; j0 < n; j0 += kPanelN) {
-    const int64_t nb = std::min(kPanelN, n - j0);
-    for (int64_t p0 = 0; p0 < k; p0 += kPanelK) {
-      const int64_t kb = std::min(kPanelK, k - p0);
-      MultiplyPanel<U>(m, nb, kb, ua + p0, lda, ub + p0 * ldb + j0, ldb, uc + j0, ldc);
+  auto rows = [&](int64_t begin, int64_t end) {
+    if constexpr (sizeof(U) == 4) {
+      auto* f = kIsa == Isa::kAvx512 ? IntGemmRows32_avx512
+                : kIsa == Isa::kAvx2 ? IntGemmRows32_avx2
+                                     : IntGemmRows32_generic;
+      f(begin, end, n, k, ua, lda, ub, ldb, uc, ldc);
+    } else {
+      auto* f = kIsa == Isa::kAvx512 ? IntGemmRows64_avx512
+                : kIsa == Isa::kAvx2 ? IntGemmRows64_avx2
+                                     : IntGemmRows64_generic;
+      f(begin, end, n, k, ua, lda, ub, ldb, uc, ldc);
     }
+  };
+  // Row blocks of at least 16, so that each thread streams B panels for
+  // enough rows to amortise them.
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(threads, m / 16));
+  if (blocks == 1) {
+    rows(0, m);
+    return;
   }
+#pragma omp parallel for num_threads(static_cast<int>(blocks)) schedule(static, 1)
+  for (int64_t t = 0; t < blocks; ++t) rows(m * t / blocks, m * (t + 1) / blocks);
 }
 
 template void IntGemmRowMajor<int32_t>(int64_t, int64_t, int64_t, const int32_t*, int64_t,
-                                       const int32_t*, int64_t, int32_t*, int64_t);
+                                       const int32_t*, int64_t, int32_t*, int64_t, int);
 template void IntGemmRowMajor<int64_t>(int64_t, int64_t, int64_t, const int64_t*, int64_t,
-                                       const int64_t*, int64_t, int64_t*, int64_t);
+                                       const int64_t*, int64_t, int64_t*, int64_t, int);
 template void IntGemmRowMajor<uint32_t>(int64_t, int64_t, int64_t, const uint32_t*, int64_t,
-                                        const uint32_t*, int64_t, uint32_t*, int64_t);
+                                        const uint32_t*, int64_t, uint32_t*, int64_t, int);
 template void IntGemmRowMajor<uint64_t>(int64_t, int64_t, int64_t, const uint64_t*, int64_t,
-                                        const uint64_t*, int64_t, uint64_t*, int64_t);
+                                        const uint64_t*, int64_t, uint64_t*, int64_t, int);
 
 }  // namespace gemmserve

@@ -1,0 +1,75 @@
+#include "server/ops/kernels/streaming_gemm.h"
+
+#include <algorithm>
+
+#include "server/tensor/half.h"
+
+namespace gemmserve {
+namespace streaming_internal {
+namespace {
+namespace generic {
+
+inline void WidenHalfRow(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) dst[j] = HalfToFloat(src[j]);
+}
+
+#include "server/ops/kernels/streaming_gemm_impl.inc"
+
+}  // namespace generic
+}  // namespace
+
+void AccumulateGeneric(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_end, int64_t n,
+                       const float* a, int64_t lda, const void* b, int64_t ldb, float* c,
+                       int64_t ldc) {
+  generic::AccumulateFloat(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
+}
+
+void AccumulateGeneric(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, const double* a,
+                       int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc) {
+  generic::AccumulateDirect(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
+}
+
+bool HaveAvx512() {
+  static const bool have = __builtin_cpu_supports("avx512f") &&
+                           __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+  return have;
+}
+
+}  // namespace streaming_internal
+
+void StreamingGemmAccumulate(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_end,
+                             int64_t n, const float* a, int64_t lda, const void* b, int64_t ldb,
+                             float* c, int64_t ldc) {
+  if (streaming_internal::HaveAvx512()) {
+    streaming_internal::AccumulateAvx512(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
+  } else {
+    streaming_internal::AccumulateGeneric(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
+  }
+}
+
+void StreamingGemmAccumulate(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n,
+                             const double* a, int64_t lda, const double* b, int64_t ldb,
+                             double* c, int64_t ldc) {
+  if (streaming_internal::HaveAvx512()) {
+    streaming_internal::AccumulateAvx512(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
+  } else {
+    streaming_internal::AccumulateGeneric(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
+  }
+}
+
+void WidenToFloat(DataType type, const uint16_t* src, float* dst, int64_t n) {
+  if (streaming_internal::HaveAvx512()) {
+    streaming_internal::WidenAvx512(type, src, dst, n);
+  } else if (type == DataType::kBF16) {
+    streaming_internal::generic::WidenBf16Row(src, dst, n);
+  } else {
+    streaming_internal::generic::WidenHalfRow(src, dst, n);
+  }
+}
+
+const char* StreamingGemmIsa() {
+  return streaming_internal::HaveAvx512() ? "avx512" : "generic";
+}
+
+}  // namespace gemmserve
