@@ -6,7 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
-#include "server/ops/kernels/gemm.h"
+#include "server/ops/gemm_problems.h"
 
 namespace gemmserve {
 
@@ -71,17 +71,31 @@ absl::Status RunMatMul(const MatMulPlan& plan, const Tensor& a, const Tensor& b,
 
   bool b_shared = true;
   for (int64_t d : plan.b_batch) b_shared &= (d == 1);
+  std::vector<GemmProblem> problems;
+  auto add = [&](int64_t rows, int64_t a_off, int64_t b_off, int64_t entry) {
+    GemmProblem p;
+    p.type = type;
+    p.m = rows;
+    p.n = n;
+    p.k = k;
+    p.a = a_bytes + a_off * m * k * es;
+    p.lda = k;
+    p.b = b_bytes + b_off * k * n * es;
+    p.ldb = n;
+    p.c = y_bytes + entry * m * n * es;
+    p.ldc = n;
+    problems.push_back(p);
+  };
   if (b_shared) {
     // Every batch entry multiplies by the same B and the output batch is A's,
     // so the batch stacks onto M: one [batch*M, K] x [K, N] GEMM.
-    return GemmRowMajor(type, plan.batch_count * m, n, k, a_bytes, k, b_bytes, n, y_bytes, n,
-                        threads);
+    add(plan.batch_count * m, 0, 0, 0);
+    return RunGemmProblems(problems, threads);
   }
-
-  // Row-major strides (in matrices) of each operand over the batch dims; a
-  // broadcast dimension (size 1 against a larger one) has stride 0.
+  // One problem per batch entry. Row-major strides (in matrices) of each
+  // operand over the batch dims; a broadcast dimension has stride 0.
   const size_t rank = plan.batch_shape.size();
-  std::vector<int64_t> a_stride(rank), b_stride(rank);
+  std::vector<int64_t> a_stride(rank), b_stride(rank), index(rank, 0);
   int64_t sa = 1, sb = 1;
   for (size_t d = rank; d-- > 0;) {
     a_stride[d] = plan.a_batch[d] == 1 ? 0 : sa;
@@ -89,30 +103,21 @@ absl::Status RunMatMul(const MatMulPlan& plan, const Tensor& a, const Tensor& b,
     sa *= plan.a_batch[d];
     sb *= plan.b_batch[d];
   }
-  auto one_entry = [&](int64_t entry, int gemm_threads) {
-    int64_t a_off = 0, b_off = 0, rest = entry;
-    for (size_t d = rank; d-- > 0;) {
-      const int64_t index = rest % plan.batch_shape[d];
-      rest /= plan.batch_shape[d];
-      a_off += index * a_stride[d];
-      b_off += index * b_stride[d];
-    }
-    return GemmRowMajor(type, m, n, k, a_bytes + a_off * m * k * es, k,
-                        b_bytes + b_off * k * n * es, n, y_bytes + entry * m * n * es, n,
-                        gemm_threads);
-  };
-  if (threads > 1 && plan.batch_count >= 2 * threads) {
-    // Many independent GEMMs: one per thread at a time, no fork/join inside.
-    std::vector<absl::Status> status(static_cast<size_t>(plan.batch_count));
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-    for (int64_t entry = 0; entry < plan.batch_count; ++entry) status[entry] = one_entry(entry, 1);
-    for (const absl::Status& s : status) GEMMSERVE_RETURN_IF_ERROR(s);
-    return absl::OkStatus();
-  }
+  problems.reserve(static_cast<size_t>(plan.batch_count));
+  int64_t a_off = 0, b_off = 0;
   for (int64_t entry = 0; entry < plan.batch_count; ++entry) {
-    GEMMSERVE_RETURN_IF_ERROR(one_entry(entry, threads));
+    add(m, a_off, b_off, entry);
+    // Odometer increment of the batch index, keeping the offsets in step.
+    for (size_t d = rank; d-- > 0;) {
+      a_off += a_stride[d];
+      b_off += b_stride[d];
+      if (++index[d] < plan.batch_shape[d]) break;
+      a_off -= a_stride[d] * index[d];
+      b_off -= b_stride[d] * index[d];
+      index[d] = 0;
+    }
   }
-  return absl::OkStatus();
+  return RunGemmProblems(problems, threads);
 }
 
 }  // namespace gemmserve

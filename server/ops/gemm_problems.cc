@@ -1,0 +1,232 @@
+#include "server/ops/gemm_problems.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/common/status_macros.h"
+#include "server/ops/kernels/gemm.h"
+#include "server/ops/kernels/streaming_gemm.h"
+#include "server/tensor/half.h"
+#include "server/tensor/tensor.h"
+
+namespace gemmserve {
+namespace {
+
+// Accumulation happens in FP64 for FP64 and in FP32 for FP32, FP16 and BF16.
+int64_t AccSize(DataType t) { return t == DataType::kFP64 ? 8 : 4; }
+
+inline int64_t ARow(const GemmProblem& p, int64_t i) { return p.a_rows ? p.a_rows[i] : i; }
+inline int64_t CRow(const GemmProblem& p, int64_t i) { return p.c_rows ? p.c_rows[i] : i; }
+
+// Rows of A, gathered and widened to the accumulation type: [m, k].
+void GatherRows(const GemmProblem& p, void* dst) {
+  if (p.k == 0) return;
+  const int64_t es = DataTypeSize(p.type);
+  const auto* a = static_cast<const uint8_t*>(p.a);
+  for (int64_t i = 0; i < p.m; ++i) {
+    const uint8_t* src = a + ARow(p, i) * p.lda * es;
+    if (IsHalfPrecision(p.type)) {
+      HalfToFloatBlock(p.type, reinterpret_cast<const uint16_t*>(src),
+                       static_cast<float*>(dst) + i * p.k, p.k);
+    } else {
+      std::memcpy(static_cast<uint8_t*>(dst) + i * p.k * es, src, static_cast<size_t>(p.k * es));
+    }
+  }
+}
+
+template <typename T, typename Acc, typename Load, typename Store>
+void StoreRowsT(const GemmProblem& p, const Acc* acc, Load load, Store store) {
+  const T* bias = static_cast<const T*>(p.bias);
+  T* c = static_cast<T*>(p.c);
+  for (int64_t i = 0; i < p.m; ++i) {
+    const Acc* src = acc + i * p.n;
+    T* dst = c + CRow(p, i) * p.ldc;
+    if (bias) {
+      for (int64_t j = 0; j < p.n; ++j) dst[j] = store(src[j] + load(bias[j]));
+    } else {
+      for (int64_t j = 0; j < p.n; ++j) dst[j] = store(src[j]);
+    }
+  }
+}
+
+// Result rows [m, n] in the accumulation type to their rows of C, plus bias,
+// rounded once.
+void StoreRows(const GemmProblem& p, const void* acc) {
+  auto same = [](auto v) { return v; };
+  switch (p.type) {
+    case DataType::kFP32:
+      return StoreRowsT<float>(p, static_cast<const float*>(acc), same, same);
+    case DataType::kFP64:
+      return StoreRowsT<double>(p, static_cast<const double*>(acc), same, same);
+    case DataType::kBF16:
+      return StoreRowsT<uint16_t>(p, static_cast<const float*>(acc), BFloat16ToFloat,
+                                  FloatToBFloat16);
+    case DataType::kFP16:
+      return StoreRowsT<uint16_t>(p, static_cast<const float*>(acc), HalfToFloat, FloatToHalf);
+    default:
+      return;  // integer problems never take a gather/scatter path
+  }
+}
+
+bool IsDirect(const GemmProblem& p) {
+  return p.a_rows == nullptr && p.c_rows == nullptr && p.bias == nullptr;
+}
+
+// Decode: each problem's B streamed once, cut into (problem, K slice) items
+// so even one problem keeps every thread busy; each item accumulates into its
+// own partial rows, folded per problem at the end.
+absl::Status RunStreaming(const std::vector<const GemmProblem*>& problems, int threads) {
+  const int64_t count = static_cast<int64_t>(problems.size());
+  struct Item {
+    int64_t problem, k_begin, k_end, partial;  // partial: byte offset
+  };
+  std::vector<Item> items;
+  std::vector<int64_t> rows_at(count), slices(count), first_item(count);
+  int64_t rows_bytes = 0, partial_bytes = 0;
+  for (int64_t q = 0; q < count; ++q) {
+    const GemmProblem& p = *problems[q];
+    const int64_t acc = AccSize(p.type);
+    // Two items per thread overall; slices no thinner than 64 rows of B.
+    const int64_t wanted = (2 * threads + count - 1) / count;
+    slices[q] = std::max<int64_t>(1, std::min<int64_t>(wanted, p.k / 64));
+    rows_at[q] = rows_bytes;
+    rows_bytes += p.m * p.k * acc;
+    first_item[q] = static_cast<int64_t>(items.size());
+    for (int64_t s = 0; s < slices[q]; ++s) {
+      items.push_back({q, p.k * s / slices[q], p.k * (s + 1) / slices[q], partial_bytes});
+      partial_bytes += p.m * p.n * acc;
+    }
+  }
+  GEMMSERVE_ASSIGN_OR_RETURN(AlignedBuffer rows_buf, AlignedBuffer::Allocate(rows_bytes));
+  GEMMSERVE_ASSIGN_OR_RETURN(AlignedBuffer partial_buf, AlignedBuffer::Allocate(partial_bytes));
+  auto* rows = static_cast<uint8_t*>(rows_buf.data());
+  auto* partial = static_cast<uint8_t*>(partial_buf.data());
+  for (int64_t q = 0; q < count; ++q) GatherRows(*problems[q], rows + rows_at[q]);
+  if (partial_bytes > 0) std::memset(partial, 0, static_cast<size_t>(partial_bytes));
+
+  const int64_t item_count = static_cast<int64_t>(items.size());
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t i = 0; i < item_count; ++i) {
+    const Item& item = items[i];
+    const GemmProblem& p = *problems[item.problem];
+    if (p.type == DataType::kFP64) {
+      StreamingGemmAccumulate(p.m, item.k_begin, item.k_end, p.n,
+                              reinterpret_cast<const double*>(rows + rows_at[item.problem]), p.k,
+                              static_cast<const double*>(p.b), p.ldb,
+                              reinterpret_cast<double*>(partial + item.partial), p.n);
+    } else {
+      StreamingGemmAccumulate(p.type, p.m, item.k_begin, item.k_end, p.n,
+                              reinterpret_cast<const float*>(rows + rows_at[item.problem]), p.k,
+                              p.b, p.ldb, reinterpret_cast<float*>(partial + item.partial), p.n);
+    }
+  }
+  for (int64_t q = 0; q < count; ++q) {
+    const GemmProblem& p = *problems[q];
+    uint8_t* first = partial + items[first_item[q]].partial;
+    const int64_t len = p.m * p.n;
+    for (int64_t s = 1; s < slices[q]; ++s) {
+      const uint8_t* other = partial + items[first_item[q] + s].partial;
+      if (p.type == DataType::kFP64) {
+        auto* f = reinterpret_cast<double*>(first);
+        auto* o = reinterpret_cast<const double*>(other);
+        for (int64_t e = 0; e < len; ++e) f[e] += o[e];
+      } else {
+        auto* f = reinterpret_cast<float*>(first);
+        auto* o = reinterpret_cast<const float*>(other);
+        for (int64_t e = 0; e < len; ++e) f[e] += o[e];
+      }
+    }
+    StoreRows(p, first);
+  }
+  return absl::OkStatus();
+}
+
+// Scratch of one thread for the gather/GEMM/scatter path.
+struct Lane {
+  AlignedBuffer rows, result, widened_b;
+};
+
+absl::Status RunOnePacked(const GemmProblem& p, Lane& lane, int threads) {
+  if (IsDirect(p)) {
+    return GemmRowMajor(p.type, p.m, p.n, p.k, p.a, p.lda, p.b, p.ldb, p.c, p.ldc, threads);
+  }
+  if (!IsFloatingPoint(p.type)) {
+    return absl::InternalError("gather/scatter GEMM problem of an integer type");
+  }
+  GatherRows(p, lane.rows.data());
+  if (p.type == DataType::kFP64) {
+    DgemmRowMajor(p.m, p.n, p.k, static_cast<const double*>(lane.rows.data()), p.k,
+                  static_cast<const double*>(p.b), p.ldb, static_cast<double*>(lane.result.data()),
+                  p.n, threads);
+  } else {
+    const float* b = static_cast<const float*>(p.b);
+    int64_t ldb = p.ldb;
+    if (IsHalfPrecision(p.type)) {
+      auto* widened = static_cast<float*>(lane.widened_b.data());
+      for (int64_t r = 0; r < p.k; ++r) {
+        HalfToFloatBlock(p.type, static_cast<const uint16_t*>(p.b) + r * p.ldb, widened + r * p.n,
+                         p.n);
+      }
+      b = widened;
+      ldb = p.n;
+    }
+    SgemmRowMajor(p.m, p.n, p.k, static_cast<const float*>(lane.rows.data()), p.k, b, ldb,
+                  static_cast<float*>(lane.result.data()), p.n, threads);
+  }
+  StoreRows(p, lane.result.data());
+  return absl::OkStatus();
+}
+
+absl::Status RunPacked(const std::vector<const GemmProblem*>& problems, int threads) {
+  const int64_t count = static_cast<int64_t>(problems.size());
+  // Many problems: side by side, one thread each (no fork/join inside a GEMM,
+  // uneven sizes balanced by dynamic scheduling). Few: all threads on each.
+  const bool side_by_side = threads > 1 && count >= 2 * threads;
+  const int lanes = side_by_side ? threads : 1;
+  int64_t rows_bytes = 0, result_bytes = 0, b_bytes = 0;
+  for (const GemmProblem* p : problems) {
+    if (IsDirect(*p)) continue;
+    const int64_t acc = AccSize(p->type);
+    rows_bytes = std::max(rows_bytes, p->m * p->k * acc);
+    result_bytes = std::max(result_bytes, p->m * p->n * acc);
+    if (IsHalfPrecision(p->type)) b_bytes = std::max(b_bytes, p->k * p->n * acc);
+  }
+  std::vector<Lane> lane(lanes);
+  for (Lane& l : lane) {
+    GEMMSERVE_ASSIGN_OR_RETURN(l.rows, AlignedBuffer::Allocate(rows_bytes));
+    GEMMSERVE_ASSIGN_OR_RETURN(l.result, AlignedBuffer::Allocate(result_bytes));
+    GEMMSERVE_ASSIGN_OR_RETURN(l.widened_b, AlignedBuffer::Allocate(b_bytes));
+  }
+  if (!side_by_side) {
+    for (const GemmProblem* p : problems) GEMMSERVE_RETURN_IF_ERROR(RunOnePacked(*p, lane[0], threads));
+    return absl::OkStatus();
+  }
+  std::vector<absl::Status> status(static_cast<size_t>(count));
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t q = 0; q < count; ++q) {
+    status[q] = RunOnePacked(*problems[q], lane[omp_get_thread_num()], 1);
+  }
+  for (const absl::Status& s : status) GEMMSERVE_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunGemmProblems(absl::Span<const GemmProblem> problems, int threads) {
+  threads = std::max(threads, 1);
+  std::vector<const GemmProblem*> streaming, packed;
+  for (const GemmProblem& p : problems) {
+    if (p.m <= 0 || p.n <= 0) continue;
+    const bool stream = IsFloatingPoint(p.type) && p.m <= kStreamingMaxRows;
+    (stream ? streaming : packed).push_back(&p);
+  }
+  if (!streaming.empty()) GEMMSERVE_RETURN_IF_ERROR(RunStreaming(streaming, threads));
+  if (!packed.empty()) GEMMSERVE_RETURN_IF_ERROR(RunPacked(packed, threads));
+  return absl::OkStatus();
+}
+
+}  // namespace gemmserve

@@ -1,0 +1,62 @@
+// One entry point for all compute: a list of independent GEMM problems run by
+// one scheduler. A GroupedMatMul is one problem per expert in use (rows
+// gathered from the tokens that chose it, results scattered to their [M,S,N]
+// slots); a MatMul is one problem (batch folded into M) or one per batch
+// entry; the batching layer merges the lists of several requests into one
+// call, so each expert's weights are read once for all of them.
+//
+// The scheduler splits the work so uneven problems still keep every thread
+// busy:
+//   - a problem with few rows (decode) streams its B once with the streaming
+//     kernel, its K cut into slices across threads;
+//   - the others run one packing GEMM each (BLIS, or the integer kernel):
+//     side by side on one thread each when there are enough of them, else
+//     one after another on all threads.
+// Nothing of the form [rows, K, N] is ever materialised; bias is added in the
+// epilogue, before the one rounding of half types; rows land directly in C.
+//
+//   GemmProblem p;
+//   p.type = DataType::kFP32; p.m = rows; p.n = n; p.k = k;
+//   p.a = input; p.lda = k; p.a_rows = token_of_row;   // gather
+//   p.b = weights + g * k * n; p.ldb = n;
+//   p.c = output; p.ldc = n; p.c_rows = slot_of_row;   // scatter
+//   GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems({p}, threads));
+#ifndef GEMMSERVE_SERVER_OPS_GEMM_PROBLEMS_H_
+#define GEMMSERVE_SERVER_OPS_GEMM_PROBLEMS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "server/tensor/datatype.h"
+
+namespace gemmserve {
+
+// C[c_row(i), :] = A[a_row(i), :] * B (+ bias) for i in [0, m). All of one
+// datatype; row-major with the given row strides (in elements).
+struct GemmProblem {
+  DataType type = DataType::kFP32;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const int64_t* a_rows = nullptr;  // row i of the problem is row a_rows[i] of a; null: i
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* c = nullptr;
+  int64_t ldc = 0;
+  const int64_t* c_rows = nullptr;  // row i goes to row c_rows[i] of c; null: i
+  const void* bias = nullptr;       // [n], floating types only; null: none
+};
+
+// Problems with at most this many rows take the streaming path, which reads B
+// once; above it a packing GEMM wins, since the streaming kernel keeps its
+// accumulators in L1/L2 rather than registers (docs/performance.md).
+inline constexpr int64_t kStreamingMaxRows = 8;
+
+// Runs every problem with up to `threads` threads. The problems' outputs must
+// not overlap. RESOURCE_EXHAUSTED if scratch memory is denied.
+absl::Status RunGemmProblems(absl::Span<const GemmProblem> problems, int threads);
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_OPS_GEMM_PROBLEMS_H_
