@@ -5,10 +5,10 @@ stdout line, `gemmserve listening on 127.0.0.1:PORT`; start() waits for that
 line (with a deadline, never a sleep) and fails with the server's stderr when
 the process exits or stays silent instead.
 """
-import ctypes
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -28,11 +28,14 @@ def server_binary():
     return path
 
 
-def _die_with_parent():
-    """Runs in the child before exec: if the test process dies (a ctest timeout kills it),
-    the kernel kills the server too instead of leaving it orphaned."""
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+def _with_parent_death_signal(argv):
+    """If the test process dies (a ctest timeout kills it), the kernel kills the server
+    too instead of leaving it orphaned. setpriv (util-linux, always on Debian) sets the
+    parent-death signal and execs the server: no preexec_fn, since a Python fork() with
+    gRPC channels open trips gRPC's fork handlers (SIGSEGV / an assertion in its thread
+    pool); without preexec_fn subprocess spawns with vfork, which runs no fork handlers."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", *argv] if setpriv else list(argv)
 
 
 class ServerProcess:
@@ -52,9 +55,9 @@ class ServerProcess:
     def start(self):
         binary = server_binary()
         self._stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([binary, *self.flags], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=self._stderr,
-                                     preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(_with_parent_death_signal([binary, *self.flags]),
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=self._stderr)
         try:
             line = self._read_ready_line()
         except BaseException:
