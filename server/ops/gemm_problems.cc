@@ -181,19 +181,48 @@ absl::Status RunOnePacked(const GemmProblem& p, Lane& lane, int threads) {
   return absl::OkStatus();
 }
 
+// Column tile `[j0, j0 + width)` of a problem: the same rows, a slice of B,
+// C and bias.
+GemmProblem ColumnTile(const GemmProblem& p, int64_t j0, int64_t width) {
+  const int64_t es = DataTypeSize(p.type);
+  GemmProblem t = p;
+  t.n = width;
+  t.b = static_cast<const uint8_t*>(p.b) + j0 * es;
+  t.c = static_cast<uint8_t*>(p.c) + j0 * es;
+  if (p.bias) t.bias = static_cast<const uint8_t*>(p.bias) + j0 * es;
+  return t;
+}
+
+// Prefill: every problem is one packing GEMM, run side by side on one thread
+// each. Problems are cut into column tiles until there are two tiles per
+// thread, so a few large experts (or one big MatMul) still keep every thread
+// busy. Side by side rather than one GEMM on all threads: BLIS's threads meet
+// at barriers inside each GEMM, and on a shared machine a descheduled thread
+// stalls its partner (2-thread BLIS calls ran 20-100x slower than 1-thread
+// ones whenever the 2-core machine had other load).
 absl::Status RunPacked(const std::vector<const GemmProblem*>& problems, int threads) {
   const int64_t count = static_cast<int64_t>(problems.size());
-  // Many problems: side by side, one thread each (no fork/join inside a GEMM,
-  // uneven sizes balanced by dynamic scheduling). Few: all threads on each.
-  const bool side_by_side = threads > 1 && count >= 2 * threads;
-  const int lanes = side_by_side ? threads : 1;
-  int64_t rows_bytes = 0, result_bytes = 0, b_bytes = 0;
+  // Tiles no narrower than 128 columns, so each still runs BLIS at speed.
+  constexpr int64_t kMinTileColumns = 128;
+  const int64_t wanted_tiles = (2 * threads + count - 1) / count;
+  std::vector<GemmProblem> tiles;
   for (const GemmProblem* p : problems) {
-    if (IsDirect(*p)) continue;
-    const int64_t acc = AccSize(p->type);
-    rows_bytes = std::max(rows_bytes, p->m * p->k * acc);
-    result_bytes = std::max(result_bytes, p->m * p->n * acc);
-    if (IsHalfPrecision(p->type)) b_bytes = std::max(b_bytes, p->k * p->n * acc);
+    const int64_t split = std::max<int64_t>(
+        1, std::min<int64_t>(wanted_tiles, p->n / kMinTileColumns));
+    for (int64_t t = 0; t < split; ++t) {
+      const int64_t j0 = p->n * t / split, j1 = p->n * (t + 1) / split;
+      tiles.push_back(ColumnTile(*p, j0, j1 - j0));
+    }
+  }
+  const int64_t tile_count = static_cast<int64_t>(tiles.size());
+  const int lanes = static_cast<int>(std::min<int64_t>(threads, tile_count));
+  int64_t rows_bytes = 0, result_bytes = 0, b_bytes = 0;
+  for (const GemmProblem& p : tiles) {
+    if (IsDirect(p)) continue;
+    const int64_t acc = AccSize(p.type);
+    rows_bytes = std::max(rows_bytes, p.m * p.k * acc);
+    result_bytes = std::max(result_bytes, p.m * p.n * acc);
+    if (IsHalfPrecision(p.type)) b_bytes = std::max(b_bytes, p.k * p.n * acc);
   }
   std::vector<Lane> lane(lanes);
   for (Lane& l : lane) {
@@ -201,14 +230,14 @@ absl::Status RunPacked(const std::vector<const GemmProblem*>& problems, int thre
     GEMMSERVE_ASSIGN_OR_RETURN(l.result, AlignedBuffer::Allocate(result_bytes));
     GEMMSERVE_ASSIGN_OR_RETURN(l.widened_b, AlignedBuffer::Allocate(b_bytes));
   }
-  if (!side_by_side) {
-    for (const GemmProblem* p : problems) GEMMSERVE_RETURN_IF_ERROR(RunOnePacked(*p, lane[0], threads));
+  if (lanes <= 1) {
+    for (const GemmProblem& p : tiles) GEMMSERVE_RETURN_IF_ERROR(RunOnePacked(p, lane[0], 1));
     return absl::OkStatus();
   }
-  std::vector<absl::Status> status(static_cast<size_t>(count));
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (int64_t q = 0; q < count; ++q) {
-    status[q] = RunOnePacked(*problems[q], lane[omp_get_thread_num()], 1);
+  std::vector<absl::Status> status(static_cast<size_t>(tile_count));
+#pragma omp parallel for num_threads(lanes) schedule(dynamic, 1)
+  for (int64_t q = 0; q < tile_count; ++q) {
+    status[q] = RunOnePacked(tiles[q], lane[omp_get_thread_num()], 1);
   }
   for (const absl::Status& s : status) GEMMSERVE_RETURN_IF_ERROR(s);
   return absl::OkStatus();

@@ -9,9 +9,9 @@
 // busy:
 //   - a problem with few rows (decode) streams its B once with the streaming
 //     kernel, its K cut into slices across threads;
-//   - the others run one packing GEMM each (BLIS, or the integer kernel):
-//     side by side on one thread each when there are enough of them, else
-//     one after another on all threads.
+//   - the others run one packing GEMM each (BLIS, or the integer kernel),
+//     side by side on one thread each, cut into column tiles until there are
+//     two tiles per thread.
 // Nothing of the form [rows, K, N] is ever materialised; bias is added in the
 // epilogue, before the one rounding of half types; rows land directly in C.
 //
@@ -51,7 +51,7 @@ struct GemmProblem {
 // Problems with at most this many rows take the streaming path, which reads B
 // once; above it a packing GEMM wins, since the streaming kernel keeps its
 // accumulators in L1/L2 rather than registers (docs/performance.md).
-inline constexpr int64_t kStreamingMaxRows = 8;
+inline constexpr int64_t kStreamingMaxRows = 16;
 
 // Runs every problem with up to `threads` threads. The problems' outputs must
 // not overlap. RESOURCE_EXHAUSTED if scratch memory is denied.

@@ -105,15 +105,16 @@ TEST(RunGemmProblemsTest, MixedListsGiveEachProblemItsOwnResult) {
   for (int threads : {1, 2}) {
     std::mt19937_64 rng(99 + threads);
     std::vector<Owned> owned;
-    // Streaming (<= 8 rows) of every float type, with and without gather/bias.
+    // Streaming (<= 16 rows) of every float type, with and without gather/bias.
     owned.push_back(Make(DataType::kFP32, 1, 1030, 300, true, true, rng));
     owned.push_back(Make(DataType::kBF16, 8, 33, 131, true, false, rng));
     owned.push_back(Make(DataType::kFP16, 3, 17, 70, false, true, rng));
     owned.push_back(Make(DataType::kFP64, 2, 9, 65, true, true, rng));
     // Packed: gather/scatter of every float type, direct float and integer.
-    owned.push_back(Make(DataType::kFP32, 9, 20, 70, true, true, rng));
+    owned.push_back(Make(DataType::kFP32, 17, 300, 70, true, true, rng));
     owned.push_back(Make(DataType::kBF16, 40, 19, 33, true, true, rng));
     owned.push_back(Make(DataType::kFP16, 17, 8, 5, true, false, rng));
+    owned.push_back(Make(DataType::kINT32, 33, 400, 9, false, false, rng));
     owned.push_back(Make(DataType::kFP64, 12, 7, 9, true, true, rng));
     owned.push_back(Make(DataType::kFP32, 30, 31, 29, false, false, rng));
     owned.push_back(Make(DataType::kINT64, 20, 11, 13, false, false, rng));

@@ -256,13 +256,15 @@ std::vector<GroupedCase> Cases() {
       {"wide", 64, 65, 127, 4, 4, random_route(4)},
       // Each path of the scheduler (see kStreamingMaxRows in gemm_problems.h):
       // streaming with K split into slices, a column block edge (1024) and a
-      // K remainder; the 8/9-row boundary between streaming and packed;
-      // packed groups run across threads; both paths in one call.
+      // K remainder; the 16/17-row boundary between streaming and packed;
+      // packed groups run side by side and cut into column tiles; both paths
+      // in one call.
       {"streaming_k_slices_column_block_edge", 1, 300, 1030, 3, 1, fixed(1)},
       {"streaming_k_remainder", 2, 131, 33, 2, 1, random_route(2)},
-      {"streaming_eight_rows", 8, 70, 20, 2, 1, fixed(0)},
-      {"packed_nine_rows", 9, 70, 20, 2, 1, fixed(1)},
-      {"packed_across_groups", 80, 40, 24, 5, 1,
+      {"streaming_sixteen_rows", 16, 70, 20, 2, 1, fixed(0)},
+      {"packed_seventeen_rows", 17, 70, 20, 2, 1, fixed(1)},
+      {"packed_one_group_column_tiles", 40, 33, 300, 2, 1, fixed(1)},
+      {"packed_across_groups", 120, 40, 24, 5, 1,
        [](int64_t m, int64_t, std::mt19937_64&) { return m % 5; }},
       {"streaming_and_packed_in_one_call", 40, 33, 19, 6, 2,
        [](int64_t, int64_t s, std::mt19937_64& rng) {
