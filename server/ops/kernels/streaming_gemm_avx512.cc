@@ -29,13 +29,76 @@ inline void WidenHalfRow(const uint16_t* src, float* dst, int64_t n) {
 
 #include "server/ops/kernels/streaming_gemm_impl.inc"
 
+// Sixteen half values widened in registers: BF16 is the top half of an FP32,
+// FP16 goes through vcvtph2ps.
+template <bool kBf16>
+inline __m512 Widen16(const uint16_t* p, __mmask16 mask) {
+  const __m256i h = _mm256_maskz_loadu_epi16(mask, p);
+  if constexpr (kBf16) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    return _mm512_cvtph_ps(h);
+  }
+}
+
+// The half-precision path with the widening fused into the multiply: per
+// column block and four rows of B, each 16 columns are loaded and widened once,
+// in registers, and applied to every row of A; no widened copy of B is
+// written anywhere, and B is still read in address order.
+template <bool kBf16>
+void AccumulateHalfFused(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, const float* a,
+                         int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+  for (int64_t j0 = 0; j0 < n; j0 += kColumnBlock) {
+    const int64_t j1 = std::min(n, j0 + kColumnBlock);
+    int64_t k = k_begin;
+    for (; k + 4 <= k_end; k += 4) {
+      const uint16_t* w = b + k * ldb;
+      for (int64_t j = j0; j < j1; j += 16) {
+        const __mmask16 mask = j1 - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (j1 - j)) - 1);
+        const __m512 w0 = Widen16<kBf16>(w + j, mask), w1 = Widen16<kBf16>(w + ldb + j, mask),
+                     w2 = Widen16<kBf16>(w + 2 * ldb + j, mask),
+                     w3 = Widen16<kBf16>(w + 3 * ldb + j, mask);
+        for (int64_t i = 0; i < rows; ++i) {
+          const float* ai = a + i * lda + k;
+          float* ci = c + i * ldc + j;
+          __m512 acc = _mm512_maskz_loadu_ps(mask, ci);
+          acc = _mm512_fmadd_ps(_mm512_set1_ps(ai[0]), w0, acc);
+          acc = _mm512_fmadd_ps(_mm512_set1_ps(ai[1]), w1, acc);
+          acc = _mm512_fmadd_ps(_mm512_set1_ps(ai[2]), w2, acc);
+          acc = _mm512_fmadd_ps(_mm512_set1_ps(ai[3]), w3, acc);
+          _mm512_mask_storeu_ps(ci, mask, acc);
+        }
+      }
+    }
+    for (; k < k_end; ++k) {
+      for (int64_t j = j0; j < j1; j += 16) {
+        const __mmask16 mask = j1 - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (j1 - j)) - 1);
+        const __m512 w0 = Widen16<kBf16>(b + k * ldb + j, mask);
+        for (int64_t i = 0; i < rows; ++i) {
+          float* ci = c + i * ldc + j;
+          const __m512 acc = _mm512_maskz_loadu_ps(mask, ci);
+          _mm512_mask_storeu_ps(ci, mask, _mm512_fmadd_ps(_mm512_set1_ps(a[i * lda + k]), w0, acc));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace avx512
 }  // namespace
 
 void AccumulateAvx512(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_end, int64_t n,
                       const float* a, int64_t lda, const void* b, int64_t ldb, float* c,
                       int64_t ldc) {
-  avx512::AccumulateFloat(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
+  const auto* half = static_cast<const uint16_t*>(b);
+  switch (b_type) {
+    case DataType::kBF16:
+      return avx512::AccumulateHalfFused<true>(rows, k_begin, k_end, n, a, lda, half, ldb, c, ldc);
+    case DataType::kFP16:
+      return avx512::AccumulateHalfFused<false>(rows, k_begin, k_end, n, a, lda, half, ldb, c, ldc);
+    default:
+      return avx512::AccumulateFloat(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
+  }
 }
 
 void AccumulateAvx512(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, const double* a,
