@@ -10,6 +10,7 @@ PACKAGES=(
   libabsl-dev libblis-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-numpy python3-onnx python3-protobuf
+  python3-matplotlib  # scripts/performance_report.py's plot
 )
 
 missing=()

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string>
 
 namespace gemmserve {
 namespace {
@@ -25,7 +26,9 @@ void ReexecWithComputeEnvironment(char** argv) {
     changed |= setenv("OMP_WAIT_POLICY", "passive", 0) == 0;
   }
   if (std::getenv("BLIS_ARCH_TYPE") == nullptr && IntelWithAvx512()) {
-    changed |= setenv("BLIS_ARCH_TYPE", "skx", 0) == 0;
+    // BLIS 0.9 parses the variable as the number of an arch_t, not a name.
+    const std::string skx = std::to_string(static_cast<int>(BLIS_ARCH_SKX));
+    changed |= setenv("BLIS_ARCH_TYPE", skx.c_str(), 0) == 0;
   }
   if (!changed) return;
   setenv(kMarker, "1", 1);

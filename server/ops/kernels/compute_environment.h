@@ -6,7 +6,7 @@
 //       under one core budget; spinning idle OpenMP threads steal those cores
 //       (measured on the 2-core machine: 2-thread BLIS calls 20-200x slower
 //       next to a busy neighbour with the default policy).
-//   BLIS_ARCH_TYPE=skx  on Intel CPUs with AVX-512 (F, DQ, BW, VL). BLIS 0.9
+//   BLIS_ARCH_TYPE=<skx> on Intel CPUs with AVX-512 (F, DQ, BW, VL). BLIS 0.9
 //       cannot count the FMA units of CPUs newer than it and falls back to its
 //       AVX2 "haswell" kernels; the AVX-512 kernels ran sgemm 2.0x faster on
 //       this machine (131 vs 79 GFLOP/s on one core).

@@ -61,11 +61,13 @@ void AccumulateHalfFused(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n
         for (int64_t i = 0; i < rows; ++i) {
           const float* ai = a + i * lda + k;
           float* ci = c + i * ldc + j;
-          __m512 acc = _mm512_maskz_loadu_ps(mask, ci);
-          acc = _mm512_fmadd_ps(_mm512_set1_ps(ai[0]), w0, acc);
-          acc = _mm512_fmadd_ps(_mm512_set1_ps(ai[1]), w1, acc);
-          acc = _mm512_fmadd_ps(_mm512_set1_ps(ai[2]), w2, acc);
-          acc = _mm512_fmadd_ps(_mm512_set1_ps(ai[3]), w3, acc);
+          // Two independent pairs, then C: a shorter dependency chain than
+          // four FMAs in a row onto C.
+          __m512 p = _mm512_mul_ps(_mm512_set1_ps(ai[0]), w0);
+          __m512 q = _mm512_mul_ps(_mm512_set1_ps(ai[2]), w2);
+          p = _mm512_fmadd_ps(_mm512_set1_ps(ai[1]), w1, p);
+          q = _mm512_fmadd_ps(_mm512_set1_ps(ai[3]), w3, q);
+          const __m512 acc = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, ci), _mm512_add_ps(p, q));
           _mm512_mask_storeu_ps(ci, mask, acc);
         }
       }

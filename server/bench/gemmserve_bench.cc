@@ -1,0 +1,749 @@
+// gemmserve-bench: the operators of server/ops beside their limits and
+// baselines, over the shapes of shared/BENCHMARKS.md.
+//
+//   GroupedMatMul/<impl>/<dtype>/<shape>/<M>   impl: fused (RunGroupedMatMul),
+//                                              per_group_loop, onnx_decomposition
+//   GroupedMatMul/<impl>/fp32/<shape>-skewed/<M>  half the tokens share expert 0
+//   MatMul/<impl>/<dtype>/<n>                  impl: fused (RunMatMul), naive
+//   MatMul/fused/fp32/{folded,batched}-<B>x<M>x<K>x<N>
+//   Limit/sgemm/2048, Limit/dgemm/2048         one BLIS GEMM on the same threads
+//   Limit/read_bandwidth                       streaming sum over 1 GiB
+//
+// Counters: GFLOPS (per second), and for GroupedMatMul bytes_touched (the
+// distinct experts' weights one call reads) with GBps_effective (those bytes
+// per second); GBps for the read bandwidth. Rates are per wall-clock second.
+//
+// Every kernel call, the limits' included, gets --threads (default: the
+// physical cores this process may run on). Inputs are made once per case and
+// kept between Google Benchmark's calls of it; before a case is timed the
+// first time, its output is poisoned, computed once untimed and sampled rows
+// are checked against a double-precision reference (row_check.h), so a wrong
+// kernel shows up as an error, not as a time.
+//
+// Decode-size GroupedMatMul cases (M <= kColdWeightsMaxTokens) start every
+// timed call with the weights of the experts they use evicted from the caches
+// (untimed): in serving, the other layers' weights evict an MoE layer's
+// experts between two tokens, and the read-bandwidth floor they are compared
+// with is measured from memory too. Everything else runs warm. Each case runs
+// for --benchmark_min_time (default here 0.2 s) of timed calls.
+//
+//   gemmserve-bench --threads=2 --benchmark_repetitions=3
+//       --benchmark_out=run.json --benchmark_out_format=json
+//   /usr/bin/python3 scripts/performance_report.py run.json
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "benchmark/benchmark.h"
+#include "server/bench/bench_inputs.h"
+#include "server/bench/grouped_matmul_baselines.h"
+#include "server/bench/row_check.h"
+#include "server/common/status_macros.h"
+#include "server/ops/grouped_matmul.h"
+#include "server/ops/kernels/compute_environment.h"
+#include "server/ops/kernels/gemm.h"
+#include "server/ops/kernels/reference_gemm.h"
+#include "server/ops/matmul.h"
+#include "server/tensor/datatype.h"
+#include "server/tensor/tensor.h"
+
+namespace gemmserve {
+namespace {
+
+int g_threads = 1;
+int g_wrong_results = 0;  // cases whose check failed: the exit status says so
+
+constexpr double kDefaultMinTimeSeconds = 0.2;
+// onnx_decomposition materialises [M*S, K, N]; beyond this it is not run.
+constexpr int64_t kOnnxMaterialisedLimitBytes = int64_t{4} << 30;
+constexpr int64_t kColdWeightsMaxTokens = 64;
+// Several times any last-level cache of the machines this runs on.
+constexpr int64_t kReadBandwidthBytes = int64_t{1} << 30;
+
+struct GroupedShape {
+  const char* name;
+  int64_t k, n, g, s;
+};
+constexpr GroupedShape kGroupedShapes[] = {
+    {"olmoe", 2048, 1024, 64, 8},
+    {"mixtral-small", 1024, 3584, 8, 2},
+    {"deepseek-lite", 2048, 1408, 64, 6},
+};
+constexpr int64_t kTokenCounts[] = {1, 4, 16, 64, 256, 1024, 4096};
+constexpr DataType kGroupedTypes[] = {DataType::kFP32, DataType::kFP64, DataType::kFP16,
+                                      DataType::kBF16};
+constexpr DataType kMatMulTypes[] = {DataType::kFP32,  DataType::kFP64,  DataType::kFP16,
+                                     DataType::kBF16,  DataType::kINT32, DataType::kINT64,
+                                     DataType::kUINT32, DataType::kUINT64};
+constexpr int64_t kSquareSizes[] = {64, 256, 512, 1024, 2048};
+// The naive triple loop is O(n^3) at a few ns per step: n = 1024 alone would
+// take seconds per call.
+constexpr int64_t kNaiveMaxSize = 512;
+
+enum class GroupedImpl { kFused, kPerGroupLoop, kOnnxDecomposition };
+
+const char* ImplLabel(GroupedImpl impl) {
+  switch (impl) {
+    case GroupedImpl::kFused: return "fused";
+    case GroupedImpl::kPerGroupLoop: return "per_group_loop";
+    case GroupedImpl::kOnnxDecomposition: return "onnx_decomposition";
+  }
+  return "?";
+}
+
+std::string TypeLabel(DataType type) { return absl::AsciiStrToLower(DataTypeName(type)); }
+
+// ---------------------------------------------------------------------------
+// Memory kept between calls. Google Benchmark calls a case's function once per
+// repetition and again while it searches for an iteration count, and all the
+// cases of one (datatype, shape) share their weights, so inputs live here
+// rather than in the function. A slot keeps the last value built under a key
+// and frees it before building another: peak memory is one value per slot.
+
+template <typename T>
+class Slot {
+ public:
+  // `make` returns absl::StatusOr<T>.
+  template <typename Make>
+  absl::StatusOr<T*> Get(const std::string& key, Make make) {
+    if (value_.has_value() && key == key_) return &*value_;
+    Clear();
+    absl::StatusOr<T> made = make();
+    if (!made.ok()) return made.status();
+    value_.emplace(*std::move(made));
+    key_ = key;
+    return &*value_;
+  }
+  void Clear() {
+    value_.reset();
+    key_.clear();
+  }
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string key_;
+  std::optional<T> value_;
+};
+
+struct GroupedCase {
+  GroupedMatMulPlan plan;
+  Tensor input, indices, output;
+  std::vector<int64_t> used_groups;
+};
+
+struct MatMulCase {
+  MatMulPlan plan;
+  Tensor a, b, y;
+};
+
+enum class Family { kNone, kLimit, kGrouped, kMatMul };
+
+struct Cache {
+  Slot<Tensor> grouped_weights;
+  Slot<GroupedCase> grouped_case;
+  OnnxDecompositionScratch onnx_scratch;
+  Slot<MatMulCase> matmul_case;
+  Slot<AlignedBuffer> read_buffer;
+  std::set<std::string> checked;  // cases whose output passed the row check
+  Family family = Family::kNone;
+
+  // Frees what the other families hold, so that peak memory is one family's.
+  void Enter(Family next) {
+    if (next == family) return;
+    grouped_weights.Clear();
+    grouped_case.Clear();
+    onnx_scratch = OnnxDecompositionScratch();
+    matmul_case.Clear();
+    read_buffer.Clear();
+    family = next;
+  }
+};
+
+Cache& TheCache() {
+  static Cache* cache = new Cache;
+  return *cache;
+}
+
+// Checks the first run of `name` (after poisoning its output, so a kernel that
+// writes nothing cannot pass), then times `call`; `before_each` runs untimed
+// before every timed call. Returns the wall-clock seconds spent in `call`, or
+// nothing if the case was skipped with an error.
+//
+// The rates are computed from that wall time here: Google Benchmark's own rate
+// counters divide by the main thread's CPU time unless UseRealTime(), which
+// would append "/real_time" to every name. (The JSON's real_time is wall-clock
+// either way; its cpu_time is the main thread's.)
+std::optional<double> CheckAndTime(benchmark::State& state, const std::string& name,
+                                   Tensor* output, const std::function<absl::Status()>& call,
+                                   const std::function<absl::Status()>& check,
+                                   const std::function<void()>& before_each = nullptr) {
+  Cache& cache = TheCache();
+  if (cache.checked.count(name) == 0) {
+    std::memset(output->raw_data(), 0xff, static_cast<size_t>(output->byte_size()));  // NaN / -1
+    absl::Status status = call();
+    if (status.ok()) status = check();
+    if (!status.ok()) {
+      ++g_wrong_results;
+      state.SkipWithError(absl::StrCat("wrong result: ", status.ToString()).c_str());
+      return std::nullopt;
+    }
+    cache.checked.insert(name);
+  }
+  std::chrono::steady_clock::duration wall{0};
+  for (auto _ : state) {
+    if (before_each) {
+      state.PauseTiming();
+      before_each();
+      state.ResumeTiming();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status status = call();
+    wall += std::chrono::steady_clock::now() - start;
+    if (!status.ok()) {
+      state.SkipWithError(status.ToString().c_str());
+      return std::nullopt;
+    }
+  }
+  return std::chrono::duration<double>(wall).count();
+}
+
+// counters[key] = per_call * calls / seconds.
+void SetRate(benchmark::State& state, const char* key, double per_call, double seconds) {
+  state.counters[key] = per_call * static_cast<double>(state.iterations()) / seconds;
+}
+
+// ---------------------------------------------------------------------------
+// Streaming reads
+
+// The streaming sum must be limited by memory, not by instructions: the
+// project builds for baseline x86-64 (SSE2), whose 16-byte loads top out
+// near 10 GB/s per core here, against ~15 GB/s with AVX-512 (measured: 1 GiB,
+// 2 threads, 18 GB/s SSE2 against 25-28 GB/s AVX-512). So the widest vector
+// the CPU has is picked at run time. The vector kernels also read
+// kSumStreams parts of their range side by side: the prefetchers then keep
+// more lines in flight than for one stream (27-28 against 24-25 GB/s here),
+// as a GEMM reading several rows of B at once does.
+constexpr int64_t kSumStreams = 8;
+
+float SumFloatsPortable(const float* data, int64_t count) {
+  // 16 independent accumulators, one lane each: GCC vectorises this at -O3
+  // without -ffast-math.
+  float lanes[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    for (int j = 0; j < 16; ++j) lanes[j] += data[i + j];
+  }
+  float total = 0;
+  for (; i < count; ++i) total += data[i];
+  for (float lane : lanes) total += lane;
+  return total;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx512f"))) float SumFloatsAvx512(const float* data, int64_t count) {
+  const int64_t part = count / kSumStreams / 16 * 16;
+  __m512 acc[kSumStreams];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  for (int64_t i = 0; i < part; i += 16) {
+    for (int64_t s = 0; s < kSumStreams; ++s) {
+      acc[s] = _mm512_add_ps(acc[s], _mm512_loadu_ps(data + s * part + i));
+    }
+  }
+  for (int64_t s = 1; s < kSumStreams; ++s) acc[0] = _mm512_add_ps(acc[0], acc[s]);
+  // Not _mm512_reduce_add_ps: GCC 12 warns inside it (-Wuninitialized).
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc[0]);
+  float total = 0;
+  for (float lane : lanes) total += lane;
+  return total + SumFloatsPortable(data + kSumStreams * part, count - kSumStreams * part);
+}
+
+__attribute__((target("avx2"))) float SumFloatsAvx2(const float* data, int64_t count) {
+  const int64_t part = count / kSumStreams / 8 * 8;
+  __m256 acc[kSumStreams];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  for (int64_t i = 0; i < part; i += 8) {
+    for (int64_t s = 0; s < kSumStreams; ++s) {
+      acc[s] = _mm256_add_ps(acc[s], _mm256_loadu_ps(data + s * part + i));
+    }
+  }
+  for (int64_t s = 1; s < kSumStreams; ++s) acc[0] = _mm256_add_ps(acc[0], acc[s]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc[0]);
+  float total = 0;
+  for (float lane : lanes) total += lane;
+  return total + SumFloatsPortable(data + kSumStreams * part, count - kSumStreams * part);
+}
+#endif
+
+struct SumKernel {
+  const char* name;
+  float (*sum)(const float*, int64_t);
+};
+
+SumKernel PickSumKernel() {
+#if defined(__x86_64__) || defined(__i386__)
+  if (__builtin_cpu_supports("avx512f")) return {"avx512f", SumFloatsAvx512};
+  if (__builtin_cpu_supports("avx2")) return {"avx2", SumFloatsAvx2};
+#endif
+  return {"portable", SumFloatsPortable};
+}
+
+double ParallelSum(const float* data, int64_t count, int threads) {
+  static const SumKernel kernel = PickSumKernel();
+  // Chunks of whole cache lines, one per thread; the caller's thread takes
+  // the first.
+  const int64_t chunk = (count / threads + 15) / 16 * 16;
+  std::vector<float> partial(threads, 0.0f);
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads; ++t) {
+    const int64_t begin = std::min(count, t * chunk);
+    const int64_t end = std::min(count, begin + chunk);
+    workers.emplace_back(
+        [&partial, data, t, begin, end] { partial[t] = kernel.sum(data + begin, end - begin); });
+  }
+  partial[0] = kernel.sum(data, std::min(count, chunk));
+  for (std::thread& worker : workers) worker.join();
+  double total = 0;
+  for (float p : partial) total += p;
+  return total;
+}
+
+// Writes back and invalidates [data, data + bytes) from every cache level.
+// clflushopt, where the CPU has it, pipelines: ~3 ns per line in this VM, as
+// fast as reading the lines from memory; clflush, the fallback, is serialised
+// (~140 ns per line here). Measured: 16 to 64 MiB of weights read right after
+// either stream at ~19 GB/s, against ~35 GB/s when warm.
+#if defined(__x86_64__) || defined(__i386__)
+bool HasClflushopt() {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (ebx & (1u << 23)) != 0;
+}
+__attribute__((target("clflushopt"))) void FlushLinesOpt(const char* p, int64_t bytes) {
+  for (int64_t offset = 0; offset < bytes; offset += 64) {
+    _mm_clflushopt(const_cast<char*>(p + offset));
+  }
+  _mm_mfence();
+}
+void EvictFromCaches(const void* data, int64_t bytes) {
+  static const bool has_clflushopt = HasClflushopt();
+  const char* p = static_cast<const char*>(data);
+  if (has_clflushopt) return FlushLinesOpt(p, bytes);
+  for (int64_t offset = 0; offset < bytes; offset += 64) _mm_clflush(p + offset);
+  _mm_mfence();
+}
+#else
+void EvictFromCaches(const void*, int64_t) {}  // decode cases run warm here
+#endif
+
+// ---------------------------------------------------------------------------
+// GroupedMatMul
+
+struct GroupedSpec {
+  std::string name;
+  GroupedImpl impl;
+  DataType type;
+  GroupedShape shape;
+  int64_t m;
+  Routing routing;
+};
+
+int64_t OnnxGatheredBytes(const GroupedSpec& spec) {
+  return spec.m * spec.shape.s * spec.shape.k * spec.shape.n * DataTypeSize(spec.type);
+}
+
+absl::StatusOr<GroupedCase> MakeGroupedCase(const GroupedSpec& spec) {
+  const GroupedShape& shape = spec.shape;
+  GroupedCase c;
+  GEMMSERVE_ASSIGN_OR_RETURN(c.input, RandomTensor(spec.type, {spec.m, shape.k}, /*seed=*/2));
+  GEMMSERVE_ASSIGN_OR_RETURN(c.indices,
+                             MakeRouting(spec.m, shape.s, shape.g, spec.routing, /*seed=*/3));
+  GEMMSERVE_ASSIGN_OR_RETURN(
+      c.plan, PlanGroupedMatMul(c.input.shape(), {shape.g, shape.k, shape.n}, c.indices.shape(),
+                                nullptr));
+  GEMMSERVE_RETURN_IF_ERROR(ValidateGroupIndices(c.indices, shape.g));
+  GEMMSERVE_ASSIGN_OR_RETURN(c.output, Tensor::Allocate(spec.type, c.plan.output_shape));
+  std::vector<bool> used(shape.g, false);
+  for (int64_t p = 0; p < c.indices.num_elements(); ++p) used[c.indices.data<int64_t>()[p]] = true;
+  for (int64_t group = 0; group < shape.g; ++group) {
+    if (used[group]) c.used_groups.push_back(group);
+  }
+  return c;
+}
+
+void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
+  Cache& cache = TheCache();
+  cache.Enter(Family::kGrouped);
+  const GroupedShape& shape = spec.shape;
+  if (spec.impl == GroupedImpl::kOnnxDecomposition &&
+      OnnxGatheredBytes(spec) > kOnnxMaterialisedLimitBytes) {
+    state.SkipWithError(
+        absl::StrCat("not run: onnx_decomposition would materialise ",
+                     static_cast<double>(OnnxGatheredBytes(spec)) / (1 << 30),
+                     " GiB of gathered weights (limit ", kOnnxMaterialisedLimitBytes >> 30, " GiB)")
+            .c_str());
+    return;
+  }
+  const std::string weights_key = absl::StrCat(TypeLabel(spec.type), "/", shape.name);
+  if (cache.grouped_weights.key() != weights_key) {
+    cache.onnx_scratch = OnnxDecompositionScratch();  // up to 4 GiB: not for longer than needed
+  }
+  absl::StatusOr<Tensor*> weights =
+      cache.grouped_weights.Get(weights_key, [&] {
+        return RandomTensor(spec.type, {shape.g, shape.k, shape.n}, /*seed=*/1);
+      });
+  if (!weights.ok()) {
+    state.SkipWithError(weights.status().ToString().c_str());
+    return;
+  }
+  absl::StatusOr<GroupedCase*> data = cache.grouped_case.Get(
+      absl::StrCat(TypeLabel(spec.type), "/", shape.name, "/", static_cast<int>(spec.routing), "/",
+                   spec.m),
+      [&] { return MakeGroupedCase(spec); });
+  if (!data.ok()) {
+    state.SkipWithError(data.status().ToString().c_str());
+    return;
+  }
+  const Tensor& w = **weights;
+  GroupedCase& c = **data;
+
+  std::function<absl::Status()> call;
+  switch (spec.impl) {
+    case GroupedImpl::kFused:
+      call = [&] {
+        return RunGroupedMatMul(c.plan, c.input, w, c.indices, nullptr, &c.output, g_threads);
+      };
+      break;
+    case GroupedImpl::kPerGroupLoop:
+      call = [&] { return RunPerGroupLoop(c.plan, c.input, w, c.indices, &c.output, g_threads); };
+      break;
+    case GroupedImpl::kOnnxDecomposition:
+      call = [&] {
+        return RunOnnxDecomposition(c.plan, c.input, w, c.indices, &cache.onnx_scratch, &c.output,
+                                    g_threads);
+      };
+      break;
+  }
+  const int64_t expert_bytes = shape.k * shape.n * DataTypeSize(spec.type);
+  std::function<void()> evict;
+  if (spec.m <= kColdWeightsMaxTokens) {
+    evict = [&] {
+      for (int64_t group : c.used_groups) {
+        EvictFromCaches(static_cast<const char*>(w.raw_data()) + group * expert_bytes,
+                        expert_bytes);
+      }
+    };
+  }
+  auto check = [&] { return CheckGroupedMatMulSample(c.plan, c.input, w, c.indices, c.output); };
+  const std::optional<double> seconds =
+      CheckAndTime(state, spec.name, &c.output, call, check, evict);
+  if (!seconds) return;
+
+  const double bytes_touched = static_cast<double>(c.used_groups.size() * expert_bytes);
+  SetRate(state, "GFLOPS", 2e-9 * spec.m * shape.s * shape.k * shape.n, *seconds);
+  state.counters["bytes_touched"] = bytes_touched;
+  SetRate(state, "GBps_effective", bytes_touched / 1e9, *seconds);
+  state.counters["distinct_groups"] = static_cast<double>(c.used_groups.size());
+}
+
+// ---------------------------------------------------------------------------
+// MatMul and the GEMM limits
+
+enum class MatMulImpl { kFused, kNaive, kBlisLimit };
+
+struct MatMulSpec {
+  std::string name;
+  MatMulImpl impl;
+  DataType type;
+  Shape a_shape, b_shape;
+};
+
+absl::StatusOr<MatMulCase> MakeMatMulCase(const MatMulSpec& spec) {
+  MatMulCase c;
+  GEMMSERVE_ASSIGN_OR_RETURN(c.plan, PlanMatMul(spec.a_shape, spec.b_shape));
+  GEMMSERVE_ASSIGN_OR_RETURN(c.a, RandomTensor(spec.type, spec.a_shape, /*seed=*/4));
+  GEMMSERVE_ASSIGN_OR_RETURN(c.b, RandomTensor(spec.type, spec.b_shape, /*seed=*/5));
+  GEMMSERVE_ASSIGN_OR_RETURN(c.y, Tensor::Allocate(spec.type, c.plan.output_shape));
+  return c;
+}
+
+void BenchMatMul(benchmark::State& state, const MatMulSpec& spec) {
+  Cache& cache = TheCache();
+  cache.Enter(spec.impl == MatMulImpl::kBlisLimit ? Family::kLimit : Family::kMatMul);
+  absl::StatusOr<MatMulCase*> data = cache.matmul_case.Get(
+      absl::StrCat(TypeLabel(spec.type), "/", absl::StrJoin(spec.a_shape, "x"), "/",
+                   absl::StrJoin(spec.b_shape, "x")),
+      [&] { return MakeMatMulCase(spec); });
+  if (!data.ok()) {
+    state.SkipWithError(data.status().ToString().c_str());
+    return;
+  }
+  MatMulCase& c = **data;
+  const MatMulPlan& plan = c.plan;
+  std::function<absl::Status()> call;
+  switch (spec.impl) {
+    case MatMulImpl::kFused:
+      call = [&] { return RunMatMul(plan, c.a, c.b, &c.y, g_threads); };
+      break;
+    case MatMulImpl::kNaive:
+      // ReferenceGemm is the plain i-j-k loop (floating types accumulate in
+      // double); registered for single matrices only.
+      call = [&] {
+        ReferenceGemm(spec.type, plan.m, plan.n, plan.k, c.a.raw_data(), plan.k, c.b.raw_data(),
+                      plan.n, c.y.raw_data(), plan.n);
+        return absl::OkStatus();
+      };
+      break;
+    case MatMulImpl::kBlisLimit:
+      call = [&] {
+        return GemmRowMajor(spec.type, plan.m, plan.n, plan.k, c.a.raw_data(), plan.k,
+                            c.b.raw_data(), plan.n, c.y.raw_data(), plan.n, g_threads);
+      };
+      break;
+  }
+  auto check = [&] { return CheckMatMulSample(plan, c.a, c.b, c.y); };
+  const std::optional<double> seconds = CheckAndTime(state, spec.name, &c.y, call, check);
+  if (!seconds) return;
+  SetRate(state, "GFLOPS", 2e-9 * plan.batch_count * plan.m * plan.n * plan.k, *seconds);
+}
+
+// ---------------------------------------------------------------------------
+// Read bandwidth
+
+void BenchReadBandwidth(benchmark::State& state) {
+  Cache& cache = TheCache();
+  cache.Enter(Family::kLimit);
+  const int64_t count = kReadBandwidthBytes / int64_t{sizeof(float)};
+  absl::StatusOr<AlignedBuffer*> buffer =
+      cache.read_buffer.Get("read", [&]() -> absl::StatusOr<AlignedBuffer> {
+        GEMMSERVE_ASSIGN_OR_RETURN(AlignedBuffer b, AlignedBuffer::Allocate(kReadBandwidthBytes));
+        std::fill_n(static_cast<float*>(b.data()), count, 1.0f);
+        return b;
+      });
+  if (!buffer.ok()) {
+    state.SkipWithError(buffer.status().ToString().c_str());
+    return;
+  }
+  const float* data = static_cast<const float*>((*buffer)->data());
+  // Every lane sums at most 2^24 ones, which FP32 holds exactly.
+  const double expected = static_cast<double>(count);
+  if (ParallelSum(data, count, g_threads) != expected) {
+    ++g_wrong_results;
+    state.SkipWithError("wrong result: the streaming sum does not add up");
+    return;
+  }
+  std::chrono::steady_clock::duration wall{0};
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    double sum = ParallelSum(data, count, g_threads);
+    benchmark::DoNotOptimize(sum);
+    wall += std::chrono::steady_clock::now() - start;
+  }
+  SetRate(state, "GBps", static_cast<double>(kReadBandwidthBytes) / 1e9,
+          std::chrono::duration<double>(wall).count());
+}
+
+// ---------------------------------------------------------------------------
+// Registration
+
+benchmark::internal::Benchmark* Register(const std::string& name,
+                                         std::function<void(benchmark::State&)> fn) {
+  return benchmark::RegisterBenchmark(name.c_str(), std::move(fn))->Unit(benchmark::kMillisecond);
+}
+
+void RegisterGrouped(GroupedImpl impl, DataType type, const GroupedShape& shape, int64_t m,
+                     Routing routing) {
+  GroupedSpec spec{absl::StrCat("GroupedMatMul/", ImplLabel(impl), "/", TypeLabel(type), "/",
+                                shape.name, routing == Routing::kSkewed ? "-skewed" : "", "/", m),
+                   impl, type, shape, m, routing};
+  // No per-case settings (Iterations, MinTime, UseRealTime): each would add a
+  // suffix such as "/iterations:1" to the name. A call longer than the
+  // minimum time runs once per repetition anyway.
+  Register(spec.name, [spec](benchmark::State& state) { BenchGrouped(state, spec); });
+}
+
+void RegisterMatMul(MatMulImpl impl, DataType type, const std::string& label, Shape a_shape,
+                    Shape b_shape) {
+  const char* impl_label = impl == MatMulImpl::kNaive ? "naive" : "fused";
+  MatMulSpec spec{absl::StrCat("MatMul/", impl_label, "/", TypeLabel(type), "/", label), impl,
+                  type, std::move(a_shape), std::move(b_shape)};
+  Register(spec.name, [spec](benchmark::State& state) { BenchMatMul(state, spec); });
+}
+
+void RegisterAll() {
+  // Limits first, so that every later figure has them beside it in the output.
+  Register("Limit/read_bandwidth", BenchReadBandwidth);
+  for (DataType type : {DataType::kFP32, DataType::kFP64}) {
+    MatMulSpec spec{type == DataType::kFP32 ? "Limit/sgemm/2048" : "Limit/dgemm/2048",
+                    MatMulImpl::kBlisLimit, type, {2048, 2048}, {2048, 2048}};
+    Register(spec.name, [spec](benchmark::State& state) { BenchMatMul(state, spec); });
+  }
+
+  // The implementations of one case run one after the other, so that their
+  // ratios see the same machine state.
+  const GroupedImpl impls[] = {GroupedImpl::kFused, GroupedImpl::kPerGroupLoop,
+                               GroupedImpl::kOnnxDecomposition};
+  for (const GroupedShape& shape : kGroupedShapes) {
+    for (DataType type : kGroupedTypes) {
+      for (int64_t m : kTokenCounts) {
+        for (GroupedImpl impl : impls) RegisterGrouped(impl, type, shape, m, Routing::kUniform);
+      }
+    }
+    for (int64_t m : kTokenCounts) {
+      for (GroupedImpl impl : {GroupedImpl::kFused, GroupedImpl::kPerGroupLoop}) {
+        RegisterGrouped(impl, DataType::kFP32, shape, m, Routing::kSkewed);
+      }
+    }
+  }
+
+  for (DataType type : kMatMulTypes) {
+    for (int64_t n : kSquareSizes) {
+      RegisterMatMul(MatMulImpl::kFused, type, absl::StrCat(n), {n, n}, {n, n});
+      if (n <= kNaiveMaxSize) RegisterMatMul(MatMulImpl::kNaive, type, absl::StrCat(n), {n, n}, {n, n});
+    }
+  }
+  struct Batched {
+    int64_t b, m, k, n;
+  };
+  // A prefill-like fold into one big GEMM, and a decode-like thin one.
+  for (Batched s : {Batched{8, 128, 1024, 1024}, Batched{64, 16, 2048, 2048}}) {
+    RegisterMatMul(MatMulImpl::kFused, DataType::kFP32,
+                   absl::StrCat("folded-", s.b, "x", s.m, "x", s.k, "x", s.n), {s.b, s.m, s.k},
+                   {s.k, s.n});
+  }
+  // Attention-like batches of independent GEMMs, large and small.
+  for (Batched s : {Batched{8, 128, 1024, 1024}, Batched{64, 64, 256, 256}}) {
+    RegisterMatMul(MatMulImpl::kFused, DataType::kFP32,
+                   absl::StrCat("batched-", s.b, "x", s.m, "x", s.k, "x", s.n), {s.b, s.m, s.k},
+                   {s.b, s.k, s.n});
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Machine description and flags
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// Distinct (package, core) pairs among the CPUs this process may run on.
+int PhysicalCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) {
+    return std::max(1u, std::thread::hardware_concurrency());
+  }
+  std::set<std::string> cores;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    const std::string topology = absl::StrCat("/sys/devices/system/cpu/cpu", cpu, "/topology/");
+    const std::string package = ReadFirstLine(topology + "physical_package_id");
+    const std::string core = ReadFirstLine(topology + "core_id");
+    cores.insert(package.empty() || core.empty() ? absl::StrCat("cpu", cpu)
+                                                 : absl::StrCat(package, "/", core));
+  }
+  return std::max<int>(1, static_cast<int>(cores.size()));
+}
+
+// "model name" and the SIMD features that decide which kernels can be fast.
+void AddCpuContext() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, model, flags;
+  while (std::getline(in, line) && (model.empty() || flags.empty())) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string key(absl::StripAsciiWhitespace(line.substr(0, colon)));
+    const std::string value(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+    if (key == "model name" && model.empty()) model = value;
+    if (key == "flags" && flags.empty()) flags = " " + value + " ";
+  }
+  std::vector<std::string> simd;
+  for (const char* feature : {"avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16",
+                              "amx_bf16", "amx_tile"}) {
+    if (absl::StrContains(flags, absl::StrCat(" ", feature, " "))) simd.push_back(feature);
+  }
+  benchmark::AddCustomContext("cpu_model", model.empty() ? "unknown" : model);
+  benchmark::AddCustomContext("cpu_simd", absl::StrJoin(simd, " "));
+}
+
+void PrintHelp() {
+  std::printf(
+      "gemmserve-bench [--threads=N] [Google Benchmark flags]\n"
+      "  --threads=N  threads for every kernel call (default: physical cores, here %d)\n"
+      "  --benchmark_min_time defaults to %g s here\n\n",
+      PhysicalCores(), kDefaultMinTimeSeconds);
+  benchmark::PrintDefaultHelp();
+}
+
+}  // namespace
+}  // namespace gemmserve
+
+int main(int argc, char** argv) {
+  using namespace gemmserve;
+  // The server's compute environment (OpenMP passive waits, BLIS's AVX-512
+  // kernels where it would not pick them): the kernels and the limits are
+  // measured as the server runs them.
+  ReexecWithComputeEnvironment(argv);
+  const std::string command_line = absl::StrJoin(argv, argv + argc, " ");
+  g_threads = PhysicalCores();
+  std::string default_min_time = absl::StrCat("--benchmark_min_time=", kDefaultMinTimeSeconds);
+  std::vector<char*> args = {argv[0], default_min_time.data()};
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (absl::ConsumePrefix(&arg, "--threads=")) {
+      if (!absl::SimpleAtoi(arg, &g_threads) || g_threads < 1) {
+        std::fprintf(stderr, "--threads: expected a positive integer, got '%s'\n", argv[i]);
+        return 2;
+      }
+      continue;
+    }
+    args.push_back(argv[i]);  // a later --benchmark_min_time overrides the default
+  }
+  int args_count = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  benchmark::Initialize(&args_count, args.data(), PrintHelp);
+  if (benchmark::ReportUnrecognizedArguments(args_count, args.data())) return 1;
+
+  benchmark::AddCustomContext("threads", absl::StrCat(g_threads));
+  benchmark::AddCustomContext("command_line", command_line);
+  benchmark::AddCustomContext("read_bandwidth_kernel", PickSumKernel().name);
+  benchmark::AddCustomContext("blis_config", BlisArchitecture());
+  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+  benchmark::AddCustomContext("omp_wait_policy", wait_policy != nullptr ? wait_policy : "unset");
+  AddCpuContext();
+  RegisterAll();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  if (g_wrong_results > 0) {
+    std::fprintf(stderr, "gemmserve-bench: %d case(s) computed a wrong result\n", g_wrong_results);
+    return 1;
+  }
+  return 0;
+}
