@@ -1,5 +1,6 @@
 """The non-inference RPCs: liveness and readiness, server and model metadata,
 an RPC the server does not implement, grpc.health.v1 and server reflection."""
+import os
 import unittest
 
 import grpc
@@ -116,6 +117,53 @@ class ServiceRpcsTest(GemmServeTestCase):
             for service in descriptor.service:
                 methods[f"{descriptor.package}.{service.name}"] = [m.name for m in service.method]
         self.assertIn("ModelInfer", methods.get("inference.GRPCInferenceService", []))
+
+
+def intel_with_avx512():
+    with open("/proc/cpuinfo") as cpuinfo:
+        text = cpuinfo.read()
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    return "GenuineIntel" in text and {"avx512f", "avx512dq", "avx512bw", "avx512vl"} <= flags
+
+
+class ComputeEnvironmentTest(unittest.TestCase):
+    """The server re-executes itself with BLIS's AVX-512 kernels on Intel CPUs that have
+    them (BLIS 0.9 would pick its AVX2 ones) unless the user chose a configuration."""
+
+    def start_with_env(self, **env):
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            return ServerProcess(compute_threads=1).start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    def test_blis_uses_avx512_kernels_where_the_cpu_has_them(self):
+        if "BLIS_ARCH_TYPE" in os.environ:
+            self.skipTest("BLIS_ARCH_TYPE is set in the test environment")
+        server = ServerProcess(compute_threads=1).start()
+        try:
+            log = server.stderr_text()
+        finally:
+            server.stop(timeout=20)
+        expected = "BLIS config skx" if intel_with_avx512() else "BLIS config "
+        self.assertIn(expected, log)
+
+    def test_a_blis_configuration_the_user_set_wins(self):
+        server = self.start_with_env(BLIS_ARCH_TYPE="3")  # BLIS_ARCH_HASWELL
+        try:
+            log = server.stderr_text()
+        finally:
+            server.stop(timeout=20)
+        self.assertIn("BLIS config haswell", log)
 
 
 class ShutdownTest(unittest.TestCase):
