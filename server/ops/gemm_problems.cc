@@ -147,7 +147,7 @@ absl::Status RunStreaming(const std::vector<const GemmProblem*>& problems, int t
 
 // Scratch of one thread for the gather/GEMM/scatter path.
 struct Lane {
-  AlignedBuffer rows, result, widened_b;
+  AlignedBuffer rows, result;
 };
 
 absl::Status RunOnePacked(const GemmProblem& p, Lane& lane, int threads) {
@@ -157,25 +157,21 @@ absl::Status RunOnePacked(const GemmProblem& p, Lane& lane, int threads) {
   if (!IsFloatingPoint(p.type)) {
     return absl::InternalError("gather/scatter GEMM problem of an integer type");
   }
-  GatherRows(p, lane.rows.data());
-  if (p.type == DataType::kFP64) {
+  if (IsHalfPrecision(p.type)) {
+    // Rows gathered and widened inside BLIS's packing step.
+    HalfPackedGemm(p.type, p.m, p.n, p.k, static_cast<const uint16_t*>(p.a), p.lda, p.a_rows,
+                   static_cast<const uint16_t*>(p.b), p.ldb,
+                   static_cast<float*>(lane.result.data()), p.n, threads);
+  } else if (p.type == DataType::kFP64) {
+    GatherRows(p, lane.rows.data());
     DgemmRowMajor(p.m, p.n, p.k, static_cast<const double*>(lane.rows.data()), p.k,
                   static_cast<const double*>(p.b), p.ldb, static_cast<double*>(lane.result.data()),
                   p.n, threads);
   } else {
-    const float* b = static_cast<const float*>(p.b);
-    int64_t ldb = p.ldb;
-    if (IsHalfPrecision(p.type)) {
-      auto* widened = static_cast<float*>(lane.widened_b.data());
-      for (int64_t r = 0; r < p.k; ++r) {
-        HalfToFloatBlock(p.type, static_cast<const uint16_t*>(p.b) + r * p.ldb, widened + r * p.n,
-                         p.n);
-      }
-      b = widened;
-      ldb = p.n;
-    }
-    SgemmRowMajor(p.m, p.n, p.k, static_cast<const float*>(lane.rows.data()), p.k, b, ldb,
-                  static_cast<float*>(lane.result.data()), p.n, threads);
+    GatherRows(p, lane.rows.data());
+    SgemmRowMajor(p.m, p.n, p.k, static_cast<const float*>(lane.rows.data()), p.k,
+                  static_cast<const float*>(p.b), p.ldb, static_cast<float*>(lane.result.data()),
+                  p.n, threads);
   }
   StoreRows(p, lane.result.data());
   return absl::OkStatus();
@@ -216,19 +212,17 @@ absl::Status RunPacked(const std::vector<const GemmProblem*>& problems, int thre
   }
   const int64_t tile_count = static_cast<int64_t>(tiles.size());
   const int lanes = static_cast<int>(std::min<int64_t>(threads, tile_count));
-  int64_t rows_bytes = 0, result_bytes = 0, b_bytes = 0;
+  int64_t rows_bytes = 0, result_bytes = 0;
   for (const GemmProblem& p : tiles) {
     if (IsDirect(p)) continue;
     const int64_t acc = AccSize(p.type);
-    rows_bytes = std::max(rows_bytes, p.m * p.k * acc);
+    if (!IsHalfPrecision(p.type)) rows_bytes = std::max(rows_bytes, p.m * p.k * acc);
     result_bytes = std::max(result_bytes, p.m * p.n * acc);
-    if (IsHalfPrecision(p.type)) b_bytes = std::max(b_bytes, p.k * p.n * acc);
   }
   std::vector<Lane> lane(lanes);
   for (Lane& l : lane) {
     GEMMSERVE_ASSIGN_OR_RETURN(l.rows, AlignedBuffer::Allocate(rows_bytes));
     GEMMSERVE_ASSIGN_OR_RETURN(l.result, AlignedBuffer::Allocate(result_bytes));
-    GEMMSERVE_ASSIGN_OR_RETURN(l.widened_b, AlignedBuffer::Allocate(b_bytes));
   }
   if (lanes <= 1) {
     for (const GemmProblem& p : tiles) GEMMSERVE_RETURN_IF_ERROR(RunOnePacked(p, lane[0], 1));

@@ -114,6 +114,11 @@ TEST(RunGemmProblemsTest, MixedListsGiveEachProblemItsOwnResult) {
     owned.push_back(Make(DataType::kFP32, 17, 300, 70, true, true, rng));
     owned.push_back(Make(DataType::kBF16, 40, 19, 33, true, true, rng));
     owned.push_back(Make(DataType::kFP16, 17, 8, 5, true, false, rng));
+    // Half types packed by our pack_fn: K over several of BLIS's KC blocks,
+    // rows and columns across micro-tile edges (skx 32 x 12, haswell 6 x 16).
+    owned.push_back(Make(DataType::kBF16, 65, 37, 1100, true, true, rng));
+    owned.push_back(Make(DataType::kFP16, 33, 131, 777, true, true, rng));
+    owned.push_back(Make(DataType::kFP16, 97, 12, 1, false, false, rng));
     owned.push_back(Make(DataType::kINT32, 33, 400, 9, false, false, rng));
     owned.push_back(Make(DataType::kFP64, 12, 7, 9, true, true, rng));
     owned.push_back(Make(DataType::kFP32, 30, 31, 29, false, false, rng));

@@ -1,4 +1,4 @@
-// The only file that includes blis.h: BLIS aborts the process on invalid
+// With blis_half_gemm.cc, the only files that include blis.h: BLIS aborts the process on invalid
 // arguments, so every call goes through these wrappers, which are reached only
 // with validated, non-degenerate sizes.
 #include <blis.h>

@@ -1,8 +1,9 @@
 // Row-major GEMM kernels, C = A * B, one entry point per element type:
 //
 //   FP32 / FP64      BLIS (bli_?gemm_ex) with a per-call thread count.
-//   FP16 / BF16      blocks of A and B converted to FP32, BLIS sgemm, one
-//                    round to nearest-even on the way out.
+//   FP16 / BF16      BLIS's FP32 micro-kernels; A and B widened to FP32
+//                    while BLIS packs them (custom pack_fn), FP32
+//                    accumulation, one round to nearest-even on the way out.
 //   INT32 ... UINT64 a cache-blocked C++ kernel that wraps like numpy.
 //
 // A is m x k with row stride lda, B is k x n with row stride ldb, C is m x n
@@ -39,6 +40,14 @@ void IntGemmRowMajor(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
 absl::Status HalfGemmRowMajor(DataType type, int64_t m, int64_t n, int64_t k,
                               const uint16_t* a, int64_t lda, const uint16_t* b,
                               int64_t ldb, uint16_t* c, int64_t ldc, int threads);
+
+// The FP32 result of a half-precision product, C32 = A' * B, where row i of
+// A' is row a_rows[i] of a (a_rows null: row i), both operands widened inside
+// BLIS's packing step, so neither a gathered nor a widened copy of A or B is
+// ever made. C32 is m x n FP32, row stride ldc.
+void HalfPackedGemm(DataType type, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                    int64_t lda, const int64_t* a_rows, const uint16_t* b, int64_t ldb, float* c,
+                    int64_t ldc, int threads);
 
 // Dispatch on `type`; pointers are to elements of that type.
 absl::Status GemmRowMajor(DataType type, int64_t m, int64_t n, int64_t k,

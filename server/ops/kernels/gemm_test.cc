@@ -37,7 +37,7 @@ struct GemmShape {
 };
 
 // 0, 1, primes and the block edges: the integer kernel's panels (K 128,
-// N 256), the half kernel's row block (M 256), and BLIS micro-tile sizes.
+// N 256), the half kernel's row block (M 512), BLIS micro-tile sizes and KC.
 const std::vector<GemmShape>& ShapeTable() {
   static const std::vector<GemmShape> shapes = {
       // zero sizes; k == 0 must write zeros
@@ -51,8 +51,10 @@ const std::vector<GemmShape>& ShapeTable() {
       {4, 5, 256}, {4, 5, 257}, {31, 1, 257},
       // integer kernel: N panel edges (255 / 256 / 257 / 513)
       {2, 255, 3}, {3, 256, 2}, {2, 257, 5}, {1, 513, 1},
-      // half kernel: row block edges (255 / 256 / 257 / 513)
-      {255, 3, 7}, {256, 2, 5}, {257, 3, 8}, {513, 2, 3},
+      // half kernel: row block edges (511 / 512 / 513 / 1025)
+      {511, 3, 7}, {512, 2, 5}, {513, 3, 8}, {1025, 2, 3},
+      // K across BLIS's KC blocks (skx 384, haswell 256), micro-tile edges
+      {33, 13, 1100}, {65, 25, 385}, {31, 97, 513},
       // several blocks in every direction
       {129, 257, 129}, {257, 31, 65}, {64, 64, 64}, {128, 128, 128}, {1, 1, 1000},
   };

@@ -18,7 +18,10 @@ struct Shape3 {
 // Rows at the kernel's limit, K remainders of the four-row unroll, N around
 // the 1024-column block.
 const Shape3 kShapes[] = {{1, 1, 1},    {1, 4, 16},    {3, 5, 17},     {8, 131, 33},
-                          {2, 64, 1023}, {1, 9, 1024}, {4, 12, 1025}, {8, 67, 2049}};
+                          {2, 64, 1023}, {1, 9, 1024}, {4, 12, 1025}, {8, 67, 2049},
+                          // the 1-4 row kernel: K steps of 8 with prefetch 16 ahead, tails
+                          {1, 16, 1}, {2, 17, 33}, {3, 40, 15}, {4, 8, 47}, {1, 100, 300},
+                          {3, 7, 1}, {2, 24, 16}, {5, 48, 31}};
 
 // Accumulates over [k_begin, k_end) in two calls, onto C that starts nonzero,
 // and compares with a double reference of the same sum.
