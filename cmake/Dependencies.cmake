@@ -6,6 +6,8 @@ find_package(Protobuf REQUIRED)
 find_package(gRPC CONFIG REQUIRED)
 find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
+# libonnx-dev: the ONNX protobuf (onnx_proto target) for reading model files.
+find_package(ONNX CONFIG REQUIRED)
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 find_program(GRPC_PYTHON_PLUGIN grpc_python_plugin REQUIRED)
 find_program(PYTHON3 NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH REQUIRED)

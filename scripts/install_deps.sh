@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config
   libgrpc++-dev libgrpc-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libabsl-dev libblis-dev prometheus-cpp-dev
+  libabsl-dev libblis-dev libonnx-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-numpy python3-onnx python3-protobuf
   python3-matplotlib  # scripts/performance_report.py's plot

@@ -26,6 +26,17 @@ ABSL_FLAG(int64_t, max_output_bytes, int64_t{4} << 30,
           "Largest total output of one request, in bytes.");
 ABSL_FLAG(int32_t, shutdown_grace_seconds, 10,
           "On SIGTERM, how long in-flight calls get to finish.");
+ABSL_FLAG(std::string, model_repository, "",
+          "Model repository directory (Triton layout: DIR/<model>/<version>/model.onnx and an "
+          "optional DIR/<model>/config.pbtxt); empty: built-in models only.");
+ABSL_FLAG(int64_t, builtin_max_queue_delay_us, 100,
+          "Dynamic batching of the built-in models: longest wait for a batch to fill while "
+          "another batch runs, in microseconds.");
+ABSL_FLAG(int64_t, builtin_max_batch_rows, 4096,
+          "Dynamic batching of the built-in models: rows per kernel call (0: no limit).");
+ABSL_FLAG(int64_t, builtin_max_queue_size, 1024,
+          "Dynamic batching of the built-in models: queued requests beyond this get "
+          "UNAVAILABLE (0: no limit).");
 
 int main(int argc, char** argv) {
   gemmserve::ReexecWithComputeEnvironment(argv);
@@ -51,6 +62,10 @@ int main(int argc, char** argv) {
   }
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
+  options.model_repository = absl::GetFlag(FLAGS_model_repository);
+  options.builtin_max_queue_delay_us = absl::GetFlag(FLAGS_builtin_max_queue_delay_us);
+  options.builtin_max_batch_rows = absl::GetFlag(FLAGS_builtin_max_batch_rows);
+  options.builtin_max_queue_size = absl::GetFlag(FLAGS_builtin_max_queue_size);
 
   absl::StatusOr<std::unique_ptr<gemmserve::GemmServer>> server =
       gemmserve::GemmServer::Start(options);
@@ -58,7 +73,7 @@ int main(int argc, char** argv) {
     GEMMSERVE_LOG(ERROR) << "cannot start: " << server.status();
     return 1;
   }
-  GEMMSERVE_LOG(INFO) << "gemmserve serving matmul and grouped_matmul with "
+  GEMMSERVE_LOG(INFO) << "gemmserve serving with "
                       << options.compute_threads << " compute threads, BLIS config "
                       << gemmserve::BlisArchitecture();
   std::cout << "gemmserve listening on " << (*server)->address() << std::endl;

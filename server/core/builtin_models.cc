@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
+#include "server/ops/gemm_problems.h"
 #include "server/ops/grouped_matmul.h"
 #include "server/ops/matmul.h"
 
@@ -36,7 +37,49 @@ absl::Status SameType(const BoundInput& reference, const BoundInput& other) {
       " like '", reference.spec->name, "', got ", DataTypeName(other.type)));
 }
 
-class PreparedMatMul final : public PreparedInference {
+// A built-in request staged for a batch: its tensors copied in, its output
+// allocated and its GEMM problems listed; the batch runs every staged
+// request's problems in one scheduler call.
+struct Staged {
+  std::vector<Tensor> inputs;
+  GroupedMatMulWork grouped;  // row lists the grouped problems point into
+  std::vector<GemmProblem> problems;
+  std::vector<NamedTensor> outputs;
+};
+
+class PreparedBuiltin : public PreparedInference {
+ public:
+  virtual absl::Status Stage(Staged* staged) const = 0;
+};
+
+// Stages each request (a request's own error fails it alone), runs all their
+// problems in one call, and hands back each request's outputs.
+std::vector<InferOutputs> RunStagedBatch(absl::Span<PreparedInference* const> batch,
+                                         int threads) {
+  std::vector<InferOutputs> results(batch.size());
+  std::vector<Staged> staged(batch.size());
+  std::vector<absl::Status> stage_status(batch.size());
+  std::vector<GemmProblem> problems;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    stage_status[i] = static_cast<const PreparedBuiltin*>(batch[i])->Stage(&staged[i]);
+    if (stage_status[i].ok()) {
+      problems.insert(problems.end(), staged[i].problems.begin(), staged[i].problems.end());
+    }
+  }
+  const absl::Status run = RunGemmProblems(problems, threads);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!stage_status[i].ok()) {
+      results[i] = stage_status[i];
+    } else if (!run.ok()) {
+      results[i] = run;
+    } else {
+      results[i] = std::move(staged[i].outputs);
+    }
+  }
+  return results;
+}
+
+class PreparedMatMul final : public PreparedBuiltin {
  public:
   PreparedMatMul(MatMulPlan plan, BoundInput a, BoundInput b)
       : plan_(std::move(plan)), a_(std::move(a)), b_(std::move(b)) {}
@@ -48,15 +91,18 @@ class PreparedMatMul final : public PreparedInference {
     return {{"Y", plan_.output_shape}};
   }
   int64_t flops() const override { return plan_.flops; }
+  int64_t rows() const override { return plan_.batch_count * plan_.m; }
 
-  absl::StatusOr<std::vector<NamedTensor>> Run(int threads) override {
+  absl::Status Stage(Staged* staged) const override {
     GEMMSERVE_ASSIGN_OR_RETURN(Tensor a, a_.Materialize());
     GEMMSERVE_ASSIGN_OR_RETURN(Tensor b, b_.Materialize());
     GEMMSERVE_ASSIGN_OR_RETURN(Tensor y, Tensor::Allocate(a_.type, plan_.output_shape));
-    GEMMSERVE_RETURN_IF_ERROR(RunMatMul(plan_, a, b, &y, threads));
-    std::vector<NamedTensor> out;
-    out.push_back({"Y", std::move(y)});
-    return out;
+    GEMMSERVE_RETURN_IF_ERROR(AppendMatMulProblems(plan_, a, b, &y, &staged->problems));
+    // Tensors keep their buffers when moved, so the problems stay valid.
+    staged->inputs.push_back(std::move(a));
+    staged->inputs.push_back(std::move(b));
+    staged->outputs.push_back({"Y", std::move(y)});
+    return absl::OkStatus();
   }
 
  private:
@@ -84,12 +130,16 @@ class MatMulModel final : public Model {
     GEMMSERVE_ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a.shape, b.shape));
     return std::make_unique<PreparedMatMul>(std::move(plan), a, b);
   }
+  std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
+                                     int threads) const override {
+    return RunStagedBatch(batch, threads);
+  }
 
  private:
   ModelMetadata metadata_;
 };
 
-class PreparedGroupedMatMul final : public PreparedInference {
+class PreparedGroupedMatMul final : public PreparedBuiltin {
  public:
   PreparedGroupedMatMul(GroupedMatMulPlan plan, BoundInputs inputs)
       : plan_(std::move(plan)), inputs_(std::move(inputs)) {}
@@ -101,8 +151,9 @@ class PreparedGroupedMatMul final : public PreparedInference {
     return {{"output", plan_.output_shape}};
   }
   int64_t flops() const override { return plan_.flops; }
+  int64_t rows() const override { return plan_.m; }
 
-  absl::StatusOr<std::vector<NamedTensor>> Run(int threads) override {
+  absl::Status Stage(Staged* staged) const override {
     // Indices first: nothing else is copied or read for an invalid request.
     GEMMSERVE_ASSIGN_OR_RETURN(Tensor indices, inputs_[2].Materialize());
     GEMMSERVE_RETURN_IF_ERROR(ValidateGroupIndices(indices, plan_.g));
@@ -113,11 +164,16 @@ class PreparedGroupedMatMul final : public PreparedInference {
       GEMMSERVE_ASSIGN_OR_RETURN(bias, inputs_[3].Materialize());
     }
     GEMMSERVE_ASSIGN_OR_RETURN(Tensor output, Tensor::Allocate(input.type(), plan_.output_shape));
-    GEMMSERVE_RETURN_IF_ERROR(RunGroupedMatMul(plan_, input, weights, indices,
-                                               plan_.has_bias ? &bias : nullptr, &output, threads));
-    std::vector<NamedTensor> out;
-    out.push_back({"output", std::move(output)});
-    return out;
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        staged->grouped, BuildGroupedMatMulWork(plan_, input, weights, indices,
+                                                plan_.has_bias ? &bias : nullptr, &output));
+    staged->problems = staged->grouped.problems;
+    staged->inputs.push_back(std::move(indices));
+    staged->inputs.push_back(std::move(input));
+    staged->inputs.push_back(std::move(weights));
+    staged->inputs.push_back(std::move(bias));
+    staged->outputs.push_back({"output", std::move(output)});
+    return absl::OkStatus();
   }
 
  private:
@@ -149,6 +205,10 @@ class GroupedMatMulModel final : public Model {
         PlanGroupedMatMul(inputs[0].shape, inputs[1].shape, inputs[2].shape,
                           has_bias ? &inputs[3].shape : nullptr));
     return std::make_unique<PreparedGroupedMatMul>(std::move(plan), inputs);
+  }
+  std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
+                                     int threads) const override {
+    return RunStagedBatch(batch, threads);
   }
 
  private:

@@ -16,7 +16,6 @@ namespace {
 // datatypes and shapes, field tags) beside the tensor bytes and the echoed id.
 constexpr int64_t kResponseEnvelopeBytes = 1024;
 
-
 absl::Status CheckOutputLimits(const PreparedInference& prepared, int64_t id_bytes,
                                const EngineOptions& options) {
   const int64_t bytes = prepared.output_bytes();
@@ -44,39 +43,198 @@ absl::Status CheckOutputLimits(const PreparedInference& prepared, int64_t id_byt
 
 }  // namespace
 
-InferenceEngine::InferenceEngine(EngineOptions options, std::vector<std::unique_ptr<Model>> models)
-    : options_(options), models_(std::move(models)), pool_(options.compute_threads) {}
-
-absl::StatusOr<const Model*> InferenceEngine::FindModel(absl::string_view name,
-                                                        absl::string_view version) const {
-  if (name.empty()) return absl::InvalidArgumentError("model name is empty");
-  for (const auto& model : models_) {
-    const ModelMetadata& m = model->metadata();
-    if (m.name != name) continue;
-    if (version.empty() ||
-        std::find(m.versions.begin(), m.versions.end(), version) != m.versions.end()) {
-      return model.get();
-    }
-    return absl::NotFoundError(
-        absl::StrCat("model '", m.name, "' has no version '", ClientText(version), "'"));
-  }
-  return absl::NotFoundError(absl::StrCat("unknown model '", ClientText(name), "'"));
+void ServedModel::Stat::Add(absl::Duration d, uint64_t n) {
+  count.fetch_add(n, std::memory_order_relaxed);
+  ns.fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(d))) * n,
+               std::memory_order_relaxed);
 }
 
-std::vector<const Model*> InferenceEngine::models() const {
-  std::vector<const Model*> out;
-  for (const auto& m : models_) out.push_back(m.get());
+ServedModel::ServedModel(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching)
+    : model_(std::move(model)), batching_(batching) {}
+
+ModelStatistics ServedModel::statistics() const {
+  ModelStatistics s;
+  s.name = model_->metadata().name;
+  s.version = model_->metadata().versions.front();
+  s.last_inference_ms = last_inference_ms_.load();
+  s.inference_count = inference_count_.load();
+  s.execution_count = execution_count_.load();
+  s.success = success_.Get();
+  s.fail = fail_.Get();
+  s.queue = queue_.Get();
+  s.compute_infer = compute_infer_.Get();
+  return s;
+}
+
+// One accepted request: everything needed to compute and answer it.
+class InferenceEngine::Pending final : public BatchTask {
+ public:
+  Pending(ServedModel* served, Clock* clock, std::unique_ptr<InferRequestView> request,
+          std::unique_ptr<PreparedInference> prepared, std::function<bool()> is_cancelled,
+          DoneCallback done, absl::Time arrival)
+      : served_(served),
+        clock_(clock),
+        request_(std::move(request)),
+        prepared_(std::move(prepared)),
+        is_cancelled_(std::move(is_cancelled)),
+        done_(std::move(done)),
+        arrival_(arrival) {}
+
+  int64_t rows() const override { return prepared_->rows(); }
+  bool IsCancelled() const override { return is_cancelled_ && is_cancelled_(); }
+  // From the batcher: timed out or cancelled while queued. (A model's queue
+  // is emptied before the model can go, so served_ is alive.)
+  void Reject(absl::Status status) override {
+    served_->fail_.Add(clock_->Now() - arrival_);
+    Answer(std::move(status));
+  }
+
+  void Answer(absl::StatusOr<InferResult> result) {
+    if (done_) std::move(done_)(std::move(result));
+    done_ = nullptr;
+  }
+
+  const InferRequestView& request() const { return *request_; }
+  PreparedInference* prepared() { return prepared_.get(); }
+  absl::Time arrival() const { return arrival_; }
+
+ private:
+  ServedModel* served_;
+  Clock* clock_;
+  std::unique_ptr<InferRequestView> request_;
+  std::unique_ptr<PreparedInference> prepared_;
+  std::function<bool()> is_cancelled_;
+  DoneCallback done_;
+  absl::Time arrival_;
+};
+
+InferenceEngine::InferenceEngine(EngineOptions options, Clock* clock)
+    : options_(options), clock_(clock), pool_(options.compute_threads) {}
+
+InferenceEngine::~InferenceEngine() {
+  // Accepted work completes: every queue is cut now, and the pool (destroyed
+  // next) runs what it holds before its threads join.
+  std::vector<std::shared_ptr<ServedModel>> served;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [name, model] : models_) served.push_back(model);
+  }
+  for (auto& model : served) {
+    if (model->batcher_) {
+      model->batcher_->Close();
+      model->batcher_->Poll();
+    }
+  }
+}
+
+void InferenceEngine::Install(std::unique_ptr<Model> model,
+                              std::optional<BatchingOptions> batching) {
+  auto served = std::make_shared<ServedModel>(std::move(model), batching);
+  if (batching) {
+    std::weak_ptr<ServedModel> weak = served;
+    served->batcher_ = std::make_shared<DynamicBatcher>(
+        *batching, clock_,
+        [this, weak](DynamicBatcher::Batch batch) {
+          std::shared_ptr<ServedModel> self = weak.lock();
+          std::vector<std::unique_ptr<Pending>> pending;
+          pending.reserve(batch.size());
+          for (auto& task : batch) pending.emplace_back(static_cast<Pending*>(task.release()));
+          if (!self) {  // cannot happen while a batcher of it runs; answer anyway
+            for (auto& p : pending) p->Answer(absl::UnavailableError("model was unloaded"));
+            return;
+          }
+          pool_.Schedule([this, self, pending = std::move(pending)](int threads) mutable {
+            RunBatch(self, std::move(pending), threads);
+            self->batcher_->BatchDone();
+          });
+        },
+        [this] { timer_.Wake(); });
+    timer_.Register(served->batcher_);
+  }
+  std::shared_ptr<ServedModel> old;
+  {
+    absl::MutexLock lock(&mu_);
+    unavailable_.erase(served->metadata().name);
+    auto& slot = models_[served->metadata().name];
+    old = std::move(slot);
+    slot = std::move(served);
+  }
+  if (old && old->batcher_) {
+    old->batcher_->Close();  // its queue still runs, on the old weights
+    old->batcher_->Poll();
+  }
+}
+
+void InferenceEngine::MarkUnavailable(absl::string_view name, absl::string_view reason) {
+  absl::MutexLock lock(&mu_);
+  if (models_.find(name) == models_.end()) unavailable_[std::string(name)] = std::string(reason);
+}
+
+absl::Status InferenceEngine::Remove(absl::string_view name, absl::string_view reason) {
+  std::shared_ptr<ServedModel> old;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = models_.find(name);
+    if (it == models_.end()) {
+      return absl::NotFoundError(absl::StrCat("model '", ClientText(name), "' is not loaded"));
+    }
+    old = std::move(it->second);
+    models_.erase(it);
+    unavailable_[std::string(name)] = std::string(reason);
+  }
+  if (old->batcher_) {
+    old->batcher_->Close();
+    old->batcher_->Poll();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<ServedModel>> InferenceEngine::Find(
+    absl::string_view name, absl::string_view version) const {
+  if (name.empty()) return absl::InvalidArgumentError("model name is empty");
+  std::shared_ptr<ServedModel> served;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = models_.find(name);
+    if (it == models_.end()) {
+      auto gone = unavailable_.find(name);
+      if (gone != unavailable_.end()) {
+        return absl::UnavailableError(absl::StrCat("model '", gone->first, "' is not available (",
+                                                   gone->second, "); retry later"));
+      }
+      return absl::NotFoundError(absl::StrCat("unknown model '", ClientText(name), "'"));
+    }
+    served = it->second;
+  }
+  const std::vector<std::string>& versions = served->metadata().versions;
+  if (!version.empty() && std::find(versions.begin(), versions.end(), version) == versions.end()) {
+    return absl::NotFoundError(absl::StrCat("model '", served->metadata().name,
+                                            "' has no version '", ClientText(version), "'"));
+  }
+  return served;
+}
+
+absl::StatusOr<std::shared_ptr<const ServedModel>> InferenceEngine::FindModel(
+    absl::string_view name, absl::string_view version) const {
+  GEMMSERVE_ASSIGN_OR_RETURN(std::shared_ptr<ServedModel> served, Find(name, version));
+  return std::shared_ptr<const ServedModel>(std::move(served));
+}
+
+std::vector<std::shared_ptr<const ServedModel>> InferenceEngine::models() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<const ServedModel>> out;
+  for (const auto& [name, served] : models_) out.push_back(served);
   return out;
 }
 
 absl::Status InferenceEngine::Submit(InferRequestView request_view,
                                      std::function<bool()> is_cancelled, DoneCallback done) {
-  // On the heap, so the bound inputs' pointers into it survive the move into
-  // the task below.
+  const absl::Time arrival = clock_->Now();
+  // On the heap, so the bound inputs' pointers into it survive the moves below.
   auto request = std::make_unique<InferRequestView>(std::move(request_view));
-  GEMMSERVE_ASSIGN_OR_RETURN(const Model* model,
-                             FindModel(request->model_name, request->model_version));
-  const ModelMetadata& metadata = model->metadata();
+  GEMMSERVE_ASSIGN_OR_RETURN(std::shared_ptr<ServedModel> served,
+                             Find(request->model_name, request->model_version));
+  const ModelMetadata& metadata = served->metadata();
   for (absl::string_view wanted : request->requested_outputs) {
     bool known = std::any_of(metadata.outputs.begin(), metadata.outputs.end(),
                              [&](const TensorSpec& s) { return s.name == wanted; });
@@ -87,32 +245,79 @@ absl::Status InferenceEngine::Submit(InferRequestView request_view,
     }
   }
   GEMMSERVE_ASSIGN_OR_RETURN(BoundInputs bound, BindInputs(metadata, *request));
-  GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<PreparedInference> prepared, model->Prepare(bound));
-  GEMMSERVE_RETURN_IF_ERROR(CheckOutputLimits(*prepared, static_cast<int64_t>(request->id.size()), options_));
+  GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<PreparedInference> prepared,
+                             served->model().Prepare(bound));
+  GEMMSERVE_RETURN_IF_ERROR(
+      CheckOutputLimits(*prepared, static_cast<int64_t>(request->id.size()), options_));
 
-  std::vector<std::string> wanted(request->requested_outputs.begin(),
-                                  request->requested_outputs.end());
-  pool_.Schedule([request = std::move(request), prepared = std::move(prepared), is_cancelled = std::move(is_cancelled),
-                  done = std::move(done), name = metadata.name, version = metadata.versions.front(),
-                  wanted = std::move(wanted)](int threads) mutable {
-    if (is_cancelled && is_cancelled()) {
-      std::move(done)(absl::CancelledError("request cancelled before compute"));
-      return;
+  const uint64_t priority = request->priority;
+  const absl::Duration timeout = absl::Microseconds(static_cast<int64_t>(
+      std::min<uint64_t>(request->timeout_us, uint64_t{1} << 62)));
+  const absl::Time deadline = request->deadline;
+  auto pending = std::make_unique<Pending>(served.get(), clock_, std::move(request),
+                                           std::move(prepared),
+                                           std::move(is_cancelled), std::move(done), arrival);
+  if (served->batcher_) {
+    return served->batcher_->Enqueue(std::move(pending), priority, deadline, timeout);
+  }
+  pool_.Schedule([this, served, pending = std::move(pending)](int threads) mutable {
+    std::vector<std::unique_ptr<Pending>> batch;
+    batch.push_back(std::move(pending));
+    RunBatch(served, std::move(batch), threads);
+  });
+  return absl::OkStatus();
+}
+
+void InferenceEngine::RunBatch(const std::shared_ptr<ServedModel>& served,
+                               std::vector<std::unique_ptr<Pending>> batch, int threads) {
+  const absl::Time start = clock_->Now();
+  // Requests whose client has gone, or whose deadline passed, are not computed.
+  std::vector<std::unique_ptr<Pending>> live;
+  for (auto& p : batch) {
+    absl::Status drop;
+    if (p->IsCancelled()) {
+      drop = absl::CancelledError("request cancelled before compute");
+    } else if (start >= p->request().deadline) {
+      drop = absl::DeadlineExceededError("deadline passed before compute; not computed");
     }
-    absl::StatusOr<std::vector<NamedTensor>> outputs = prepared->Run(threads);
+    if (drop.ok()) {
+      live.push_back(std::move(p));
+    } else {
+      served->fail_.Add(start - p->arrival());
+      p->Answer(std::move(drop));
+    }
+  }
+  if (live.empty()) return;
+  std::vector<PreparedInference*> prepared;
+  for (auto& p : live) prepared.push_back(p->prepared());
+  std::vector<InferOutputs> results = served->model().RunBatch(prepared, threads);
+  const absl::Time end = clock_->Now();
+
+  served->execution_count_.fetch_add(1, std::memory_order_relaxed);
+  served->last_inference_ms_.store(static_cast<uint64_t>(absl::ToUnixMillis(end)));
+  const ModelMetadata& metadata = served->metadata();
+  for (size_t i = 0; i < live.size(); ++i) {
+    Pending& p = *live[i];
+    served->queue_.Add(start - p.arrival());
+    served->compute_infer_.Add(end - start);
+    InferOutputs& outputs = results[i];
     if (!outputs.ok()) {
-      std::move(done)(outputs.status());
-      return;
+      served->fail_.Add(end - p.arrival());
+      p.Answer(outputs.status());
+      continue;
     }
-    InferResult result{std::move(name), std::move(version), {}};
+    served->inference_count_.fetch_add(static_cast<uint64_t>(p.rows()),
+                                       std::memory_order_relaxed);
+    served->success_.Add(end - p.arrival());
+    InferResult result{metadata.name, metadata.versions.front(), {}};
+    const auto& wanted = p.request().requested_outputs;
     for (NamedTensor& t : *outputs) {
       if (wanted.empty() || std::find(wanted.begin(), wanted.end(), t.name) != wanted.end()) {
         result.outputs.push_back(std::move(t));
       }
     }
-    std::move(done)(std::move(result));
-  });
-  return absl::OkStatus();
+    p.Answer(std::move(result));
+  }
 }
 
 }  // namespace gemmserve

@@ -1,32 +1,48 @@
-// InferenceEngine: the serving core. It owns the models and the worker pool,
-// validates a request on the caller's thread (cheap checks only: names,
-// datatypes, shapes, sizes and limits, all before any allocation), and runs
-// the computation on the pool.
+// InferenceEngine: the serving core. It holds the served models (built-in or
+// loaded from the repository), validates a request on the caller's thread
+// (cheap checks only: names, datatypes, shapes, sizes and limits, all before
+// any allocation), queues it in the model's dynamic batcher or runs it on its
+// own, and computes on the worker pool.
 //
 // Contract of Submit:
-//   - On a validation error it returns that status and never calls `done`.
+//   - On a validation error, or UNAVAILABLE when the model's queue is full,
+//     it returns that status and never calls `done`.
 //   - Otherwise it returns OK at once (scheduling never blocks) and calls
-//     `done` exactly once, on a worker thread, with the result.
+//     `done` exactly once, on a worker or timer thread, with the result.
 //   - The tensor bytes the request points to must stay valid until `done`
 //     has been called (the engine keeps the view itself).
-//   - `is_cancelled` is polled on the worker before compute starts; a request
-//     whose client has gone (cancelled, or its deadline passed) finishes with
-//     CANCELLED without being computed.
+//   - `is_cancelled` is polled while the request waits and before compute;
+//     a request whose client has gone finishes with CANCELLED, one whose
+//     deadline or queue timeout passed with DEADLINE_EXCEEDED, either way
+//     without being computed.
 //
-//   InferenceEngine engine(options, {MakeMatMulModel(), MakeGroupedMatMulModel()});
+// Models are swapped atomically: Install replaces a model of the same name
+// and Remove takes it away, while requests already accepted finish on the
+// weights they were accepted with (they hold the old model).
+//
+//   InferenceEngine engine(options);
+//   engine.Install(MakeMatMulModel(), BatchingOptions{});
 //   absl::Status s = engine.Submit(request, [] { return false; },
 //       [](absl::StatusOr<InferResult> r) { ... });
 #ifndef GEMMSERVE_SERVER_CORE_INFERENCE_ENGINE_H_
 #define GEMMSERVE_SERVER_CORE_INFERENCE_ENGINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
-#include "absl/strings/string_view.h"
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "server/core/clock.h"
+#include "server/core/dynamic_batcher.h"
 #include "server/core/inference_request.h"
 #include "server/core/model.h"
 #include "server/core/worker_pool.h"
@@ -42,16 +58,67 @@ struct EngineOptions {
   int64_t max_message_bytes = int64_t{1} << 30;
 };
 
+// Triton's per-model statistics: counts and total nanoseconds.
+struct DurationStat {
+  uint64_t count = 0;
+  uint64_t ns = 0;
+};
+struct ModelStatistics {
+  std::string name, version;
+  uint64_t last_inference_ms = 0;  // Unix epoch milliseconds
+  uint64_t inference_count = 0;    // rows computed
+  uint64_t execution_count = 0;    // kernel calls (batches)
+  DurationStat success, fail, queue, compute_infer;
+};
+
+// A model as served: the model, its batcher (none: one request at a time)
+// and its statistics.
+class ServedModel {
+ public:
+  ServedModel(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching);
+  const Model& model() const { return *model_; }
+  const ModelMetadata& metadata() const { return model_->metadata(); }
+  const std::optional<BatchingOptions>& batching() const { return batching_; }
+  ModelStatistics statistics() const;
+
+ private:
+  friend class InferenceEngine;
+  struct Stat {
+    std::atomic<uint64_t> count{0}, ns{0};
+    void Add(absl::Duration d, uint64_t n = 1);
+    DurationStat Get() const { return {count.load(), ns.load()}; }
+  };
+
+  std::unique_ptr<Model> model_;
+  std::optional<BatchingOptions> batching_;
+  std::shared_ptr<DynamicBatcher> batcher_;
+  std::atomic<uint64_t> last_inference_ms_{0}, inference_count_{0}, execution_count_{0};
+  Stat success_, fail_, queue_, compute_infer_;
+};
+
 class InferenceEngine {
  public:
   using DoneCallback = absl::AnyInvocable<void(absl::StatusOr<InferResult>) &&>;
 
-  InferenceEngine(EngineOptions options, std::vector<std::unique_ptr<Model>> models);
+  explicit InferenceEngine(EngineOptions options, Clock* clock = RealClock::Get());
+  ~InferenceEngine();
+
+  // Serves `model` under its metadata name, replacing any model of that name.
+  // With `batching`, concurrent requests are merged by a DynamicBatcher.
+  void Install(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching);
+  // NOT_FOUND if no model of that name is served. `reason` is what requests
+  // for the name get from now on (UNAVAILABLE), until a model is installed.
+  absl::Status Remove(absl::string_view name, absl::string_view reason = "unloaded");
+  // A name that is known but not served (its load failed, or it is loading):
+  // requests get UNAVAILABLE with the reason rather than NOT_FOUND.
+  void MarkUnavailable(absl::string_view name, absl::string_view reason);
 
   // NOT_FOUND for an unknown name or a version the model does not have;
+  // UNAVAILABLE for a model that is unloaded, loading or failed to load;
   // INVALID_ARGUMENT for an empty name.
-  absl::StatusOr<const Model*> FindModel(absl::string_view name, absl::string_view version) const;
-  std::vector<const Model*> models() const;
+  absl::StatusOr<std::shared_ptr<const ServedModel>> FindModel(absl::string_view name,
+                                                               absl::string_view version) const;
+  std::vector<std::shared_ptr<const ServedModel>> models() const;
 
   absl::Status Submit(InferRequestView request, std::function<bool()> is_cancelled,
                       DoneCallback done);
@@ -59,9 +126,20 @@ class InferenceEngine {
   const EngineOptions& options() const { return options_; }
 
  private:
+  class Pending;
+  absl::StatusOr<std::shared_ptr<ServedModel>> Find(absl::string_view name,
+                                                    absl::string_view version) const;
+  // Computes a batch on a worker and answers every request in it.
+  void RunBatch(const std::shared_ptr<ServedModel>& served,
+                std::vector<std::unique_ptr<Pending>> batch, int threads);
+
   const EngineOptions options_;
-  std::vector<std::unique_ptr<Model>> models_;
-  WorkerPool pool_;  // last: joined first, while the models are still alive
+  Clock* const clock_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<ServedModel>, std::less<>> models_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string, std::less<>> unavailable_ ABSL_GUARDED_BY(mu_);
+  BatcherTimer timer_;  // outlives the pool: finishing batches may wake it
+  WorkerPool pool_;     // destroyed first: runs what is scheduled, then joins
 };
 
 }  // namespace gemmserve

@@ -122,12 +122,6 @@ class Completion {
   absl::Notification done_;
 };
 
-std::vector<std::unique_ptr<Model>> BuiltinModels() {
-  std::vector<std::unique_ptr<Model>> models;
-  models.push_back(MakeMatMulModel());
-  models.push_back(MakeGroupedMatMulModel());
-  return models;
-}
 
 std::function<bool()> NeverCancelled() {
   return [] { return false; };
@@ -138,7 +132,10 @@ class InferenceEngineTest : public ::testing::Test {
   explicit InferenceEngineTest(EngineOptions options = {}) { Reset(options); }
   void Reset(EngineOptions options) {
     engine_.reset();
-    engine_ = std::make_unique<InferenceEngine>(options, BuiltinModels());
+    engine_ = std::make_unique<InferenceEngine>(options);
+    // As the server installs them: with dynamic batching.
+    engine_->Install(MakeMatMulModel(), BatchingOptions{});
+    engine_->Install(MakeGroupedMatMulModel(), BatchingOptions{});
   }
 
   // Submit and expect a synchronous error. `done` must then never run; that is
@@ -528,13 +525,13 @@ TEST_F(InferenceEngineTest, E1EmptyModelNameIsInvalidArgument) {
 }
 
 TEST_F(InferenceEngineTest, FindModelAndModels) {
-  absl::StatusOr<const Model*> m = engine_->FindModel("grouped_matmul", "");
+  auto m = engine_->FindModel("grouped_matmul", "");
   ASSERT_TRUE(m.ok());
   EXPECT_EQ((*m)->metadata().name, "grouped_matmul");
   EXPECT_EQ(engine_->FindModel("matmul", "1").status().code(), absl::StatusCode::kOk);
   EXPECT_EQ(engine_->FindModel("MatMul", "").status().code(), absl::StatusCode::kNotFound);
   ASSERT_EQ(engine_->models().size(), 2u);
-  EXPECT_EQ(engine_->models()[0]->metadata().name, "matmul");
+  EXPECT_EQ(engine_->models()[0]->metadata().name, "grouped_matmul");
 }
 
 TEST_F(InferenceEngineTest, UnknownModelNameIsEscapedInTheMessage) {

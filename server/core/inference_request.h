@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include <vector>
 
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "server/tensor/tensor.h"
 
@@ -51,6 +52,13 @@ struct InferRequestView {
   absl::string_view id;             // echoed in the response
   std::vector<InputTensorView> inputs;
   std::vector<absl::string_view> requested_outputs;  // empty: all outputs
+  // Triton's request parameters: `priority` (0: the model's default level)
+  // and `timeout` in microseconds (0: the model's default), both for models
+  // with dynamic batching.
+  uint64_t priority = 0;
+  uint64_t timeout_us = 0;
+  // The client's deadline (gRPC's), or absl::InfiniteFuture().
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
 struct NamedTensor {

@@ -109,6 +109,10 @@ absl::StatusOr<Tensor> BoundInput::Materialize() const {
   return t;
 }
 
+void BoundInput::CopyTo(void* dst) const {
+  if (byte_size > 0) std::memcpy(dst, view->data, static_cast<size_t>(byte_size));
+}
+
 absl::StatusOr<BoundInputs> BindInputs(const ModelMetadata& metadata,
                                        const InferRequestView& request) {
   BoundInputs bound(metadata.inputs.size());

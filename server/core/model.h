@@ -1,8 +1,11 @@
 // Model: what the engine serves under a name. A model describes its tensors
 // (ModelMetadata) and turns bound, validated inputs into a PreparedInference:
 // every check that needs only shapes and datatypes happens in Prepare, on the
-// request thread, before anything is allocated; Run then copies the inputs
-// into aligned tensors and computes, on a worker.
+// request thread, before anything is allocated. RunBatch then computes one or
+// more prepared requests together, on a worker: the batcher hands it every
+// request of a batch, and the model merges them into one kernel call (rows
+// concatenated against resident weights, or the problem lists of the built-in
+// models run in one scheduler call).
 //
 // A model that accepts several datatypes lists them all in TensorSpec; the
 // first is its default, the one the KServe metadata reports (see README).
@@ -12,8 +15,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "absl/status/statusor.h"
 #include "server/core/inference_request.h"
 #include "server/tensor/datatype.h"
@@ -49,6 +54,8 @@ struct BoundInput {
   // Copies the wire bytes into a fresh aligned tensor (never cast in place:
   // raw contents can sit at any offset). RESOURCE_EXHAUSTED on out of memory.
   absl::StatusOr<Tensor> Materialize() const;
+  // Copies the elements, converted from the wire, to `dst` (byte_size bytes).
+  void CopyTo(void* dst) const;
 };
 
 // Bound inputs in the order of ModelMetadata::inputs; an absent optional input
@@ -63,9 +70,12 @@ class PreparedInference {
   virtual std::vector<std::pair<std::string, Shape>> output_shapes() const = 0;
   // Multiply-adds times two.
   virtual int64_t flops() const = 0;
-  // Runs on a worker with up to `threads` compute threads.
-  virtual absl::StatusOr<std::vector<NamedTensor>> Run(int threads) = 0;
+  // Rows the request adds to a batch: tokens (M) of a GroupedMatMul, rows of
+  // A (batch dimensions folded) of a MatMul.
+  virtual int64_t rows() const = 0;
 };
+
+using InferOutputs = absl::StatusOr<std::vector<NamedTensor>>;
 
 class Model {
  public:
@@ -73,6 +83,15 @@ class Model {
   virtual const ModelMetadata& metadata() const = 0;
   virtual absl::StatusOr<std::unique_ptr<PreparedInference>> Prepare(
       const BoundInputs& inputs) const = 0;
+  // Computes `batch` (requests this model prepared) as one kernel call with
+  // up to `threads` threads; one result per request, in order. A request's
+  // own fault (an index out of range) fails that request alone; a fault of
+  // the shared call (memory denied) fails the whole batch.
+  virtual std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
+                                             int threads) const = 0;
+  // Model-specific facts for the ModelConfig RPC (e.g. "groups" of a
+  // resident GroupedMatMul, which clients need to send valid indices).
+  virtual std::vector<std::pair<std::string, std::string>> parameters() const { return {}; }
 };
 
 }  // namespace gemmserve

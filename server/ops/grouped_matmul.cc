@@ -18,24 +18,15 @@ absl::Status RankError(const char* name, const char* expected, absl::Span<const 
                                                  expected, ", got ", ShapeToString(shape)));
 }
 
-// The (token, slot) pairs p = m*S + s sorted by group, as GEMM problems: one
-// per group in use, its rows gathered from the pairs' tokens and scattered to
-// the pairs' output rows.
-struct GroupedProblems {
-  std::vector<int64_t> pair_of_row;   // output row (pair) of each sorted row
-  std::vector<int64_t> token_of_row;  // input row (token) of each sorted row
-  std::vector<GemmProblem> problems;
-};
-
 template <typename Index>
-GroupedProblems BuildProblems(const GroupedMatMulPlan& plan, const Index* indices,
+GroupedMatMulWork BuildProblems(const GroupedMatMulPlan& plan, const Index* indices,
                               const Tensor& input, const Tensor& weights, const Tensor* bias,
                               Tensor* output) {
   const int64_t pairs = plan.m * plan.s;
   std::vector<std::pair<int64_t, int64_t>> keyed(pairs);
   for (int64_t p = 0; p < pairs; ++p) keyed[p] = {static_cast<int64_t>(indices[p]), p};
   std::sort(keyed.begin(), keyed.end());
-  GroupedProblems out;
+  GroupedMatMulWork out;
   out.pair_of_row.resize(pairs);
   out.token_of_row.resize(pairs);
   for (int64_t r = 0; r < pairs; ++r) {
@@ -151,20 +142,28 @@ absl::Status ValidateGroupIndices(const Tensor& indices, int64_t g) {
   }
 }
 
-absl::Status RunGroupedMatMul(const GroupedMatMulPlan& plan, const Tensor& input,
-                              const Tensor& weights, const Tensor& indices, const Tensor* bias,
-                              Tensor* output, int threads) {
+absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan& plan,
+                                                         const Tensor& input,
+                                                         const Tensor& weights,
+                                                         const Tensor& indices,
+                                                         const Tensor* bias, Tensor* output) {
   if (!IsFloatingPoint(input.type())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "input 'input': GroupedMatMul needs BF16, FP16, FP32 or FP64, got ",
         DataTypeName(input.type())));
   }
-  if (plan.output_elements == 0) return absl::OkStatus();
-  const GroupedProblems grouped =
-      indices.type() == DataType::kINT32
-          ? BuildProblems(plan, indices.data<int32_t>(), input, weights, bias, output)
-          : BuildProblems(plan, indices.data<int64_t>(), input, weights, bias, output);
-  return RunGemmProblems(grouped.problems, threads);
+  if (plan.output_elements == 0) return GroupedMatMulWork{};
+  return indices.type() == DataType::kINT32
+             ? BuildProblems(plan, indices.data<int32_t>(), input, weights, bias, output)
+             : BuildProblems(plan, indices.data<int64_t>(), input, weights, bias, output);
+}
+
+absl::Status RunGroupedMatMul(const GroupedMatMulPlan& plan, const Tensor& input,
+                              const Tensor& weights, const Tensor& indices, const Tensor* bias,
+                              Tensor* output, int threads) {
+  GEMMSERVE_ASSIGN_OR_RETURN(GroupedMatMulWork work,
+                             BuildGroupedMatMulWork(plan, input, weights, indices, bias, output));
+  return RunGemmProblems(work.problems, threads);
 }
 
 }  // namespace gemmserve

@@ -22,9 +22,11 @@
 #define GEMMSERVE_SERVER_OPS_GROUPED_MATMUL_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "server/ops/gemm_problems.h"
 #include "server/tensor/shape.h"
 #include "server/tensor/tensor.h"
 
@@ -48,6 +50,25 @@ absl::StatusOr<GroupedMatMulPlan> PlanGroupedMatMul(absl::Span<const int64_t> in
 // INVALID_ARGUMENT for the first index outside [0, g), naming its position.
 // `indices` must be INT32 or INT64.
 absl::Status ValidateGroupIndices(const Tensor& indices, int64_t g);
+
+// The (token, slot) pairs p = m*S + s sorted by group, as GEMM problems: one
+// per group in use, its rows gathered from the pairs' tokens and scattered to
+// the pairs' output rows. The problems point into the row lists and into the
+// tensors, which must outlive them; moving the struct keeps them valid.
+struct GroupedMatMulWork {
+  std::vector<int64_t> pair_of_row;   // output row (pair) of each sorted row
+  std::vector<int64_t> token_of_row;  // input row (token) of each sorted row
+  std::vector<GemmProblem> problems;
+};
+
+// The problems of one GroupedMatMul, to run alone or merged with others'
+// (the batcher runs several requests' problems in one RunGemmProblems call).
+// Same preconditions as RunGroupedMatMul.
+absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan& plan,
+                                                         const Tensor& input,
+                                                         const Tensor& weights,
+                                                         const Tensor& indices,
+                                                         const Tensor* bias, Tensor* output);
 
 // Tensors must match the plan; `bias` may be null. Indices must have passed
 // ValidateGroupIndices. RESOURCE_EXHAUSTED if scratch memory is denied.

@@ -58,11 +58,19 @@ absl::StatusOr<MatMulPlan> PlanMatMul(absl::Span<const int64_t> a_shape,
 
 absl::Status RunMatMul(const MatMulPlan& plan, const Tensor& a, const Tensor& b, Tensor* y,
                        int threads) {
+  std::vector<GemmProblem> problems;
+  GEMMSERVE_RETURN_IF_ERROR(AppendMatMulProblems(plan, a, b, y, &problems));
+  return RunGemmProblems(problems, threads);
+}
+
+absl::Status AppendMatMulProblems(const MatMulPlan& plan, const Tensor& a, const Tensor& b,
+                                  Tensor* y, std::vector<GemmProblem>* out) {
   const DataType type = a.type();
   if (b.type() != type || y->type() != type) {
     return absl::InternalError("RunMatMul: operand datatypes differ");
   }
   if (plan.output_elements == 0) return absl::OkStatus();
+  std::vector<GemmProblem>& problems = *out;
   const int64_t es = DataTypeSize(type);
   const int64_t m = plan.m, n = plan.n, k = plan.k;
   const auto* a_bytes = static_cast<const uint8_t*>(a.raw_data());
@@ -71,7 +79,6 @@ absl::Status RunMatMul(const MatMulPlan& plan, const Tensor& a, const Tensor& b,
 
   bool b_shared = true;
   for (int64_t d : plan.b_batch) b_shared &= (d == 1);
-  std::vector<GemmProblem> problems;
   auto add = [&](int64_t rows, int64_t a_off, int64_t b_off, int64_t entry) {
     GemmProblem p;
     p.type = type;
@@ -90,7 +97,7 @@ absl::Status RunMatMul(const MatMulPlan& plan, const Tensor& a, const Tensor& b,
     // Every batch entry multiplies by the same B and the output batch is A's,
     // so the batch stacks onto M: one [batch*M, K] x [K, N] GEMM.
     add(plan.batch_count * m, 0, 0, 0);
-    return RunGemmProblems(problems, threads);
+    return absl::OkStatus();
   }
   // One problem per batch entry. Row-major strides (in matrices) of each
   // operand over the batch dims; a broadcast dimension has stride 0.
@@ -103,7 +110,7 @@ absl::Status RunMatMul(const MatMulPlan& plan, const Tensor& a, const Tensor& b,
     sa *= plan.a_batch[d];
     sb *= plan.b_batch[d];
   }
-  problems.reserve(static_cast<size_t>(plan.batch_count));
+  problems.reserve(problems.size() + static_cast<size_t>(plan.batch_count));
   int64_t a_off = 0, b_off = 0;
   for (int64_t entry = 0; entry < plan.batch_count; ++entry) {
     add(m, a_off, b_off, entry);
@@ -117,7 +124,7 @@ absl::Status RunMatMul(const MatMulPlan& plan, const Tensor& a, const Tensor& b,
       index[d] = 0;
     }
   }
-  return RunGemmProblems(problems, threads);
+  return absl::OkStatus();
 }
 
 }  // namespace gemmserve

@@ -14,9 +14,11 @@
 #define GEMMSERVE_SERVER_OPS_MATMUL_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "server/ops/gemm_problems.h"
 #include "server/tensor/shape.h"
 #include "server/tensor/tensor.h"
 
@@ -42,6 +44,12 @@ absl::StatusOr<MatMulPlan> PlanMatMul(absl::Span<const int64_t> a_shape,
 // datatype. Needs scratch only for half types (RESOURCE_EXHAUSTED if denied).
 absl::Status RunMatMul(const MatMulPlan& plan, const Tensor& a, const Tensor& b, Tensor* y,
                        int threads);
+
+// The GEMM problems RunMatMul would run, appended to `problems`, so the
+// batcher can run several requests' problems in one call. They point into the
+// tensors, which must outlive them.
+absl::Status AppendMatMulProblems(const MatMulPlan& plan, const Tensor& a, const Tensor& b,
+                                  Tensor* y, std::vector<GemmProblem>* problems);
 
 }  // namespace gemmserve
 

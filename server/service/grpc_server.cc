@@ -40,11 +40,21 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(const ServerOption
   engine_options.compute_threads = options.compute_threads;
   engine_options.max_output_bytes = options.max_output_bytes;
   engine_options.max_message_bytes = options.max_message_bytes;
-  std::vector<std::unique_ptr<Model>> models;
-  models.push_back(MakeMatMulModel());
-  models.push_back(MakeGroupedMatMulModel());
-  server->engine_ = std::make_unique<InferenceEngine>(engine_options, std::move(models));
-  server->service_ = std::make_unique<InferenceService>(server->engine_.get());
+  server->engine_ = std::make_unique<InferenceEngine>(engine_options);
+  // The built-in models merge concurrent requests' problem lists into one
+  // kernel call (README: built-in models).
+  BatchingOptions builtin_batching;
+  builtin_batching.max_queue_delay = absl::Microseconds(options.builtin_max_queue_delay_us);
+  builtin_batching.max_batch_rows = options.builtin_max_batch_rows;
+  builtin_batching.max_queue_size = options.builtin_max_queue_size;
+  server->engine_->Install(MakeMatMulModel(), builtin_batching);
+  server->engine_->Install(MakeGroupedMatMulModel(), builtin_batching);
+  server->repository_ = std::make_unique<ModelRepository>(
+      options.model_repository, server->engine_.get(),
+      std::vector<std::string>{"grouped_matmul", "matmul"});
+  server->repository_->LoadAll();
+  server->service_ =
+      std::make_unique<InferenceService>(server->engine_.get(), server->repository_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

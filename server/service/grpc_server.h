@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/core/inference_engine.h"
+#include "server/repository/model_repository.h"
 #include "server/service/inference_service.h"
 
 namespace gemmserve {
@@ -29,6 +30,11 @@ struct ServerOptions {
   int compute_threads = 1;
   int64_t max_message_bytes = int64_t{1} << 30;
   int64_t max_output_bytes = int64_t{4} << 30;
+  std::string model_repository;  // empty: built-in models only
+  // Dynamic batching of the built-in models.
+  int64_t builtin_max_queue_delay_us = 100;
+  int64_t builtin_max_batch_rows = 4096;
+  int64_t builtin_max_queue_size = 1024;
 };
 
 class GemmServer {
@@ -50,6 +56,7 @@ class GemmServer {
   GemmServer() = default;
 
   std::unique_ptr<InferenceEngine> engine_;
+  std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;

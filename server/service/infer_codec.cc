@@ -35,6 +35,26 @@ std::vector<TypedField> NonEmptyTypedFields(const inference::InferTensorContents
   return fields;
 }
 
+// Triton's scheduling parameters: a non-negative integer, sent as int64 or
+// uint64 (clients differ).
+absl::Status UnsignedParameter(const inference::ModelInferRequest& request, const char* name,
+                               uint64_t* out) {
+  auto it = request.parameters().find(name);
+  if (it == request.parameters().end()) return absl::OkStatus();
+  const inference::InferParameter& p = it->second;
+  if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+    *out = p.uint64_param();
+    return absl::OkStatus();
+  }
+  if (p.parameter_choice_case() == inference::InferParameter::kInt64Param &&
+      p.int64_param() >= 0) {
+    *out = static_cast<uint64_t>(p.int64_param());
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("parameter '", name, "': expected a non-negative integer (int64 or uint64)"));
+}
+
 }  // namespace
 
 absl::StatusOr<InferRequestView> DecodeInferRequest(const inference::ModelInferRequest& request) {
@@ -42,6 +62,8 @@ absl::StatusOr<InferRequestView> DecodeInferRequest(const inference::ModelInferR
   view.model_name = request.model_name();
   view.model_version = request.model_version();
   view.id = request.id();
+  if (absl::Status s = UnsignedParameter(request, "priority", &view.priority); !s.ok()) return s;
+  if (absl::Status s = UnsignedParameter(request, "timeout", &view.timeout_us); !s.ok()) return s;
   const int raw_count = request.raw_input_contents_size();
   if (raw_count > 0 && raw_count != request.inputs_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -113,6 +135,67 @@ void EncodeModelMetadata(const ModelMetadata& metadata,
   };
   for (const TensorSpec& spec : metadata.inputs) fill(spec, response->add_inputs());
   for (const TensorSpec& spec : metadata.outputs) fill(spec, response->add_outputs());
+}
+
+void EncodeModelConfig(const ServedModel& served, inference::ModelConfig* config) {
+  const ModelMetadata& metadata = served.metadata();
+  config->set_name(metadata.name);
+  config->set_platform(metadata.platform);
+  config->set_backend("gemmserve");
+  auto type_of = [](const TensorSpec& spec) {
+    inference::DataType t = inference::TYPE_INVALID;
+    inference::DataType_Parse(absl::StrCat("TYPE_", DataTypeName(spec.datatypes.front())), &t);
+    return t;
+  };
+  for (const TensorSpec& spec : metadata.inputs) {
+    inference::ModelInput* in = config->add_input();
+    in->set_name(spec.name);
+    in->set_data_type(type_of(spec));
+    for (int64_t d : spec.shape) in->add_dims(d);
+    in->set_optional(spec.optional);
+  }
+  for (const TensorSpec& spec : metadata.outputs) {
+    inference::ModelOutput* out = config->add_output();
+    out->set_name(spec.name);
+    out->set_data_type(type_of(spec));
+    for (int64_t d : spec.shape) out->add_dims(d);
+  }
+  if (const auto& b = served.batching()) {
+    inference::ModelDynamicBatching* db = config->mutable_dynamic_batching();
+    db->set_max_queue_delay_microseconds(
+        static_cast<uint64_t>(absl::ToInt64Microseconds(b->max_queue_delay)));
+    db->set_priority_levels(static_cast<uint64_t>(b->priority_levels));
+    db->set_default_priority_level(static_cast<uint64_t>(b->default_priority_level));
+    inference::ModelQueuePolicy* q = db->mutable_default_queue_policy();
+    q->set_max_queue_size(static_cast<uint32_t>(b->max_queue_size));
+    q->set_allow_timeout_override(true);
+    if (b->default_timeout != absl::InfiniteDuration()) {
+      q->set_default_timeout_microseconds(
+          static_cast<uint64_t>(absl::ToInt64Microseconds(b->default_timeout)));
+    }
+    (*config->mutable_parameters())["max_batch_rows"].set_string_value(
+        absl::StrCat(b->max_batch_rows));
+  }
+  for (const auto& [key, value] : served.model().parameters()) {
+    (*config->mutable_parameters())[key].set_string_value(value);
+  }
+}
+
+void EncodeModelStatistics(const ModelStatistics& s, inference::ModelStatistics* out) {
+  out->set_name(s.name);
+  out->set_version(s.version);
+  out->set_last_inference(s.last_inference_ms);
+  out->set_inference_count(s.inference_count);
+  out->set_execution_count(s.execution_count);
+  auto set = [](const DurationStat& d, inference::StatisticDuration* o) {
+    o->set_count(d.count);
+    o->set_ns(d.ns);
+  };
+  inference::InferStatistics* st = out->mutable_inference_stats();
+  set(s.success, st->mutable_success());
+  set(s.fail, st->mutable_fail());
+  set(s.queue, st->mutable_queue());
+  set(s.compute_infer, st->mutable_compute_infer());
 }
 
 }  // namespace gemmserve

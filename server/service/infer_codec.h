@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpc_service.pb.h"
+#include "server/core/inference_engine.h"
 #include "server/core/inference_request.h"
 #include "server/core/model.h"
 
@@ -21,6 +22,13 @@ void EncodeInferResponse(const InferResult& result, const std::string& id,
                          inference::ModelInferResponse* response);
 
 void EncodeModelMetadata(const ModelMetadata& metadata, inference::ModelMetadataResponse* response);
+
+// Triton's ModelConfig for a served model: tensors, dynamic batching (the
+// queue policy carries max_queue_size and the default timeout; max_batch_rows
+// is a parameter), and the model's own parameters (e.g. "groups").
+void EncodeModelConfig(const ServedModel& served, inference::ModelConfig* config);
+
+void EncodeModelStatistics(const ModelStatistics& stats, inference::ModelStatistics* out);
 
 }  // namespace gemmserve
 

@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/time/time.h"
+#include "server/common/client_text.h"
 #include "server/service/infer_codec.h"
 #include "server/service/status_util.h"
 
@@ -36,7 +39,8 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* context,
                                                        const inference::ModelReadyRequest* request,
                                                        inference::ModelReadyResponse* response) {
-  // As Triton does: an unknown model or version is simply not ready.
+  // As Triton does: an unknown, loading or unloaded model or version is
+  // simply not ready.
   response->set_ready(engine_->FindModel(request->name(), request->version()).ok());
   return FinishNow(context, grpc::Status::OK);
 }
@@ -52,7 +56,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
-  absl::StatusOr<const Model*> model = engine_->FindModel(request->name(), request->version());
+  auto model = engine_->FindModel(request->name(), request->version());
   if (!model.ok()) return FinishNow(context, ToGrpcStatus(model.status()));
   EncodeModelMetadata((*model)->metadata(), response);
   return FinishNow(context, grpc::Status::OK);
@@ -63,6 +67,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                                                        inference::ModelInferResponse* response) {
   absl::StatusOr<InferRequestView> view = DecodeInferRequest(*request);
   if (!view.ok()) return FinishNow(context, ToGrpcStatus(view.status()));
+  const auto deadline = context->deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    view->deadline = absl::FromChrono(deadline);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // gRPC owns `request` and `response` until Finish, so the worker may read
   // the one and fill the other.
@@ -78,6 +86,80 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
       });
   if (!submitted.ok()) reactor->Finish(ToGrpcStatus(submitted));
   return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(
+    grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
+    inference::ModelConfigResponse* response) {
+  auto served = engine_->FindModel(request->name(), request->version());
+  if (!served.ok()) return FinishNow(context, ToGrpcStatus(served.status()));
+  EncodeModelConfig(**served, response->mutable_config());
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
+    grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
+    inference::ModelStatisticsResponse* response) {
+  if (!request->name().empty()) {
+    auto served = engine_->FindModel(request->name(), request->version());
+    if (!served.ok()) return FinishNow(context, ToGrpcStatus(served.status()));
+    EncodeModelStatistics((*served)->statistics(), response->add_model_stats());
+  } else {
+    for (const auto& served : engine_->models()) {
+      EncodeModelStatistics(served->statistics(), response->add_model_stats());
+    }
+  }
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
+    grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
+    inference::RepositoryIndexResponse* response) {
+  for (const ModelIndexEntry& e : repository_->Index()) {
+    if (request->ready() && e.state != "READY") continue;
+    auto* m = response->add_models();
+    m->set_name(e.name);
+    m->set_version(e.version);
+    m->set_state(e.state);
+    m->set_reason(e.reason);
+  }
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
+    grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
+    inference::RepositoryModelLoadResponse*) {
+  ModelLoadRequest load;
+  for (const auto& [key, param] : request->parameters()) {
+    if (key == "config") {
+      if (param.parameter_choice_case() != inference::ModelRepositoryParameter::kStringParam) {
+        return FinishNow(context, ToGrpcStatus(absl::InvalidArgumentError(
+                                      "parameter 'config': expected a string (config.pbtxt text)")));
+      }
+      load.config = param.string_param();
+    } else if (absl::StartsWith(key, "file:")) {
+      if (param.parameter_choice_case() != inference::ModelRepositoryParameter::kBytesParam) {
+        return FinishNow(context, ToGrpcStatus(absl::InvalidArgumentError(
+                                      "'file:' parameters must carry bytes")));
+      }
+      load.files[key.substr(5)] = param.bytes_param();
+    } else {
+      return FinishNow(context, ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+                                    "unknown load parameter '", ClientText(key),
+                                    "'; expected 'config' or 'file:<path>'"))));
+    }
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  repository_->LoadAsync(request->model_name(), std::move(load), [reactor](absl::Status s) {
+    reactor->Finish(ToGrpcStatus(s));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
+    grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
+    inference::RepositoryModelUnloadResponse*) {
+  return FinishNow(context, ToGrpcStatus(repository_->Unload(request->model_name())));
 }
 
 }  // namespace gemmserve

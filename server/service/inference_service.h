@@ -11,12 +11,14 @@
 
 #include "grpc_service.grpc.pb.h"
 #include "server/core/inference_engine.h"
+#include "server/repository/model_repository.h"
 
 namespace gemmserve {
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  explicit InferenceService(InferenceEngine* engine) : engine_(engine) {}
+  InferenceService(InferenceEngine* engine, ModelRepository* repository)
+      : engine_(engine), repository_(repository) {}
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -36,9 +38,26 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override;
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
+                                            const inference::RepositoryIndexRequest* request,
+                                            inference::RepositoryIndexResponse* response) override;
+  // The load runs on the repository's thread; the reactor finishes from there.
+  grpc::ServerUnaryReactor* RepositoryModelLoad(
+      grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
+      inference::RepositoryModelLoadResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
+      inference::RepositoryModelUnloadResponse* response) override;
 
  private:
   InferenceEngine* const engine_;
+  ModelRepository* const repository_;
 };
 
 }  // namespace gemmserve

@@ -78,10 +78,16 @@ class ServiceRpcsTest(GemmServeTestCase):
                                        pb2.ModelMetadataRequest(name=name, version=version))
                 self.assertEqual(error.code(), grpc.StatusCode.NOT_FOUND, error.details())
 
-    def test_repository_index_is_unimplemented(self):
-        error = self.rpc_error(self.stub.RepositoryIndex, pb2.RepositoryIndexRequest())
+    def test_shared_memory_rpcs_are_unimplemented(self):
+        error = self.rpc_error(self.stub.SystemSharedMemoryStatus,
+                               pb2.SystemSharedMemoryStatusRequest())
         self.assertEqual(error.code(), grpc.StatusCode.UNIMPLEMENTED, error.details())
         self.assertTrue(self.stub.ServerLive(pb2.ServerLiveRequest(), timeout=10).live)
+
+    def test_repository_index_lists_the_built_in_models_ready(self):
+        index = self.stub.RepositoryIndex(pb2.RepositoryIndexRequest(), timeout=10)
+        self.assertEqual([(m.name, m.version, m.state) for m in index.models],
+                         [("grouped_matmul", "1", "READY"), ("matmul", "1", "READY")])
 
     def test_health_check_of_the_whole_server_is_serving(self):
         check = self.channel.unary_unary(HEALTH_CHECK, request_serializer=identity,

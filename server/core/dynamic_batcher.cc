@@ -1,0 +1,221 @@
+#include "server/core/dynamic_batcher.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gemmserve {
+
+DynamicBatcher::DynamicBatcher(BatchingOptions options, Clock* clock, Executor executor,
+                               absl::AnyInvocable<void()> wake_timer)
+    : options_(options),
+      clock_(clock),
+      executor_(std::move(executor)),
+      wake_timer_(std::move(wake_timer)) {
+  absl::MutexLock lock(&mu_);
+  levels_.resize(std::max(options_.priority_levels, 1));
+}
+
+absl::Status DynamicBatcher::Enqueue(std::unique_ptr<BatchTask> task, uint64_t priority,
+                                     absl::Time deadline, absl::Duration timeout) {
+  int level = 0;
+  if (options_.priority_levels > 0) {
+    if (priority > static_cast<uint64_t>(options_.priority_levels)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter 'priority': expected 0 (the default) or 1 to ",
+                       options_.priority_levels, ", got ", priority));
+    }
+    const int chosen = priority == 0 ? options_.default_priority_level : static_cast<int>(priority);
+    level = (chosen <= 0 ? options_.priority_levels : chosen) - 1;
+  }
+  const absl::Time now = clock_->Now();
+  if (timeout <= absl::ZeroDuration()) timeout = options_.default_timeout;
+  if (timeout != absl::InfiniteDuration()) deadline = std::min(deadline, now + timeout);
+  const int64_t rows = task->rows();
+
+  std::vector<Batch> batches;
+  std::vector<Rejection> rejected;
+  bool wake = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return absl::UnavailableError("model is unloading; retry later");
+    if (options_.max_queue_size > 0 && queued_ >= options_.max_queue_size) {
+      return absl::UnavailableError(absl::StrCat("queue full (", queued_,
+                                                 " requests waiting); retry later"));
+    }
+    levels_[level].push_back(Entry{std::move(task), rows, now, deadline});
+    ++queued_;
+    queued_rows_ += rows;
+    CollectDue(now, &batches, &rejected);
+    const absl::Time next = NextDue();
+    if (next < promised_poll_) {
+      promised_poll_ = next;
+      wake = true;
+    }
+  }
+  Dispatch(std::move(batches), std::move(rejected));
+  if (wake && wake_timer_) wake_timer_();
+  return absl::OkStatus();
+}
+
+void DynamicBatcher::BatchDone() {
+  std::vector<Batch> batches;
+  std::vector<Rejection> rejected;
+  bool wake = false;
+  {
+    absl::MutexLock lock(&mu_);
+    --in_flight_;
+    CollectDue(clock_->Now(), &batches, &rejected);
+    const absl::Time next = NextDue();
+    if (next < promised_poll_) {
+      promised_poll_ = next;
+      wake = true;
+    }
+  }
+  Dispatch(std::move(batches), std::move(rejected));
+  if (wake && wake_timer_) wake_timer_();
+}
+
+absl::Time DynamicBatcher::Poll() {
+  std::vector<Batch> batches;
+  std::vector<Rejection> rejected;
+  absl::Time next;
+  {
+    absl::MutexLock lock(&mu_);
+    CollectDue(clock_->Now(), &batches, &rejected);
+    next = NextDue();
+    promised_poll_ = next;
+  }
+  Dispatch(std::move(batches), std::move(rejected));
+  return next;
+}
+
+void DynamicBatcher::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+}
+
+int64_t DynamicBatcher::queued() const {
+  absl::MutexLock lock(&mu_);
+  return queued_;
+}
+
+int64_t DynamicBatcher::in_flight_batches() const {
+  absl::MutexLock lock(&mu_);
+  return in_flight_;
+}
+
+void DynamicBatcher::CollectDue(absl::Time now, std::vector<Batch>* batches,
+                                std::vector<Rejection>* rejected) {
+  // Requests that can no longer be answered usefully leave without compute.
+  for (std::deque<Entry>& level : levels_) {
+    for (auto it = level.begin(); it != level.end();) {
+      absl::Status status;
+      if (now >= it->deadline) {
+        status = absl::DeadlineExceededError("deadline passed while queued; not computed");
+      } else if (it->task->IsCancelled()) {
+        status = absl::CancelledError("request cancelled while queued");
+      }
+      if (status.ok()) {
+        ++it;
+        continue;
+      }
+      --queued_;
+      queued_rows_ -= it->rows;
+      rejected->push_back({std::move(it->task), std::move(status)});
+      it = level.erase(it);
+    }
+  }
+  while (queued_ > 0) {
+    absl::Time oldest = absl::InfiniteFuture();
+    for (const std::deque<Entry>& level : levels_) {
+      if (!level.empty()) oldest = std::min(oldest, level.front().enqueued);
+    }
+    const bool full = options_.max_batch_rows > 0 && queued_rows_ >= options_.max_batch_rows;
+    const bool idle = in_flight_ == 0;
+    const bool waited = now >= oldest + options_.max_queue_delay;
+    // Closed (unloading or shutting down): nothing more will join.
+    if (!full && !idle && !waited && !closed_) return;
+
+    Batch batch;
+    int64_t rows = 0;
+    for (std::deque<Entry>& level : levels_) {
+      while (!level.empty()) {
+        Entry& front = level.front();
+        if (!batch.empty() && options_.max_batch_rows > 0 &&
+            rows + front.rows > options_.max_batch_rows) {
+          break;
+        }
+        rows += front.rows;
+        --queued_;
+        queued_rows_ -= front.rows;
+        batch.push_back(std::move(front.task));
+        level.pop_front();
+      }
+      // Strict priority: a lower level only fills what the higher left.
+      if (!level.empty()) break;
+    }
+    ++in_flight_;
+    batches->push_back(std::move(batch));
+  }
+}
+
+absl::Time DynamicBatcher::NextDue() const {
+  absl::Time next = absl::InfiniteFuture();
+  for (const std::deque<Entry>& level : levels_) {
+    for (const Entry& e : level) next = std::min(next, e.deadline);
+    if (!level.empty()) next = std::min(next, level.front().enqueued + options_.max_queue_delay);
+  }
+  return next;
+}
+
+void DynamicBatcher::Dispatch(std::vector<Batch> batches, std::vector<Rejection> rejected) {
+  for (Rejection& r : rejected) r.task->Reject(std::move(r.status));
+  for (Batch& b : batches) executor_(std::move(b));
+}
+
+BatcherTimer::BatcherTimer() : thread_([this] { Loop(); }) {}
+
+BatcherTimer::~BatcherTimer() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+void BatcherTimer::Register(std::weak_ptr<DynamicBatcher> batcher) {
+  absl::MutexLock lock(&mu_);
+  batchers_.push_back(std::move(batcher));
+  woken_ = true;
+}
+
+void BatcherTimer::Wake() {
+  absl::MutexLock lock(&mu_);
+  woken_ = true;
+}
+
+void BatcherTimer::Loop() {
+  while (true) {
+    std::vector<std::weak_ptr<DynamicBatcher>> batchers;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      woken_ = false;
+      batchers_.erase(std::remove_if(batchers_.begin(), batchers_.end(),
+                                     [](const auto& w) { return w.expired(); }),
+                      batchers_.end());
+      batchers = batchers_;
+    }
+    absl::Time next = absl::InfiniteFuture();
+    for (const auto& weak : batchers) {
+      if (std::shared_ptr<DynamicBatcher> b = weak.lock()) next = std::min(next, b->Poll());
+    }
+    absl::MutexLock lock(&mu_);
+    auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return woken_ || stopping_; };
+    mu_.AwaitWithDeadline(absl::Condition(&woken), next);
+  }
+}
+
+}  // namespace gemmserve

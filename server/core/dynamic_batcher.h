@@ -1,0 +1,167 @@
+// DynamicBatcher: the queue in front of one model that merges concurrent
+// requests into one kernel call, so each expert's weights are read once for
+// the tokens of many requests.
+//
+// Contract:
+//   - Enqueue never blocks and never computes. It takes ownership of the task
+//     and returns OK, or returns UNAVAILABLE at once when the queue holds
+//     `max_queue_size` requests (or the batcher is closed), in which case the
+//     task is destroyed without being answered: the caller answers with the
+//     returned status.
+//   - Every task accepted is answered exactly once: either it is handed to
+//     the executor inside a batch, or it is rejected without compute
+//     (DEADLINE_EXCEEDED when its deadline or queue timeout passes while
+//     queued, CANCELLED when its client has gone).
+//   - A batch is cut when its rows reach `max_batch_rows`, when the oldest
+//     request has waited `max_queue_delay`, or at once when no batch of this
+//     model is running: holding requests while the cores sit idle only adds
+//     latency, and the requests that arrive meanwhile form the next batch.
+//   - Batches take requests by priority level (1 is the highest), first in
+//     first out within a level, up to `max_batch_rows` rows; a single request
+//     larger than that runs alone.
+//   - The executor is called outside the batcher's lock with the tasks of one
+//     batch; it must run them (typically on the worker pool, never inline on
+//     the caller's thread if that is a gRPC thread) and then call BatchDone().
+//   - Time comes from the injected Clock. Nothing here sleeps: Poll() cuts
+//     whatever is due now and says when it next needs to be called; in the
+//     server a BatcherTimer thread calls it, in tests the test does.
+//
+//   DynamicBatcher batcher(options, RealClock::Get(),
+//       [&](std::vector<std::unique_ptr<BatchTask>> batch) {
+//         pool.Schedule([&, b = std::move(batch)](int threads) mutable {
+//           RunTogether(std::move(b), threads);
+//           batcher.BatchDone();
+//         });
+//       });
+//   absl::Status s = batcher.Enqueue(std::move(task), /*priority=*/0, deadline);
+#ifndef GEMMSERVE_SERVER_CORE_DYNAMIC_BATCHER_H_
+#define GEMMSERVE_SERVER_CORE_DYNAMIC_BATCHER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/core/clock.h"
+
+namespace gemmserve {
+
+struct BatchingOptions {
+  absl::Duration max_queue_delay = absl::Microseconds(100);
+  int64_t max_batch_rows = 0;  // 0: no limit
+  int64_t max_queue_size = 0;  // requests; 0: no limit
+  absl::Duration default_timeout = absl::InfiniteDuration();
+  int priority_levels = 0;        // 0: one level, priorities ignored
+  int default_priority_level = 0;  // 0: the lowest level
+};
+
+// One queued request as the batcher sees it.
+class BatchTask {
+ public:
+  virtual ~BatchTask() = default;
+  // Rows the request adds to a batch (tokens of a GroupedMatMul, rows of A).
+  virtual int64_t rows() const = 0;
+  // True once the client has gone; polled while queued.
+  virtual bool IsCancelled() const = 0;
+  // Answers the request without computing it. Called at most once, outside
+  // the batcher's lock.
+  virtual void Reject(absl::Status status) = 0;
+};
+
+class DynamicBatcher {
+ public:
+  using Batch = std::vector<std::unique_ptr<BatchTask>>;
+  using Executor = absl::AnyInvocable<void(Batch)>;
+
+  // `clock` must outlive the batcher. `wake_timer` (may be empty) is called,
+  // outside the lock, when the next time Poll() is due moves earlier.
+  DynamicBatcher(BatchingOptions options, Clock* clock, Executor executor,
+                 absl::AnyInvocable<void()> wake_timer = nullptr);
+  DynamicBatcher(const DynamicBatcher&) = delete;
+  DynamicBatcher& operator=(const DynamicBatcher&) = delete;
+
+  // `priority` as the request sent it: 0 for the default level, else 1 (the
+  // highest) to priority_levels; INVALID_ARGUMENT outside that range.
+  // `deadline` is the client's (absl::InfiniteFuture() for none); the
+  // request's queue timeout (`timeout`, or the model's default) is applied
+  // here. UNAVAILABLE when full or closed.
+  absl::Status Enqueue(std::unique_ptr<BatchTask> task, uint64_t priority, absl::Time deadline,
+                       absl::Duration timeout = absl::ZeroDuration());
+
+  // The executor's batch has finished.
+  void BatchDone();
+
+  // Cuts the batches and rejects the requests that are due now; returns when
+  // it should next be called (absl::InfiniteFuture() when nothing waits).
+  absl::Time Poll();
+
+  // Stops accepting: later Enqueue calls get UNAVAILABLE. What is queued still
+  // runs.
+  void Close();
+
+  int64_t queued() const;
+  int64_t in_flight_batches() const;
+  const BatchingOptions& options() const { return options_; }
+
+ private:
+  struct Entry {
+    std::unique_ptr<BatchTask> task;
+    int64_t rows;
+    absl::Time enqueued;
+    absl::Time deadline;
+  };
+  struct Rejection {
+    std::unique_ptr<BatchTask> task;
+    absl::Status status;
+  };
+
+  // Removes expired and cancelled entries and cuts what is due.
+  void CollectDue(absl::Time now, std::vector<Batch>* batches, std::vector<Rejection>* rejected)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Time NextDue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the executor and the rejections gathered under the lock.
+  void Dispatch(std::vector<Batch> batches, std::vector<Rejection> rejected);
+
+  const BatchingOptions options_;
+  Clock* const clock_;
+  Executor executor_;
+  absl::AnyInvocable<void()> wake_timer_;
+
+  mutable absl::Mutex mu_;
+  std::vector<std::deque<Entry>> levels_ ABSL_GUARDED_BY(mu_);  // [0] highest
+  int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t queued_rows_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time promised_poll_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+};
+
+// The thread that calls Poll() on every registered batcher when it is due.
+// Batchers are held weakly: one that is destroyed simply drops out.
+class BatcherTimer {
+ public:
+  BatcherTimer();
+  ~BatcherTimer();
+  void Register(std::weak_ptr<DynamicBatcher> batcher);
+  // Makes the thread recompute its next wake-up now.
+  void Wake();
+
+ private:
+  void Loop();
+
+  absl::Mutex mu_;
+  std::vector<std::weak_ptr<DynamicBatcher>> batchers_ ABSL_GUARDED_BY(mu_);
+  bool woken_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_CORE_DYNAMIC_BATCHER_H_

@@ -1,0 +1,221 @@
+// Deterministic tests of the dynamic batcher: a fake clock, an executor that
+// only records the batches it is handed (the "kernel" never runs until the
+// test says so), no sleeps.
+#include "server/core/dynamic_batcher.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gemmserve {
+namespace {
+
+using ::testing::ElementsAre;
+
+struct Outcome {
+  std::vector<std::string> rejected;  // "name:CODE"
+};
+
+class FakeTask final : public BatchTask {
+ public:
+  FakeTask(std::string name, int64_t rows, Outcome* outcome, bool* cancelled = nullptr)
+      : name_(std::move(name)), rows_(rows), outcome_(outcome), cancelled_(cancelled) {}
+  int64_t rows() const override { return rows_; }
+  bool IsCancelled() const override { return cancelled_ && *cancelled_; }
+  void Reject(absl::Status status) override {
+    outcome_->rejected.push_back(
+        name_ + ":" + std::string(absl::StatusCodeToString(status.code())));
+  }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  int64_t rows_;
+  Outcome* outcome_;
+  bool* cancelled_;
+};
+
+// Records batches as lists of task names; the test finishes them.
+class BatcherTest : public ::testing::Test {
+ protected:
+  void Make(BatchingOptions options) {
+    batcher_ = std::make_unique<DynamicBatcher>(
+        options, &clock_, [this](DynamicBatcher::Batch batch) {
+          std::vector<std::string> names;
+          for (auto& t : batch) names.push_back(static_cast<FakeTask*>(t.get())->name());
+          batches_.push_back(names);
+        },
+        [this] { ++wakes_; });
+  }
+  absl::Status Add(const std::string& name, int64_t rows, uint64_t priority = 0,
+                   absl::Time deadline = absl::InfiniteFuture(),
+                   absl::Duration timeout = absl::ZeroDuration(), bool* cancelled = nullptr) {
+    return batcher_->Enqueue(std::make_unique<FakeTask>(name, rows, &outcome_, cancelled),
+                             priority, deadline, timeout);
+  }
+
+  FakeClock clock_;
+  Outcome outcome_;
+  std::vector<std::vector<std::string>> batches_;
+  int wakes_ = 0;
+  std::unique_ptr<DynamicBatcher> batcher_;
+};
+
+BatchingOptions Options(int64_t delay_us, int64_t max_rows, int64_t max_queue = 0) {
+  BatchingOptions o;
+  o.max_queue_delay = absl::Microseconds(delay_us);
+  o.max_batch_rows = max_rows;
+  o.max_queue_size = max_queue;
+  return o;
+}
+
+TEST_F(BatcherTest, IdleWorkersTakeTheFirstRequestAtOnce) {
+  Make(Options(1000, 64));
+  ASSERT_TRUE(Add("a", 1).ok());
+  EXPECT_THAT(batches_, ElementsAre(ElementsAre("a")));
+  EXPECT_EQ(batcher_->in_flight_batches(), 1);
+}
+
+TEST_F(BatcherTest, RequestsArrivingDuringABatchFormTheNextOne) {
+  Make(Options(1000, 64));
+  ASSERT_TRUE(Add("a", 1).ok());
+  ASSERT_TRUE(Add("b", 2).ok());
+  ASSERT_TRUE(Add("c", 3).ok());
+  EXPECT_EQ(batches_.size(), 1u);  // b and c wait: a batch is running
+  batcher_->BatchDone();
+  EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b", "c")));
+}
+
+TEST_F(BatcherTest, ABatchIsCutWhenTheDelayPassesWhileAnotherRuns) {
+  Make(Options(500, 64));
+  ASSERT_TRUE(Add("a", 1).ok());
+  clock_.Advance(absl::Microseconds(100));
+  ASSERT_TRUE(Add("b", 1).ok());
+  EXPECT_EQ(batcher_->Poll(), clock_.Now() + absl::Microseconds(500));
+  clock_.Advance(absl::Microseconds(499));
+  batcher_->Poll();
+  EXPECT_EQ(batches_.size(), 1u);
+  clock_.Advance(absl::Microseconds(1));
+  EXPECT_EQ(batcher_->Poll(), absl::InfiniteFuture());
+  EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b")));
+  EXPECT_EQ(batcher_->in_flight_batches(), 2);
+}
+
+TEST_F(BatcherTest, ABatchIsCutWhenRowsReachTheLimit) {
+  Make(Options(1000000, 8));
+  ASSERT_TRUE(Add("a", 1).ok());  // runs at once
+  ASSERT_TRUE(Add("b", 4).ok());
+  ASSERT_TRUE(Add("c", 3).ok());
+  EXPECT_EQ(batches_.size(), 1u);
+  ASSERT_TRUE(Add("d", 1).ok());  // 8 rows queued: cut b, c, d
+  EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b", "c", "d")));
+}
+
+TEST_F(BatcherTest, ABatchNeverExceedsMaxRowsButABigRequestRunsAlone) {
+  Make(Options(1000, 4));
+  ASSERT_TRUE(Add("a", 1).ok());
+  ASSERT_TRUE(Add("big", 10).ok());  // over the limit by itself: cut alone
+  ASSERT_TRUE(Add("b", 3).ok());
+  ASSERT_TRUE(Add("c", 2).ok());  // b + c = 5 > 4
+  EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("big"), ElementsAre("b")));
+  batcher_->BatchDone();
+  batcher_->BatchDone();
+  batcher_->BatchDone();
+  EXPECT_THAT(batches_.back(), ElementsAre("c"));
+}
+
+TEST_F(BatcherTest, AFullQueueRefusesAtOnceAndKeepsWhatItAccepted) {
+  Make(Options(1000, 0, /*max_queue=*/2));
+  ASSERT_TRUE(Add("a", 1).ok());  // running, not queued
+  ASSERT_TRUE(Add("b", 1).ok());
+  ASSERT_TRUE(Add("c", 1).ok());
+  absl::Status full = Add("d", 1);
+  EXPECT_EQ(full.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(full.message()), ::testing::HasSubstr("queue full"));
+  EXPECT_EQ(batcher_->queued(), 2);
+  batcher_->BatchDone();
+  EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b", "c")));
+  EXPECT_TRUE(outcome_.rejected.empty());
+}
+
+TEST_F(BatcherTest, ADeadlinePassingWhileQueuedRejectsWithoutCompute) {
+  Make(Options(1000000, 0));
+  ASSERT_TRUE(Add("a", 1).ok());
+  ASSERT_TRUE(Add("late", 1, 0, clock_.Now() + absl::Microseconds(50)).ok());
+  ASSERT_TRUE(Add("b", 1).ok());
+  // The batcher asks to be polled at the deadline.
+  EXPECT_EQ(batcher_->Poll(), clock_.Now() + absl::Microseconds(50));
+  clock_.Advance(absl::Microseconds(50));
+  batcher_->Poll();
+  EXPECT_THAT(outcome_.rejected, ElementsAre("late:DEADLINE_EXCEEDED"));
+  batcher_->BatchDone();
+  EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b")));
+}
+
+TEST_F(BatcherTest, TheTimeoutParameterAndTheDefaultTimeoutApply) {
+  BatchingOptions o = Options(1000000, 0);
+  o.default_timeout = absl::Microseconds(300);
+  Make(o);
+  ASSERT_TRUE(Add("a", 1).ok());
+  ASSERT_TRUE(Add("default", 1).ok());
+  ASSERT_TRUE(Add("short", 1, 0, absl::InfiniteFuture(), absl::Microseconds(100)).ok());
+  clock_.Advance(absl::Microseconds(100));
+  batcher_->Poll();
+  EXPECT_THAT(outcome_.rejected, ElementsAre("short:DEADLINE_EXCEEDED"));
+  clock_.Advance(absl::Microseconds(200));
+  batcher_->Poll();
+  EXPECT_THAT(outcome_.rejected, ElementsAre("short:DEADLINE_EXCEEDED", "default:DEADLINE_EXCEEDED"));
+}
+
+TEST_F(BatcherTest, ACancelledRequestLeavesTheQueueWithoutCompute) {
+  Make(Options(1000000, 0));
+  bool cancelled = false;
+  ASSERT_TRUE(Add("a", 1).ok());
+  ASSERT_TRUE(Add("gone", 1, 0, absl::InfiniteFuture(), absl::ZeroDuration(), &cancelled).ok());
+  ASSERT_TRUE(Add("b", 1).ok());
+  cancelled = true;
+  batcher_->BatchDone();
+  EXPECT_THAT(outcome_.rejected, ElementsAre("gone:CANCELLED"));
+  EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b")));
+}
+
+TEST_F(BatcherTest, HigherPriorityLevelsGoFirst) {
+  BatchingOptions o = Options(1000000, 2);
+  o.priority_levels = 3;
+  o.default_priority_level = 2;
+  Make(o);
+  ASSERT_TRUE(Add("a", 1).ok());
+  ASSERT_TRUE(Add("low", 1, 3).ok());
+  ASSERT_TRUE(Add("default", 1).ok());  // level 2: 2 rows queued, cut now
+  EXPECT_THAT(batches_.back(), ElementsAre("default", "low"));
+  ASSERT_TRUE(Add("low2", 1, 3).ok());
+  ASSERT_TRUE(Add("high", 1, 1).ok());
+  EXPECT_THAT(batches_.back(), ElementsAre("high", "low2"));
+  EXPECT_EQ(Add("bad", 1, 4).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(BatcherTest, ClosedBatcherRefusesNewWorkAndRunsWhatIsQueued) {
+  Make(Options(1000000, 0));
+  ASSERT_TRUE(Add("a", 1).ok());
+  ASSERT_TRUE(Add("b", 1).ok());
+  batcher_->Close();
+  EXPECT_EQ(Add("c", 1).code(), absl::StatusCode::kUnavailable);
+  batcher_->Poll();  // closed: nothing waits for company any more
+  EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b")));
+}
+
+TEST_F(BatcherTest, TheTimerIsWokenOnlyWhenTheNextPollMovesEarlier) {
+  Make(Options(500, 0));
+  ASSERT_TRUE(Add("a", 1).ok());  // cut at once, nothing waits
+  EXPECT_EQ(wakes_, 0);
+  ASSERT_TRUE(Add("b", 1).ok());  // waits: poll due in 500 us
+  EXPECT_EQ(wakes_, 1);
+  ASSERT_TRUE(Add("c", 1).ok());  // same due time
+  EXPECT_EQ(wakes_, 1);
+}
+
+}  // namespace
+}  // namespace gemmserve

@@ -1,0 +1,101 @@
+// ModelRepository: Triton's model repository layout, loaded into the engine.
+//
+//   DIR/<model>/config.pbtxt        optional, gemmserve.config.ModelConfigFile
+//   DIR/<model>/<version>/model.onnx  (the highest numeric version is served)
+//
+// Models load at start-up (a model that fails is listed UNAVAILABLE with its
+// reason; the server runs on) and on request: Load replaces a served model
+// atomically (requests in flight finish on the old weights), Unload removes
+// it. Loads run one at a time on the repository's own thread, never on the
+// caller's: LoadAsync returns at once and reports through its callback.
+//
+// A load may bring its own config text and files (Triton's RepositoryModelLoad
+// parameters "config" and "file:<path>"): they are written to a private
+// temporary directory, loaded from there, and removed.
+//
+//   ModelRepository repo("/models", &engine);
+//   repo.LoadAll();
+//   repo.LoadAsync("moe", {}, [](absl::Status s) { ... });
+#ifndef GEMMSERVE_SERVER_REPOSITORY_MODEL_REPOSITORY_H_
+#define GEMMSERVE_SERVER_REPOSITORY_MODEL_REPOSITORY_H_
+
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "gemmserve_config.pb.h"
+#include "server/core/dynamic_batcher.h"
+#include "server/core/inference_engine.h"
+
+namespace gemmserve {
+
+struct ModelIndexEntry {
+  std::string name, version;
+  std::string state;   // READY, UNAVAILABLE, LOADING
+  std::string reason;  // why UNAVAILABLE
+};
+
+struct ModelLoadRequest {
+  std::optional<std::string> config;          // config.pbtxt text
+  std::map<std::string, std::string> files;   // path inside the model directory -> bytes
+};
+
+// Parses config.pbtxt text. INVALID_ARGUMENT with the parser's line and column.
+absl::StatusOr<config::ModelConfigFile> ParseModelConfigFile(absl::string_view text);
+// The batcher options of a config; nullopt without a dynamic_batching block.
+absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
+    const config::ModelConfigFile& config);
+
+class ModelRepository {
+ public:
+  // `root` may be empty: no repository, only the built-in models.
+  ModelRepository(std::string root, InferenceEngine* engine, std::vector<std::string> builtin);
+  ~ModelRepository();
+
+  // Loads every model directory under the root, one by one; failures are
+  // recorded (and logged), not fatal.
+  void LoadAll();
+
+  // NOT_FOUND: no such model directory; INVALID_ARGUMENT: a model file or
+  // config error (the previous version, if any, keeps serving).
+  absl::Status Load(const std::string& name, const ModelLoadRequest& request);
+  void LoadAsync(std::string name, ModelLoadRequest request,
+                 absl::AnyInvocable<void(absl::Status) &&> done);
+  absl::Status Unload(const std::string& name);
+
+  // Every model known: built in, in the repository, or loaded by request.
+  std::vector<ModelIndexEntry> Index() const;
+  // The config a model was loaded with (empty for built-in models).
+  std::optional<config::ModelConfigFile> Config(absl::string_view name) const;
+
+ private:
+  void WorkerLoop();
+  absl::Status LoadFrom(const std::string& name, const std::string& model_dir,
+                        const std::optional<std::string>& config_text);
+  void Record(const std::string& name, ModelIndexEntry entry,
+              std::optional<config::ModelConfigFile> config);
+
+  const std::string root_;
+  InferenceEngine* const engine_;
+  const std::vector<std::string> builtin_;
+
+  absl::Mutex load_mu_;  // one load or unload at a time
+  mutable absl::Mutex mu_;
+  std::map<std::string, ModelIndexEntry, std::less<>> index_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, config::ModelConfigFile, std::less<>> configs_ ABSL_GUARDED_BY(mu_);
+  std::deque<absl::AnyInvocable<void() &&>> jobs_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread worker_;
+};
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_REPOSITORY_MODEL_REPOSITORY_H_
