@@ -608,6 +608,13 @@ def main(argv=None):
     markdown = render(report, args.run,
                       os.path.relpath(args.plot, os.path.dirname(os.path.abspath(args.markdown))),
                       args.note)
+    # Keep the section scripts/service_benchmark.py maintains.
+    begin, end = "<!-- service-benchmark:begin -->", "<!-- service-benchmark:end -->"
+    if os.path.exists(args.markdown):
+        old = open(args.markdown).read()
+        if begin in old and end in old:
+            markdown = (markdown.rstrip("\n") + "\n\n" +
+                        old[old.index(begin):old.index(end) + len(end)] + "\n")
     with open(args.markdown, "w") as f:
         f.write(markdown)
     print(f"wrote {args.markdown} and {args.plot}")
