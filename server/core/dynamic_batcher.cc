@@ -45,6 +45,7 @@ absl::Status DynamicBatcher::Enqueue(std::unique_ptr<BatchTask> task, uint64_t p
                                                  " requests waiting); retry later"));
     }
     levels_[level].push_back(Entry{std::move(task), rows, now, deadline});
+    if (deadline != absl::InfiniteFuture()) deadlines_.insert(deadline);
     ++queued_;
     queued_rows_ += rows;
     CollectDue(now, &batches, &rejected);
@@ -109,22 +110,29 @@ int64_t DynamicBatcher::in_flight_batches() const {
 void DynamicBatcher::CollectDue(absl::Time now, std::vector<Batch>* batches,
                                 std::vector<Rejection>* rejected) {
   // Requests that can no longer be answered usefully leave without compute.
-  for (std::deque<Entry>& level : levels_) {
-    for (auto it = level.begin(); it != level.end();) {
-      absl::Status status;
-      if (now >= it->deadline) {
-        status = absl::DeadlineExceededError("deadline passed while queued; not computed");
-      } else if (it->task->IsCancelled()) {
-        status = absl::CancelledError("request cancelled while queued");
+  // The full scan runs only when a deadline is due (the timer polls then);
+  // cancellations are also caught as requests are taken into a batch.
+  auto drop_reason = [&](const Entry& e) -> absl::Status {
+    if (now >= e.deadline) {
+      return absl::DeadlineExceededError("deadline passed while queued; not computed");
+    }
+    if (e.task->IsCancelled()) return absl::CancelledError("request cancelled while queued");
+    return absl::OkStatus();
+  };
+  auto remove = [&](std::deque<Entry>& level, std::deque<Entry>::iterator it,
+                    absl::Status status) {
+    --queued_;
+    queued_rows_ -= it->rows;
+    if (it->deadline != absl::InfiniteFuture()) deadlines_.erase(deadlines_.find(it->deadline));
+    if (!status.ok()) rejected->push_back({std::move(it->task), std::move(status)});
+    return level.erase(it);
+  };
+  if (!deadlines_.empty() && *deadlines_.begin() <= now) {
+    for (std::deque<Entry>& level : levels_) {
+      for (auto it = level.begin(); it != level.end();) {
+        absl::Status status = drop_reason(*it);
+        it = status.ok() ? std::next(it) : remove(level, it, std::move(status));
       }
-      if (status.ok()) {
-        ++it;
-        continue;
-      }
-      --queued_;
-      queued_rows_ -= it->rows;
-      rejected->push_back({std::move(it->task), std::move(status)});
-      it = level.erase(it);
     }
   }
   while (queued_ > 0) {
@@ -142,29 +150,31 @@ void DynamicBatcher::CollectDue(absl::Time now, std::vector<Batch>* batches,
     int64_t rows = 0;
     for (std::deque<Entry>& level : levels_) {
       while (!level.empty()) {
-        Entry& front = level.front();
+        auto front = level.begin();
+        if (absl::Status status = drop_reason(*front); !status.ok()) {
+          remove(level, front, std::move(status));
+          continue;
+        }
         if (!batch.empty() && options_.max_batch_rows > 0 &&
-            rows + front.rows > options_.max_batch_rows) {
+            rows + front->rows > options_.max_batch_rows) {
           break;
         }
-        rows += front.rows;
-        --queued_;
-        queued_rows_ -= front.rows;
-        batch.push_back(std::move(front.task));
-        level.pop_front();
+        rows += front->rows;
+        batch.push_back(std::move(front->task));
+        remove(level, front, absl::OkStatus());
       }
       // Strict priority: a lower level only fills what the higher left.
       if (!level.empty()) break;
     }
+    if (batch.empty()) continue;  // everything left had gone
     ++in_flight_;
     batches->push_back(std::move(batch));
   }
 }
 
 absl::Time DynamicBatcher::NextDue() const {
-  absl::Time next = absl::InfiniteFuture();
+  absl::Time next = deadlines_.empty() ? absl::InfiniteFuture() : *deadlines_.begin();
   for (const std::deque<Entry>& level : levels_) {
-    for (const Entry& e : level) next = std::min(next, e.deadline);
     if (!level.empty()) next = std::min(next, level.front().enqueued + options_.max_queue_delay);
   }
   return next;

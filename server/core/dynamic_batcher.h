@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -135,6 +136,7 @@ class DynamicBatcher {
 
   mutable absl::Mutex mu_;
   std::vector<std::deque<Entry>> levels_ ABSL_GUARDED_BY(mu_);  // [0] highest
+  std::multiset<absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);  // finite ones, of queued entries
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_rows_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
