@@ -7,9 +7,12 @@ ctest passes both paths. One server is started on an ephemeral port of
 127.0.0.1 for the whole test; the test learns the port from the server's
 "gemmserve listening on" line and never sleeps. Timeouts only guard against
 hangs; the operands are .npy files written here with numpy and the results
-are checked against numpy.matmul.
+are checked against numpy.matmul. The perf tests run the load generator for
+about a second each (against gemmserve, and against `gemmserve-cli
+noop-server` started the same way) and check its JSON report.
 """
 
+import json
 import os
 import re
 import select
@@ -268,6 +271,108 @@ class CliTest(unittest.TestCase):
         self.assert_exit(result, 1)
         self.assertIn("INVALID_ARGUMENT", result.stderr)
 
+    # -------------------------------------------------------------- perf
+
+    # Short runs: a 0.2 s warm-up, then 1 s measured. The per-call deadline
+    # keeps a stuck server from stalling a run.
+    PERF_FLAGS = ("--warmup=0.2", "--duration=1", "--timeout_ms=10000")
+
+    def perf(self, *args, url=None):
+        """Runs perf, expects exit status 0, returns (JSON report, stdout)."""
+        out = self.path("perf.json")
+        result = self.cli("perf", *self.PERF_FLAGS, f"--json_out={out}", *args, url=url)
+        self.assert_exit(result, 0)
+        with open(out) as f:
+            return json.load(f), result.stdout
+
+    def assert_clean_run(self, report, stdout):
+        self.assertGreater(report["ok"], 0, stdout)
+        self.assertEqual(report["errors"], {}, stdout)
+        self.assertLessEqual(report["p50_us"], report["p90_us"])
+        self.assertLessEqual(report["p90_us"], report["p99_us"])
+        self.assertLessEqual(report["p99_us"], report["max_us"])
+        self.assertAlmostEqual(report["throughput"], report["ok"] / report["duration_s"],
+                               delta=1e-3)
+        self.assertRegex(stdout, r"(?m)^  requests \d+ ok, 0 errors; throughput [\d.]+ infer/s$")
+        self.assertRegex(stdout, r"(?m)^  latency p50 \d+ us, p90 \d+ us, p99 \d+ us, max \d+ us")
+        self.assertNotIn("errors:", stdout)
+
+    def test_perf_closed_loop_matmul(self):
+        report, stdout = self.perf("--model=matmul", "--concurrency=4", "--shape=A:2,3",
+                                   "--shape", "B:3,4")
+        self.assert_clean_run(report, stdout)
+        self.assertEqual((report["model"], report["mode"], report["concurrency"], report["rate"]),
+                         ("matmul", "closed_loop", 4, None))
+        self.assertEqual(report["client_dropped"], 0)
+        self.assertEqual(report["inputs"], {"A": {"datatype": "FP32", "shape": [2, 3]},
+                                            "B": {"datatype": "FP32", "shape": [3, 4]}})
+        self.assertTrue(stdout.startswith("model matmul, closed loop, concurrency 4, 1.0 s\n"),
+                        stdout)
+
+    def test_perf_closed_loop_grouped_matmul_indices_are_valid(self):
+        # G comes from the first dimension of weights; an index outside
+        # [0, G) would make every call fail with INVALID_ARGUMENT.
+        report, stdout = self.perf(
+            "--model", "grouped_matmul", "--concurrency=4", "--shape=input:16,8",
+            "--shape=weights:5,8,4", "--shape=group_indices:16,2", "--shape=bias:5,4")
+        self.assert_clean_run(report, stdout)
+        self.assertEqual(report["inputs"]["group_indices"], {"datatype": "INT64",
+                                                             "shape": [16, 2]})
+
+    def test_perf_open_loop_sends_at_the_rate(self):
+        report, stdout = self.perf("--model=matmul", "--rate=200", "--concurrency=16",
+                                   "--shape=A:2,3", "--shape=B:3,4")
+        self.assert_clean_run(report, stdout)
+        self.assertEqual((report["mode"], report["rate"]), ("open_loop", 200))
+        # Poisson arrivals, mean 200 in the second measured: +-100 is 7 sigma.
+        self.assertGreaterEqual(report["ok"], 100, stdout)
+        self.assertLessEqual(report["ok"], 300, stdout)
+        self.assertIn("dropped by the client", stdout)
+
+    def test_perf_against_noop_server(self):
+        noop = subprocess.Popen([CLI, "noop-server", "--port=0", "--host=127.0.0.1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            line = read_line(noop.stdout, STARTUP_TIMEOUT_S)
+            match = re.fullmatch(r"noop-server listening on 127\.0\.0\.1:(\d+)", line)
+            self.assertIsNotNone(match, line)
+            url = f"127.0.0.1:{match.group(1)}"
+            report, stdout = self.perf("--model=matmul", "--concurrency=4", "--shape=A:2,3",
+                                       "--shape=B:3,4", url=url)
+            self.assert_clean_run(report, stdout)
+            # The no-op answer has the product's shape, A's datatype, and zeros.
+            out = self.path("y.npy")
+            result = self.cli("infer", "matmul", "A=random:FP16:5x7", "B=random:FP16:7x3",
+                              f"--output={out}", url=url)
+            self.assert_exit(result, 0)
+            y = np.load(out)
+            self.assertEqual((y.dtype, y.shape, y.any()), (np.float16, (5, 3), False))
+        finally:
+            if noop.poll() is None:
+                noop.send_signal(signal.SIGTERM)
+            try:
+                code = noop.wait(timeout=SHUTDOWN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                noop.kill()
+                code = noop.wait()
+            stderr = noop.stderr.read().decode(errors="replace")
+            noop.stdout.close()
+            noop.stderr.close()
+        self.assertEqual(code, 0, f"noop-server exited with {code} on SIGTERM: {stderr}")
+
+    def test_perf_of_unknown_model_fails_with_not_found(self):
+        result = self.cli("perf", *self.PERF_FLAGS, "--model=no_such_model")
+        self.assert_exit(result, 1)
+        self.assertIn("NOT_FOUND", result.stderr)
+
+    def test_perf_of_unreachable_server_fails_with_unavailable(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            result = self.cli("perf", *self.PERF_FLAGS, "--model=matmul",
+                              url=f"127.0.0.1:{s.getsockname()[1]}")
+        self.assert_exit(result, 1)
+        self.assertIn("UNAVAILABLE", result.stderr)
+
     # ------------------------------------------------------------- usage
 
     def test_usage_errors_exit_2(self):
@@ -275,7 +380,15 @@ class CliTest(unittest.TestCase):
                      ["--timeout_ms"], ["metadata"], ["infer"], ["infer", "matmul", "A"],
                      ["infer", "matmul", "A=random:FP33:2x2"], ["infer", "matmul", "A=random:FP32:2y2"],
                      ["infer", "grouped_matmul", "group_indices=random_index:INT64:2x2:0"],
-                     ["infer", "matmul", "A=random:FP32:2", "A=random:FP32:2"]):
+                     ["infer", "matmul", "A=random:FP32:2", "A=random:FP32:2"],
+                     ["perf"], ["perf", "--model=matmul", "--concurrency=-1"],
+                     ["perf", "--model=matmul", "--duration=0"],
+                     ["perf", "--model=matmul", "--rate=-1"],
+                     ["perf", "--model=matmul", "--shape=A"],
+                     ["perf", "--model=matmul", "--shape=A:1", "--shape=A:2"],
+                     ["perf", "--model=matmul", "--shape=C:1,2"],  # no input C
+                     ["infer", "matmul", "--shape=A:1"],
+                     ["noop-server", "--port=70000"]):
             with self.subTest(args=args):
                 result = self.cli(*args)
                 self.assert_exit(result, 2)

@@ -1,18 +1,16 @@
-// gemmserve-cli: health checks, model metadata and inference against a
-// gemmserve (or any KServe v2 gRPC) server from the command line. It is also
-// the Docker HEALTHCHECK, hence the strict exit codes: 0 success, 1 failure
-// (RPC or file error), 2 usage error.
+// gemmserve-cli: health checks, model metadata, inference and load generation
+// against a gemmserve (or any KServe v2 gRPC) server from the command line,
+// and a no-op server to measure the protocol's own cost. It is also the
+// Docker HEALTHCHECK, hence the strict exit codes: 0 success, 1 failure (RPC
+// or file error), 2 usage error. The commands live in commands.h; this file
+// parses the command line and dispatches.
 //
 // Flags are absl flags, but the command line is parsed here rather than by
 // absl::ParseCommandLine: that one exits with status 1 on a bad flag and on
 // --help, which would read as "unhealthy" or "RPC failed" to a script.
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <iostream>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,41 +18,48 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/cli/commands.h"
+#include "client/cli/perf.h"
 #include "client/cpp/client.h"
-#include "client/cpp/npy.h"
-#include "server/common/status_macros.h"
-#include "server/tensor/datatype.h"
-#include "server/tensor/half.h"
-#include "server/tensor/shape.h"
 
 ABSL_FLAG(std::string, url, "127.0.0.1:8001", "server address, host:port");
-ABSL_FLAG(int64_t, timeout_ms, 0, "deadline of the call in milliseconds; 0 means none");
+ABSL_FLAG(int64_t, timeout_ms, 0,
+          "deadline of the call (perf: of each call), milliseconds; 0 means none");
 ABSL_FLAG(std::string, output, "", "infer: write the model's only output to this .npy file");
 ABSL_FLAG(std::string, output_dir, "", "infer: write each output to DIR/NAME.npy");
-ABSL_FLAG(uint64_t, seed, 0, "infer: seed of the random inputs");
+ABSL_FLAG(uint64_t, seed, 0, "infer, perf: seed of the random inputs (perf: and arrivals)");
 ABSL_FLAG(std::string, u2_datatype, "BF16",
           "infer: datatype of '<u2' (uint16) .npy inputs, BF16 or FP16");
+ABSL_FLAG(std::string, model, "", "perf: the model to load");
+ABSL_FLAG(int32_t, concurrency, 0,
+          "perf: callers (closed loop) or most calls in flight (open loop); 0: 1 or 64");
+ABSL_FLAG(double, duration, 10, "perf: seconds measured, after the warm-up");
+ABSL_FLAG(double, warmup, 1, "perf: seconds of load before measuring");
+ABSL_FLAG(double, rate, 0, "perf: open loop, Poisson arrivals per second; 0 is closed loop");
+ABSL_FLAG(int64_t, rows, 1, "perf: size of an input's variable (-1) first dimension");
+ABSL_FLAG(std::string, json_out, "", "perf: also write the results as JSON to this file");
+ABSL_FLAG(std::string, host, "127.0.0.1", "noop-server: address to listen on");
+ABSL_FLAG(int32_t, port, 0, "noop-server: port; 0 picks a free one");
 
 namespace gemmserve::client {
 namespace {
 
 // The flags this program accepts, in the order --help lists them.
-constexpr absl::string_view kFlagNames[] = {"url", "timeout_ms", "output", "output_dir", "seed",
-                                           "u2_datatype"};
+constexpr absl::string_view kFlagNames[] = {
+    "url",         "timeout_ms", "output", "output_dir", "seed", "u2_datatype", "model",
+    "concurrency", "duration",   "warmup", "rate",       "rows", "json_out",    "host",
+    "port"};
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
+// --shape repeats and its values hold commas, so it is no absl flag: the
+// parser collects its values itself.
+constexpr absl::string_view kShapeFlag = "shape";
 
-// Random inputs beyond this are surely a typo in the shape.
-constexpr int64_t kMaxRandomBytes = int64_t{1} << 31;
+constexpr int kOpenLoopDefaultConcurrency = 64;
 
 std::string UsageText() {
   std::string text = R"(usage: gemmserve-cli [flags] COMMAND [ARGS...]
@@ -74,6 +79,31 @@ commands:
     DTYPE is a KServe datatype (FP32, BF16, INT64, ...), DIMS is like 3x4 (empty
     for a scalar). Random inputs come from one generator seeded with --seed, so
     a command line always sends the same data.
+  perf --model=MODEL        load generator, like Triton's perf_analyzer: sends
+                            ModelInfer calls for --duration seconds after a
+                            --warmup and prints throughput and latency
+                            percentiles (of the calls that complete in that
+                            window; errors are counted by status code).
+      closed loop (default)         --concurrency callers, each sending its
+                                    next call when the previous one returns
+      open loop (--rate=R)          Poisson arrivals at R calls/s whatever the
+                                    answers; --concurrency caps the calls in
+                                    flight, and arrivals over the cap are
+                                    reported as dropped by the client
+    Inputs follow the model's metadata: its datatype, and its shape with a -1
+    first dimension set to --rows and other -1s set to 1, unless
+    --shape=NAME:d1,d2,... (repeatable) gives the shape. Values are random as
+    above; group_indices (and any INT32/INT64 input of a model with a "groups"
+    parameter) hold valid indices in [0, G), G being that parameter or the
+    first dimension of the input "weights". Optional inputs are sent only when
+    a --shape names them. Exit status 0 once the load ran, even with server
+    errors.
+  noop-server               serves a model "matmul" like gemmserve's (inputs A,
+                            B, output Y) whose ModelInfer computes nothing: it
+                            returns a zero Y of shape [rows of A, columns of B].
+                            Prints "noop-server listening on HOST:PORT" and
+                            stops on SIGTERM or SIGINT. Use it with perf to
+                            measure the cost of gRPC alone.
 
 flags (anywhere on the line, as --flag=VALUE or --flag VALUE):
 )";
@@ -83,6 +113,8 @@ flags (anywhere on the line, as --flag=VALUE or --flag VALUE):
                                            absl::StrCat(name, "=", flag->DefaultValue()),
                                            flag->Help()));
   }
+  absl::StrAppend(&text, absl::StrFormat("  --%-28s %s\n", "shape=NAME:d1,d2,...",
+                                         "perf: shape of input NAME (repeat per input)"));
   absl::StrAppend(&text, R"(
 exit status: 0 success, 1 failure (the status code and message go to stderr),
 2 usage error
@@ -93,27 +125,19 @@ examples:
   gemmserve-cli infer matmul A=a.npy B=random:FP32:4x5 --output=y.npy
   gemmserve-cli infer grouped_matmul input=random:FP32:8x16 \
       weights=random:FP32:4x16x32 group_indices=random_index:INT64:8x2:4
+  gemmserve-cli perf --model=matmul --shape=A:64,256 --shape=B:256,512 \
+      --concurrency=8 --duration=10 --json_out=perf.json
+  gemmserve-cli perf --model=grouped_matmul --rate=200 --shape=input:4,256 \
+      --shape=weights:16,256,128 --shape=group_indices:4,2
+  gemmserve-cli noop-server --port=8101 &
+  gemmserve-cli --url=127.0.0.1:8101 perf --model=matmul --shape=A:64,256 --shape=B:256,512
 )");
   return text;
 }
 
-int Usage(absl::string_view error) {
-  std::cerr << "gemmserve-cli: " << error << "\n"
-            << "usage: gemmserve-cli [flags] health [SERVICE]\n"
-               "       gemmserve-cli [flags] metadata MODEL\n"
-               "       gemmserve-cli [flags] infer MODEL NAME=SPEC...\n"
-               "run 'gemmserve-cli --help' for the flags and the SPEC forms\n";
-  return kExitUsage;
-}
-
-int Fail(const absl::Status& status) {
-  std::cerr << "gemmserve-cli: " << absl::StatusCodeToString(status.code()) << ": "
-            << status.message() << "\n";
-  return kExitFailure;
-}
-
 struct CommandLine {
   std::vector<std::string> positionals;
+  std::vector<std::string> shapes;  // --shape values, in order
   bool help = false;
 };
 
@@ -140,7 +164,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
     }
     const size_t eq = arg.find('=');
     const absl::string_view name = arg.substr(0, eq);
-    bool known = false;
+    bool known = name == kShapeFlag;
     for (absl::string_view n : kFlagNames) known |= n == name;
     if (!known) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     absl::string_view value;
@@ -151,6 +175,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
     } else {
       return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
     }
+    if (name == kShapeFlag) {
+      line.shapes.emplace_back(value);
+      continue;
+    }
     std::string error;
     if (!absl::FindCommandLineFlag(name)->ParseFrom(value, &error)) {
       return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", error));
@@ -159,380 +187,48 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
   return line;
 }
 
-// ------------------------------------------------------------------ inputs
-
-struct InputSpec {
-  enum class Kind { kFile, kRandom, kRandomIndex };
-  std::string name;
-  Kind kind = Kind::kFile;
-  std::string path;
-  DataType type = DataType::kFP32;
-  std::vector<int64_t> shape;
-  int64_t groups = 0;  // kRandomIndex: values are drawn from [0, groups)
-};
-
-absl::StatusOr<std::vector<int64_t>> ParseDims(absl::string_view dims) {
-  std::vector<int64_t> shape;
-  if (dims.empty()) return shape;
-  for (absl::string_view d : absl::StrSplit(dims, 'x')) {
-    int64_t value;
-    if (!absl::SimpleAtoi(d, &value) || value < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("bad dimension '", d, "' in '", dims, "'"));
-    }
-    shape.push_back(value);
+// Seconds from a flag; NaN and infinities are usage errors, ranges are
+// checked by CheckPerfOptions.
+absl::StatusOr<absl::Duration> FlagSeconds(absl::string_view name, double seconds) {
+  if (!std::isfinite(seconds)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " must be a finite number"));
   }
-  return shape;
+  return absl::Seconds(seconds);
 }
 
-// Errors here are usage errors: they are about the command line only.
-absl::StatusOr<InputSpec> ParseInputSpec(absl::string_view operand) {
-  const size_t eq = operand.find('=');
-  if (eq == 0 || eq == absl::string_view::npos || eq + 1 == operand.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input operand '", operand, "' is not NAME=SPEC"));
+// The perf options from the flags; `args` may name the model instead of
+// --model.
+absl::StatusOr<PerfOptions> PerfOptionsFromFlags(const CommandLine& line,
+                                                 const std::vector<std::string>& args,
+                                                 absl::Duration timeout) {
+  PerfOptions options;
+  options.model = absl::GetFlag(FLAGS_model);
+  if (args.size() > 1 || (args.size() == 1 && !options.model.empty())) {
+    return absl::InvalidArgumentError("perf takes one model, as --model=MODEL");
   }
-  InputSpec spec;
-  spec.name = std::string(operand.substr(0, eq));
-  const absl::string_view value = operand.substr(eq + 1);
-  const std::vector<absl::string_view> parts = absl::StrSplit(value, ':');
-  if (parts[0] == "random") {
-    spec.kind = InputSpec::Kind::kRandom;
-  } else if (parts[0] == "random_index") {
-    spec.kind = InputSpec::Kind::kRandomIndex;
-  } else {
-    spec.path = std::string(value);
-    return spec;
+  if (args.size() == 1) options.model = args[0];
+  options.rate = absl::GetFlag(FLAGS_rate);
+  options.concurrency = absl::GetFlag(FLAGS_concurrency);
+  if (options.concurrency == 0) {
+    options.concurrency = options.rate > 0 ? kOpenLoopDefaultConcurrency : 1;
   }
-  const size_t expected_parts = spec.kind == InputSpec::Kind::kRandom ? 3 : 4;
-  if (parts.size() != expected_parts) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input '", spec.name, "': expected ",
-        spec.kind == InputSpec::Kind::kRandom ? "random:DTYPE:DIMS"
-                                              : "random_index:DTYPE:DIMS:G",
-        ", got '", value, "'"));
+  absl::StatusOr<absl::Duration> duration = FlagSeconds("duration", absl::GetFlag(FLAGS_duration));
+  if (!duration.ok()) return duration.status();
+  options.duration = *duration;
+  absl::StatusOr<absl::Duration> warmup = FlagSeconds("warmup", absl::GetFlag(FLAGS_warmup));
+  if (!warmup.ok()) return warmup.status();
+  options.warmup = *warmup;
+  options.rows = absl::GetFlag(FLAGS_rows);
+  options.timeout = timeout;
+  options.seed = absl::GetFlag(FLAGS_seed);
+  for (const std::string& text : line.shapes) {
+    absl::StatusOr<ShapeOverride> shape = ParseShapeOverride(text);
+    if (!shape.ok()) return shape.status();
+    options.shapes.push_back(*std::move(shape));
   }
-  GEMMSERVE_ASSIGN_OR_RETURN(spec.type, ParseDataType(parts[1]));
-  GEMMSERVE_ASSIGN_OR_RETURN(spec.shape, ParseDims(parts[2]));
-  GEMMSERVE_ASSIGN_OR_RETURN(int64_t bytes, ByteSize(spec.shape, spec.type));
-  if (bytes > kMaxRandomBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input '", spec.name, "': ", bytes, " bytes of random data is over the limit of ",
-        kMaxRandomBytes));
-  }
-  if (spec.kind == InputSpec::Kind::kRandomIndex) {
-    if (IsFloatingPoint(spec.type)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input '", spec.name, "': random_index needs an integer datatype"));
-    }
-    const int64_t type_limit = spec.type == DataType::kINT32    ? int64_t{1} << 31
-                               : spec.type == DataType::kUINT32 ? int64_t{1} << 32
-                                                                : INT64_MAX;
-    if (!absl::SimpleAtoi(parts[3], &spec.groups) || spec.groups <= 0 ||
-        spec.groups > type_limit) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", spec.name, "': G must be a positive integer whose range [0, G) fits ",
-          parts[1], ", got '", parts[3], "'"));
-    }
-  }
-  return spec;
-}
-
-template <typename T>
-void Store(int64_t index, T value, std::string* bytes) {
-  std::memcpy(bytes->data() + index * static_cast<int64_t>(sizeof(T)), &value, sizeof value);
-}
-
-void StoreFloat(DataType type, int64_t index, double value, std::string* bytes) {
-  switch (type) {
-    case DataType::kBF16:
-      return Store(index, FloatToBFloat16(static_cast<float>(value)), bytes);
-    case DataType::kFP16:
-      return Store(index, FloatToHalf(static_cast<float>(value)), bytes);
-    case DataType::kFP32:
-      return Store(index, static_cast<float>(value), bytes);
-    default:
-      return Store(index, value, bytes);
-  }
-}
-
-void StoreInt(DataType type, int64_t index, int64_t value, std::string* bytes) {
-  switch (type) {
-    case DataType::kINT32:
-      return Store(index, static_cast<int32_t>(value), bytes);
-    case DataType::kUINT32:
-      return Store(index, static_cast<uint32_t>(value), bytes);
-    case DataType::kUINT64:
-      return Store(index, static_cast<uint64_t>(value), bytes);
-    default:
-      return Store(index, value, bytes);
-  }
-}
-
-HostTensor RandomTensor(const InputSpec& spec, std::mt19937_64& rng) {
-  HostTensor tensor{spec.name, std::string(DataTypeName(spec.type)), spec.shape, ""};
-  // ParseInputSpec has checked the size.
-  const int64_t count = ElementCount(spec.shape).value();
-  tensor.bytes.resize(count * DataTypeSize(spec.type));
-  if (spec.kind == InputSpec::Kind::kRandomIndex) {
-    std::uniform_int_distribution<int64_t> index(0, spec.groups - 1);
-    for (int64_t i = 0; i < count; ++i) StoreInt(spec.type, i, index(rng), &tensor.bytes);
-  } else if (IsFloatingPoint(spec.type)) {
-    std::uniform_real_distribution<double> real(-1.0, 1.0);
-    for (int64_t i = 0; i < count; ++i) StoreFloat(spec.type, i, real(rng), &tensor.bytes);
-  } else {
-    const bool is_signed = spec.type == DataType::kINT32 || spec.type == DataType::kINT64;
-    std::uniform_int_distribution<int64_t> small(is_signed ? -8 : 0, 8);
-    for (int64_t i = 0; i < count; ++i) StoreInt(spec.type, i, small(rng), &tensor.bytes);
-  }
-  return tensor;
-}
-
-// ---------------------------------------------------------------- printing
-
-template <typename T>
-T Load(const std::string& bytes, int64_t index) {
-  T value;
-  std::memcpy(&value, bytes.data() + index * static_cast<int64_t>(sizeof(T)), sizeof value);
-  return value;
-}
-
-// True if `parsed` and `value` are the same number once stored as `type`.
-bool SameInType(double parsed, double value, DataType type) {
-  const float p = static_cast<float>(parsed), v = static_cast<float>(value);
-  switch (type) {
-    case DataType::kBF16:
-      return FloatToBFloat16(p) == FloatToBFloat16(v);
-    case DataType::kFP16:
-      return FloatToHalf(p) == FloatToHalf(v);
-    case DataType::kFP32:
-      return p == v;
-    default:
-      return parsed == value;
-  }
-}
-
-// The fewest significant digits that read back as the same value of the
-// tensor's type, as numpy prints: 0.1 in BF16 shows as "0.1", not as the
-// "0.10009766" it widens to.
-std::string FormatFloat(double value, DataType type) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  for (int digits = 1; digits < 17; ++digits) {
-    std::string text = absl::StrFormat("%.*g", digits, value);
-    if (SameInType(std::strtod(text.c_str(), nullptr), value, type)) return text;
-  }
-  return absl::StrFormat("%.17g", value);
-}
-
-std::string FormatElement(const HostTensor& tensor, DataType type, int64_t i) {
-  switch (type) {
-    case DataType::kBF16:
-      return FormatFloat(BFloat16ToFloat(Load<uint16_t>(tensor.bytes, i)), type);
-    case DataType::kFP16:
-      return FormatFloat(HalfToFloat(Load<uint16_t>(tensor.bytes, i)), type);
-    case DataType::kFP32:
-      return FormatFloat(Load<float>(tensor.bytes, i), type);
-    case DataType::kFP64:
-      return FormatFloat(Load<double>(tensor.bytes, i), type);
-    case DataType::kINT32:
-      return absl::StrCat(Load<int32_t>(tensor.bytes, i));
-    case DataType::kINT64:
-      return absl::StrCat(Load<int64_t>(tensor.bytes, i));
-    case DataType::kUINT32:
-      return absl::StrCat(Load<uint32_t>(tensor.bytes, i));
-    case DataType::kUINT64:
-      return absl::StrCat(Load<uint64_t>(tensor.bytes, i));
-  }
-  return "?";
-}
-
-// Prints a tensor the way numpy's str() does: nested brackets, right-aligned
-// columns, and above 1000 elements only the first and last 3 entries of each
-// axis. The tensor's byte count must match its shape (Client::Infer checks).
-class ArrayPrinter {
- public:
-  ArrayPrinter(const HostTensor& tensor, DataType type) : tensor_(tensor), type_(type) {
-    strides_.assign(tensor.shape.size(), 1);
-    for (size_t axis = tensor.shape.size(); axis-- > 1;) {
-      strides_[axis - 1] = strides_[axis] * tensor.shape[axis];
-    }
-    summarize_ = ElementCount(tensor.shape).value_or(0) > kThreshold;
-  }
-
-  std::string Print() {
-    if (ElementCount(tensor_.shape).value_or(0) == 0 && !tensor_.shape.empty()) return "[]";
-    std::string out;
-    measuring_ = true;  // first pass: the widest element sets the column width
-    Walk(0, 0, &out);
-    measuring_ = false;
-    out.clear();
-    Walk(0, 0, &out);
-    return out;
-  }
-
- private:
-  static constexpr int64_t kThreshold = 1000;
-  static constexpr int64_t kEdgeItems = 3;
-
-  void Walk(size_t axis, int64_t offset, std::string* out) {
-    const size_t rank = tensor_.shape.size();
-    if (axis == rank) {
-      const std::string text = FormatElement(tensor_, type_, offset);
-      if (measuring_) {
-        width_ = std::max(width_, text.size());
-      } else {
-        out->append(width_ - text.size(), ' ');
-        *out += text;
-      }
-      return;
-    }
-    // Sub-arrays are separated like numpy's: one space inside a row, and for
-    // outer axes one newline per inner axis, indented past the brackets.
-    const std::string separator = axis + 1 == rank
-                                      ? " "
-                                      : std::string(rank - axis - 1, '\n') +
-                                            std::string(axis + 1, ' ');
-    const int64_t n = tensor_.shape[axis];
-    out->push_back('[');
-    for (int64_t i = 0; i < n; ++i) {
-      if (i > 0) *out += separator;
-      if (summarize_ && n > 2 * kEdgeItems && i == kEdgeItems) {
-        *out += "...";
-        i = n - kEdgeItems - 1;
-        continue;
-      }
-      Walk(axis + 1, offset + i * strides_[axis], out);
-    }
-    out->push_back(']');
-  }
-
-  const HostTensor& tensor_;
-  const DataType type_;
-  std::vector<int64_t> strides_;
-  bool summarize_ = false;
-  bool measuring_ = false;
-  size_t width_ = 0;
-};
-
-void PrintTensor(const HostTensor& tensor) {
-  std::cout << tensor.name << ": " << tensor.datatype << " " << ShapeToString(tensor.shape)
-            << "\n";
-  absl::StatusOr<DataType> type = ParseDataType(tensor.datatype);
-  if (!type.ok()) {
-    std::cout << "(" << tensor.bytes.size() << " bytes, not shown)\n";
-    return;
-  }
-  std::cout << ArrayPrinter(tensor, *type).Print() << "\n";
-}
-
-// Output names come from the server, so they must not steer a write out of
-// --output_dir.
-absl::Status CheckFileName(absl::string_view name) {
-  const bool safe = !name.empty() && name != "." && name != ".." &&
-                    name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                           "0123456789_.-") == absl::string_view::npos;
-  if (safe) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("output name '", name, "' is not a safe file name"));
-}
-
-// ---------------------------------------------------------------- commands
-
-int RunHealth(const Client& client, const std::vector<std::string>& args,
-              absl::Duration timeout) {
-  if (args.size() > 1) return Usage("health takes at most one SERVICE");
-  absl::StatusOr<ServingStatus> status = client.Health(args.empty() ? "" : args[0], timeout);
-  if (!status.ok()) return Fail(status.status());
-  std::cout << ServingStatusName(*status) << "\n";
-  return *status == ServingStatus::kServing ? kExitOk : kExitFailure;
-}
-
-int RunMetadata(const Client& client, const std::vector<std::string>& args,
-                absl::Duration timeout) {
-  if (args.size() != 1) return Usage("metadata takes one MODEL");
-  absl::StatusOr<inference::ModelMetadataResponse> metadata =
-      client.ModelMetadata(args[0], timeout);
-  if (!metadata.ok()) return Fail(metadata.status());
-  std::cout << "model: " << metadata->name() << "\n"
-            << "versions: " << absl::StrJoin(metadata->versions(), ", ") << "\n"
-            << "platform: " << metadata->platform() << "\n";
-  using Tensors = google::protobuf::RepeatedPtrField<
-      inference::ModelMetadataResponse::TensorMetadata>;
-  const auto print_tensors = [](absl::string_view title, const Tensors& tensors) {
-    std::cout << title << ":\n";
-    int name_width = 0, type_width = 0;
-    for (const auto& t : tensors) {
-      name_width = std::max(name_width, static_cast<int>(t.name().size()));
-      type_width = std::max(type_width, static_cast<int>(t.datatype().size()));
-    }
-    for (const auto& t : tensors) {
-      std::cout << absl::StrFormat("  %-*s  %-*s  %s\n", name_width, t.name(), type_width,
-                                   t.datatype(), ShapeToString(t.shape()));
-    }
-  };
-  print_tensors("inputs", metadata->inputs());
-  print_tensors("outputs", metadata->outputs());
-  return kExitOk;
-}
-
-int RunInfer(const Client& client, const std::vector<std::string>& args,
-             absl::Duration timeout) {
-  if (args.empty()) return Usage("infer takes a MODEL and NAME=SPEC inputs");
-  const std::string output = absl::GetFlag(FLAGS_output);
-  const std::string output_dir = absl::GetFlag(FLAGS_output_dir);
-  if (!output.empty() && !output_dir.empty()) {
-    return Usage("--output and --output_dir exclude each other");
-  }
-  const std::string u2_datatype = absl::GetFlag(FLAGS_u2_datatype);
-  if (u2_datatype != "BF16" && u2_datatype != "FP16") {
-    return Usage("--u2_datatype must be BF16 or FP16");
-  }
-  std::vector<InputSpec> specs;
-  for (size_t i = 1; i < args.size(); ++i) {
-    absl::StatusOr<InputSpec> spec = ParseInputSpec(args[i]);
-    if (!spec.ok()) return Usage(spec.status().message());
-    for (const InputSpec& other : specs) {
-      if (other.name == spec->name) return Usage(absl::StrCat("input '", spec->name, "' given twice"));
-    }
-    specs.push_back(*std::move(spec));
-  }
-
-  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
-  std::vector<HostTensor> inputs;
-  for (const InputSpec& spec : specs) {
-    if (spec.kind != InputSpec::Kind::kFile) {
-      inputs.push_back(RandomTensor(spec, rng));
-      continue;
-    }
-    absl::StatusOr<HostTensor> tensor = ReadNpy(spec.path, u2_datatype);
-    if (!tensor.ok()) return Fail(tensor.status());
-    tensor->name = spec.name;
-    inputs.push_back(*std::move(tensor));
-  }
-
-  absl::StatusOr<std::vector<HostTensor>> outputs =
-      client.Infer(args[0], std::move(inputs), timeout);
-  if (!outputs.ok()) return Fail(outputs.status());
-
-  if (output.empty() && output_dir.empty()) {
-    for (const HostTensor& tensor : *outputs) PrintTensor(tensor);
-    return kExitOk;
-  }
-  if (!output.empty() && outputs->size() != 1) {
-    return Fail(absl::FailedPreconditionError(absl::StrCat(
-        "model '", args[0], "' returned ", outputs->size(), " outputs; use --output_dir")));
-  }
-  for (const HostTensor& tensor : *outputs) {
-    std::string path = output;
-    if (path.empty()) {
-      if (absl::Status s = CheckFileName(tensor.name); !s.ok()) return Fail(s);
-      path = absl::StrCat(output_dir, "/", tensor.name, ".npy");
-    }
-    if (absl::Status s = WriteNpy(path, tensor); !s.ok()) return Fail(s);
-    std::cout << tensor.name << ": " << tensor.datatype << " " << ShapeToString(tensor.shape)
-              << " -> " << path << "\n";
-  }
-  return kExitOk;
+  absl::Status valid = CheckPerfOptions(options);
+  if (!valid.ok()) return valid;
+  return options;
 }
 
 int Main(int argc, char** argv) {
@@ -550,14 +246,31 @@ int Main(int argc, char** argv) {
 
   const std::string command = line->positionals[0];
   const std::vector<std::string> args(line->positionals.begin() + 1, line->positionals.end());
-  if (command != "health" && command != "metadata" && command != "infer") {
+  if (command != "health" && command != "metadata" && command != "infer" && command != "perf" &&
+      command != "noop-server") {
     return Usage(absl::StrCat("unknown command '", command, "'"));
   }
+  if (command != "perf" && !line->shapes.empty()) return Usage("--shape is a flag of perf");
+  if (command == "noop-server") {
+    if (!args.empty()) return Usage("noop-server takes no arguments");
+    return RunNoopServer(absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port));
+  }
+
   absl::StatusOr<Client> client = Client::Connect(absl::GetFlag(FLAGS_url));
   if (!client.ok()) return Usage(client.status().message());
   if (command == "health") return RunHealth(*client, args, timeout);
   if (command == "metadata") return RunMetadata(*client, args, timeout);
-  return RunInfer(*client, args, timeout);
+  if (command == "perf") {
+    absl::StatusOr<PerfOptions> options = PerfOptionsFromFlags(*line, args, timeout);
+    if (!options.ok()) return Usage(options.status().message());
+    return RunPerf(*client, *options, absl::GetFlag(FLAGS_json_out));
+  }
+  InferOptions options;
+  options.output = absl::GetFlag(FLAGS_output);
+  options.output_dir = absl::GetFlag(FLAGS_output_dir);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.u2_datatype = absl::GetFlag(FLAGS_u2_datatype);
+  return RunInfer(*client, args, timeout, options);
 }
 
 }  // namespace

@@ -152,6 +152,17 @@ absl::StatusOr<inference::ModelMetadataResponse> Client::ModelMetadata(
   return response;
 }
 
+absl::StatusOr<inference::ModelConfig> Client::ModelConfig(absl::string_view model,
+                                                          absl::Duration timeout) const {
+  grpc::ClientContext context;
+  SetTimeout(timeout, &context);
+  inference::ModelConfigRequest request;
+  request.set_name(std::string(model));
+  inference::ModelConfigResponse response;
+  GEMMSERVE_RETURN_IF_ERROR(FromGrpcStatus(stub_->ModelConfig(&context, request, &response)));
+  return std::move(*response.mutable_config());
+}
+
 absl::StatusOr<std::vector<HostTensor>> Client::Infer(absl::string_view model,
                                                       std::vector<HostTensor> inputs,
                                                       absl::Duration timeout) const {

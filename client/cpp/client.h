@@ -70,6 +70,11 @@ class Client {
   absl::StatusOr<inference::ModelMetadataResponse> ModelMetadata(
       absl::string_view model, absl::Duration timeout = absl::InfiniteDuration()) const;
 
+  // Triton's ModelConfig RPC. Servers that do not implement it answer
+  // UNIMPLEMENTED, which callers should treat as "no configuration".
+  absl::StatusOr<inference::ModelConfig> ModelConfig(
+      absl::string_view model, absl::Duration timeout = absl::InfiniteDuration()) const;
+
   // Runs `model` on `inputs` (moved into the request to spare a copy of large
   // tensors) and returns all its outputs. The server's answer is checked, not
   // trusted: INTERNAL if it lacks raw contents for an output, or if an
@@ -78,6 +83,10 @@ class Client {
   absl::StatusOr<std::vector<HostTensor>> Infer(
       absl::string_view model, std::vector<HostTensor> inputs,
       absl::Duration timeout = absl::InfiniteDuration()) const;
+
+  // The channel itself, for callers that issue their own calls on it (the
+  // load generator sends pre-serialized requests with the callback API).
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
 
  private:
   explicit Client(std::shared_ptr<grpc::Channel> channel);

@@ -1,0 +1,504 @@
+#include "client/cli/perf.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/byte_buffer.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "client/cpp/random_tensor.h"
+#include "server/common/status_macros.h"
+#include "server/tensor/datatype.h"
+#include "server/tensor/shape.h"
+
+namespace gemmserve::client {
+namespace {
+
+constexpr char kModelInferMethod[] = "/inference.GRPCInferenceService/ModelInfer";
+constexpr char kGroupIndicesName[] = "group_indices";
+constexpr char kWeightsName[] = "weights";
+constexpr char kGroupsParameter[] = "groups";
+
+// Calls still in flight when the window closes get this long to finish
+// before they are cancelled; they are not counted either way, the grace only
+// spares the server a burst of cancellations.
+constexpr absl::Duration kDrainGrace = absl::Seconds(2);
+
+constexpr int kMaxConcurrency = 10000;
+constexpr double kMaxRate = 1e6;
+constexpr absl::Duration kMaxDuration = absl::Hours(24);
+
+// ------------------------------------------------------------------ inputs
+
+std::vector<int64_t> ResolveShape(const inference::ModelMetadataResponse::TensorMetadata& tensor,
+                                  const std::vector<ShapeOverride>& overrides, int64_t rows) {
+  for (const ShapeOverride& o : overrides) {
+    if (o.name == tensor.name()) return o.dims;
+  }
+  std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) shape[i] = i == 0 ? rows : 1;
+  }
+  return shape;
+}
+
+bool IsOptional(const inference::ModelConfig* config, const std::string& name) {
+  if (config == nullptr) return false;
+  for (const inference::ModelInput& input : config->input()) {
+    if (input.name() == name) return input.optional();
+  }
+  return false;
+}
+
+// ------------------------------------------------------------------- load
+
+using Clock = std::chrono::steady_clock;
+
+Clock::duration ToClock(absl::Duration d) {
+  return std::chrono::duration_cast<Clock::duration>(absl::ToChronoNanoseconds(d));
+}
+
+// One run of the load. Calls are started from the driving thread (the
+// initial closed-loop calls, every open-loop arrival) and, in closed loop,
+// from the completion callbacks on gRPC's threads. mu_ is never held while
+// gRPC is called: gRPC may run a completion callback inline, and that takes
+// mu_.
+class LoadRun {
+ public:
+  LoadRun(std::shared_ptr<grpc::Channel> channel, grpc::ByteBuffer request,
+          const PerfOptions& options)
+      : stub_(std::move(channel)),
+        method_(kModelInferMethod),
+        request_(std::move(request)),
+        options_(options),
+        open_loop_(options.rate > 0) {}
+
+  PerfResult Run() {
+    start_ = Clock::now();
+    window_begin_ = start_ + ToClock(options_.warmup);
+    window_end_ = window_begin_ + ToClock(options_.duration);
+    if (open_loop_) {
+      SendArrivals();
+    } else {
+      std::vector<std::shared_ptr<Call>> calls;
+      {
+        absl::MutexLock lock(&mu_);
+        for (int i = 0; i < options_.concurrency; ++i) calls.push_back(RegisterLocked());
+      }
+      for (const std::shared_ptr<Call>& call : calls) Start(call.get());
+      std::this_thread::sleep_until(window_end_);
+    }
+    Drain();
+
+    absl::MutexLock lock(&mu_);
+    PerfResult result;
+    result.model = options_.model;
+    result.open_loop = open_loop_;
+    result.concurrency = options_.concurrency;
+    result.rate = open_loop_ ? options_.rate : 0;
+    result.duration_s = absl::ToDoubleSeconds(options_.duration);
+    result.ok = static_cast<int64_t>(latencies_us_.size());
+    result.errors = errors_;
+    result.client_dropped = dropped_;
+    result.throughput = static_cast<double>(result.ok) / result.duration_s;
+    result.latency = SummarizeLatencies(std::move(latencies_us_));
+    return result;
+  }
+
+ private:
+  struct Call {
+    grpc::ClientContext context;
+    grpc::ByteBuffer response;  // not parsed: only the status counts
+    Clock::time_point sent;
+  };
+
+  // A call is registered (under mu_) before it starts, so that Drain() sees
+  // every call that may still run; cancelling one not started yet is fine,
+  // gRPC then cancels it as it starts.
+  std::shared_ptr<Call> RegisterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto call = std::make_shared<Call>();
+    calls_.emplace(call.get(), call);
+    return call;
+  }
+
+  void Start(Call* call) {
+    call->sent = Clock::now();
+    if (options_.timeout != absl::InfiniteDuration()) {
+      call->context.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
+    }
+    stub_.UnaryCall(&call->context, method_, grpc::StubOptions(), &request_, &call->response,
+                    [this, call](grpc::Status status) { OnDone(call, std::move(status)); });
+  }
+
+  void OnDone(Call* call, const grpc::Status& status) {
+    const Clock::time_point done = Clock::now();
+    std::shared_ptr<Call> finished;  // the call is destroyed on leaving, unless Drain() holds it
+    std::shared_ptr<Call> next;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = calls_.find(call);
+      finished = std::move(it->second);
+      calls_.erase(it);
+      if (done >= window_begin_ && done < window_end_) {
+        if (status.ok()) {
+          latencies_us_.push_back(
+              std::chrono::duration_cast<std::chrono::microseconds>(done - call->sent).count());
+        } else {
+          ++errors_[std::string(
+              absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())))];
+        }
+      }
+      if (!open_loop_ && !stopping_ && done < window_end_) next = RegisterLocked();
+    }
+    if (next != nullptr) Start(next.get());
+  }
+
+  // Open loop: exponential gaps make Poisson arrivals. When sleep_until wakes
+  // late, the arrivals due meanwhile go out at once, which keeps the rate.
+  void SendArrivals() {
+    std::mt19937_64 rng(options_.seed);
+    std::exponential_distribution<double> gap_s(options_.rate);
+    Clock::time_point arrival = start_;
+    while (true) {
+      arrival +=
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap_s(rng)));
+      if (arrival >= window_end_) break;
+      std::this_thread::sleep_until(arrival);
+      std::shared_ptr<Call> call;
+      {
+        absl::MutexLock lock(&mu_);
+        if (calls_.size() < static_cast<size_t>(options_.concurrency)) {
+          call = RegisterLocked();
+        } else if (arrival >= window_begin_) {
+          ++dropped_;
+        }
+      }
+      if (call != nullptr) Start(call.get());
+    }
+  }
+
+  // Stops new calls, lets those in flight finish for kDrainGrace, cancels the
+  // rest and waits for their callbacks (a cancelled call completes at once),
+  // so that no callback can run once Run() returns.
+  void Drain() {
+    const auto all_done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_.empty(); };
+    std::vector<std::shared_ptr<Call>> pending;
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+      mu_.AwaitWithTimeout(absl::Condition(&all_done), kDrainGrace);
+      for (const auto& [raw, call] : calls_) pending.push_back(call);
+    }
+    for (const std::shared_ptr<Call>& call : pending) call->context.TryCancel();
+    pending.clear();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&all_done));
+  }
+
+  grpc::GenericStub stub_;
+  const std::string method_;  // gRPC keeps a pointer to it while a call lives
+  const grpc::ByteBuffer request_;
+  const PerfOptions options_;
+  const bool open_loop_;
+  Clock::time_point start_, window_begin_, window_end_;  // set before any call
+
+  absl::Mutex mu_;
+  std::unordered_map<Call*, std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<int64_t> latencies_us_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> errors_ ABSL_GUARDED_BY(mu_);
+  int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// ---------------------------------------------------------------- reports
+
+std::string JsonString(absl::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppendFormat(&out, "\\u%04x", c);
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// Most frequent first, then by name.
+std::vector<std::pair<std::string, int64_t>> ErrorsByCount(
+    const std::map<std::string, int64_t>& errors) {
+  std::vector<std::pair<std::string, int64_t>> sorted(errors.begin(), errors.end());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  return sorted;
+}
+
+}  // namespace
+
+absl::StatusOr<ShapeOverride> ParseShapeOverride(absl::string_view text) {
+  const size_t colon = text.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--shape '", text, "' is not NAME:d1,d2,..."));
+  }
+  ShapeOverride shape{std::string(text.substr(0, colon)), {}};
+  const absl::string_view dims = text.substr(colon + 1);
+  if (dims.empty()) return shape;
+  for (absl::string_view d : absl::StrSplit(dims, ',')) {
+    int64_t value;
+    if (!absl::SimpleAtoi(d, &value) || value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--shape '", text, "': bad dimension '", d, "'"));
+    }
+    shape.dims.push_back(value);
+  }
+  return shape;
+}
+
+absl::Status CheckPerfOptions(const PerfOptions& options) {
+  if (options.model.empty()) return absl::InvalidArgumentError("perf needs --model");
+  if (options.concurrency < 1 || options.concurrency > kMaxConcurrency) {
+    return absl::InvalidArgumentError(absl::StrCat("--concurrency must be in [1, ", kMaxConcurrency,
+                                                   "], got ", options.concurrency));
+  }
+  if (options.duration <= absl::ZeroDuration() || options.duration > kMaxDuration) {
+    return absl::InvalidArgumentError("--duration must be in (0, 86400] seconds");
+  }
+  if (options.warmup < absl::ZeroDuration() || options.warmup > kMaxDuration) {
+    return absl::InvalidArgumentError("--warmup must be in [0, 86400] seconds");
+  }
+  if (!(options.rate >= 0 && options.rate <= kMaxRate)) {  // NaN fails too
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rate must be in [0, ", kMaxRate, "] requests/s"));
+  }
+  if (options.rows < 0) return absl::InvalidArgumentError("--rows must not be negative");
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the timeout of a call must be positive");
+  }
+  for (size_t i = 0; i < options.shapes.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (options.shapes[i].name == options.shapes[j].name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--shape names input '", options.shapes[i].name, "' twice"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<HostTensor>> MakePerfInputs(
+    const inference::ModelMetadataResponse& metadata, const inference::ModelConfig* config,
+    const PerfOptions& options) {
+  std::vector<std::string> names;
+  for (const auto& input : metadata.inputs()) names.push_back(input.name());
+  for (const ShapeOverride& o : options.shapes) {
+    if (std::find(names.begin(), names.end(), o.name) == names.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("--shape names '", o.name, "', but model '",
+                                                     metadata.name(), "' has inputs ",
+                                                     absl::StrJoin(names, ", ")));
+    }
+  }
+
+  int64_t config_groups = 0;  // 0: no "groups" parameter
+  if (config != nullptr) {
+    auto it = config->parameters().find(kGroupsParameter);
+    if (it != config->parameters().end() &&
+        (!absl::SimpleAtoi(it->second.string_value(), &config_groups) || config_groups <= 0)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("model '", metadata.name(), "' has parameter groups='",
+                       it->second.string_value(), "', not a positive integer"));
+    }
+  }
+
+  struct Planned {
+    std::string name;
+    DataType type;
+    std::vector<int64_t> shape;
+  };
+  std::vector<Planned> planned;
+  for (const auto& input : metadata.inputs()) {
+    const bool overridden =
+        std::any_of(options.shapes.begin(), options.shapes.end(),
+                    [&](const ShapeOverride& o) { return o.name == input.name(); });
+    if (!overridden && IsOptional(config, input.name())) continue;
+    absl::StatusOr<DataType> type = ParseDataType(input.datatype());
+    if (!type.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("input '", input.name(), "' of model '", metadata.name(), "' has datatype ",
+                       input.datatype(), ": ", type.status().message()));
+    }
+    planned.push_back({input.name(), *type, ResolveShape(input, options.shapes, options.rows)});
+  }
+
+  int64_t groups = config_groups;
+  if (groups == 0) {
+    groups = 1;
+    for (const Planned& p : planned) {
+      if (p.name == kWeightsName && !p.shape.empty() && p.shape[0] > 0) groups = p.shape[0];
+    }
+  }
+
+  std::mt19937_64 rng(options.seed);
+  std::vector<HostTensor> inputs;
+  for (Planned& p : planned) {
+    const bool is_index_type = !IsFloatingPoint(p.type);
+    const bool is_index =
+        is_index_type &&
+        (p.name == kGroupIndicesName ||
+         (config_groups > 0 && (p.type == DataType::kINT32 || p.type == DataType::kINT64)));
+    absl::StatusOr<HostTensor> tensor =
+        RandomTensor(p.name, p.type, std::move(p.shape), rng, is_index ? groups : 0);
+    if (!tensor.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(tensor.status().message(), " (see --shape and --rows)"));
+    }
+    inputs.push_back(*std::move(tensor));
+  }
+  return inputs;
+}
+
+std::optional<LatencySummary> SummarizeLatencies(std::vector<int64_t> latencies_us) {
+  if (latencies_us.empty()) return std::nullopt;
+  std::sort(latencies_us.begin(), latencies_us.end());
+  const size_t n = latencies_us.size();
+  const auto percentile = [&](int p) {
+    const size_t rank = (n * p + 99) / 100;  // ceil(n * p / 100), at least 1 as n, p > 0
+    return latencies_us[rank - 1];
+  };
+  LatencySummary summary;
+  summary.p50_us = percentile(50);
+  summary.p90_us = percentile(90);
+  summary.p99_us = percentile(99);
+  summary.max_us = latencies_us.back();
+  double sum = 0;
+  for (int64_t v : latencies_us) sum += static_cast<double>(v);
+  summary.mean_us = sum / static_cast<double>(n);
+  return summary;
+}
+
+absl::StatusOr<PerfResult> RunLoad(std::shared_ptr<grpc::Channel> channel,
+                                   std::vector<HostTensor> inputs, const PerfOptions& options) {
+  GEMMSERVE_RETURN_IF_ERROR(CheckPerfOptions(options));
+  std::vector<PerfInput> described;
+  inference::ModelInferRequest request;
+  request.set_model_name(options.model);
+  for (HostTensor& input : inputs) {
+    described.push_back({input.name, input.datatype, input.shape});
+    inference::ModelInferRequest::InferInputTensor* tensor = request.add_inputs();
+    tensor->set_name(std::move(input.name));
+    tensor->set_datatype(std::move(input.datatype));
+    tensor->mutable_shape()->Add(input.shape.begin(), input.shape.end());
+    *request.add_raw_input_contents() = std::move(input.bytes);
+  }
+  if (request.ByteSizeLong() > static_cast<size_t>(INT_MAX)) {
+    return absl::InvalidArgumentError(absl::StrCat("the request would be ", request.ByteSizeLong(),
+                                                   " bytes, over protobuf's 2 GiB"));
+  }
+  grpc::ByteBuffer serialized;
+  bool own_buffer = false;
+  grpc::Status status = grpc::SerializationTraits<inference::ModelInferRequest>::Serialize(
+      request, &serialized, &own_buffer);
+  if (!status.ok()) {
+    return absl::InternalError(
+        absl::StrCat("cannot serialize the request: ", status.error_message()));
+  }
+  request.Clear();  // the serialized copy is all that is sent
+  LoadRun run(std::move(channel), std::move(serialized), options);
+  PerfResult result = run.Run();
+  result.inputs = std::move(described);
+  return result;
+}
+
+std::string FormatPerfReport(const PerfResult& result) {
+  int64_t error_count = 0;
+  for (const auto& [code, n] : result.errors) error_count += n;
+  std::string text = result.open_loop
+                         ? absl::StrFormat(
+                               "model %s, open loop, %g infer/s (Poisson), at most %d in flight, "
+                               "%.1f s\n",
+                               result.model, result.rate, result.concurrency, result.duration_s)
+                         : absl::StrFormat("model %s, closed loop, concurrency %d, %.1f s\n",
+                                           result.model, result.concurrency, result.duration_s);
+  std::vector<std::string> inputs;
+  for (const PerfInput& input : result.inputs) {
+    inputs.push_back(
+        absl::StrCat(input.name, " ", input.datatype, " ", ShapeToString(input.shape)));
+  }
+  absl::StrAppend(&text, "  inputs ", inputs.empty() ? "(none)" : absl::StrJoin(inputs, ", "),
+                  "\n");
+  absl::StrAppendFormat(&text, "  requests %d ok, %d errors; throughput %.1f infer/s\n", result.ok,
+                        error_count, result.throughput);
+  if (result.open_loop) {
+    absl::StrAppendFormat(&text, "  dropped by the client %d (%d in flight already)\n",
+                          result.client_dropped, result.concurrency);
+  }
+  if (result.latency) {
+    const LatencySummary& l = *result.latency;
+    absl::StrAppendFormat(&text,
+                          "  latency p50 %d us, p90 %d us, p99 %d us, max %d us, "
+                          "mean %.0f us\n",
+                          l.p50_us, l.p90_us, l.p99_us, l.max_us, l.mean_us);
+  } else {
+    text += "  latency: no successful requests\n";
+  }
+  if (!result.errors.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [code, n] : ErrorsByCount(result.errors)) {
+      parts.push_back(absl::StrCat(code, " ", n));
+    }
+    absl::StrAppend(&text, "  errors: ", absl::StrJoin(parts, ", "), "\n");
+  }
+  return text;
+}
+
+std::string PerfResultJson(const PerfResult& result) {
+  std::vector<std::string> errors;
+  for (const auto& [code, n] : ErrorsByCount(result.errors)) {
+    errors.push_back(absl::StrCat(JsonString(code), ": ", n));
+  }
+  const auto latency = [&](int64_t LatencySummary::*field) {
+    return result.latency ? absl::StrCat((*result.latency).*field) : std::string("null");
+  };
+  std::vector<std::string> inputs;
+  for (const PerfInput& input : result.inputs) {
+    inputs.push_back(absl::StrFormat("%s: {\"datatype\": %s, \"shape\": [%s]}",
+                                     JsonString(input.name), JsonString(input.datatype),
+                                     absl::StrJoin(input.shape, ", ")));
+  }
+  return absl::StrFormat(
+      "{\"model\": %s, \"inputs\": {%s}, \"mode\": \"%s\", \"concurrency\": %d, \"rate\": %s, "
+      "\"duration_s\": %.10g, \"ok\": %d, \"errors\": {%s}, \"client_dropped\": %d, "
+      "\"throughput\": %.3f, \"p50_us\": %s, \"p90_us\": %s, \"p99_us\": %s, "
+      "\"max_us\": %s, \"mean_us\": %s}\n",
+      JsonString(result.model), absl::StrJoin(inputs, ", "),
+      result.open_loop ? "open_loop" : "closed_loop", result.concurrency,
+      result.open_loop ? absl::StrFormat("%.10g", result.rate) : "null", result.duration_s,
+      result.ok, absl::StrJoin(errors, ", "), result.client_dropped, result.throughput,
+      latency(&LatencySummary::p50_us), latency(&LatencySummary::p90_us),
+      latency(&LatencySummary::p99_us), latency(&LatencySummary::max_us),
+      result.latency ? absl::StrFormat("%.3f", result.latency->mean_us) : "null");
+}
+
+}  // namespace gemmserve::client

@@ -1,0 +1,163 @@
+// The load generator behind `gemmserve-cli perf`: drives one model of a KServe
+// v2 gRPC server with ModelInfer calls and reports throughput and latency,
+// like Triton's perf_analyzer.
+//
+// Two modes:
+//   closed loop (rate == 0): `concurrency` callers, each sending its next
+//     request as soon as the answer to its previous one arrives;
+//   open loop (rate > 0): Poisson arrivals at `rate` requests/s (exponential
+//     gaps drawn from a generator seeded with `seed`), sent whatever the
+//     answers do; `concurrency` caps the requests in flight, and an arrival
+//     that finds the cap reached is not sent but counted in client_dropped.
+//
+// A run lasts warmup + duration. Only calls that complete inside the
+// measurement window [start + warmup, start + warmup + duration) count, and
+// only open-loop arrivals inside it count as dropped; calls still in flight at
+// the end get a short grace period, then are cancelled, and are not counted.
+// Latency is measured from the start of the call to its completion, for
+// successful calls only; failed calls are counted by status code.
+//
+// The request is built once (MakePerfInputs) and serialized once; every call
+// sends the same bytes through the gRPC callback API on one channel, and
+// answers are not parsed, so the client spends as little CPU as possible
+// beside the server it measures.
+//
+//   GEMMSERVE_ASSIGN_OR_RETURN(Client client, Client::Connect("127.0.0.1:8001"));
+//   PerfOptions options;
+//   options.model = "matmul";
+//   options.shapes = {{"A", {2, 3}}, {"B", {3, 4}}};
+//   GEMMSERVE_ASSIGN_OR_RETURN(auto metadata, client.ModelMetadata("matmul"));
+//   GEMMSERVE_ASSIGN_OR_RETURN(std::vector<HostTensor> inputs,
+//                              MakePerfInputs(metadata, nullptr, options));
+//   GEMMSERVE_ASSIGN_OR_RETURN(PerfResult result,
+//                              RunLoad(client.channel(), std::move(inputs), options));
+//   std::cout << FormatPerfReport(result);
+#ifndef GEMMSERVE_CLIENT_CLI_PERF_H_
+#define GEMMSERVE_CLIENT_CLI_PERF_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <grpcpp/channel.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/cpp/host_tensor.h"
+#include "grpc_service.pb.h"
+#include "model_config.pb.h"
+
+namespace gemmserve::client {
+
+// `--shape NAME:d1,d2,...`: the shape to send for one input.
+struct ShapeOverride {
+  std::string name;
+  std::vector<int64_t> dims;
+};
+
+struct PerfOptions {
+  std::string model;
+  // Closed loop: the number of callers. Open loop: the cap on calls in flight.
+  int concurrency = 1;
+  absl::Duration duration = absl::Seconds(10);
+  absl::Duration warmup = absl::Seconds(1);
+  double rate = 0;  // requests per second; 0 is the closed loop
+  std::vector<ShapeOverride> shapes;
+  int64_t rows = 1;  // the first dimension of an input when it is -1
+  absl::Duration timeout = absl::InfiniteDuration();  // deadline of each call
+  uint64_t seed = 0;                                  // input values and open-loop arrivals
+};
+
+// Parses "NAME:d1,d2,..." ("NAME:" is a scalar). INVALID_ARGUMENT otherwise.
+absl::StatusOr<ShapeOverride> ParseShapeOverride(absl::string_view text);
+
+// INVALID_ARGUMENT for options out of range (they are the user's): an empty
+// model, concurrency outside [1, 10000], a duration outside (0, 1 day], a
+// negative or over-1-day warm-up, a negative or over-1e6 rate, a negative row
+// count, a non-positive timeout, or an input named in two ShapeOverrides.
+absl::Status CheckPerfOptions(const PerfOptions& options);
+
+// One tensor per input of `metadata`, in its order, filled with RandomTensor
+// values (seeded with options.seed):
+//   - datatype: the one the metadata reports;
+//   - shape: the ShapeOverride naming the input, else the metadata's, with a
+//     variable (-1) dimension set to options.rows when it is the first one and
+//     to 1 otherwise;
+//   - an input the model `config` marks optional is left out unless a
+//     ShapeOverride names it;
+//   - an index input, i.e. one named "group_indices", or any INT32/INT64 input
+//     of a model whose config has a "groups" parameter, holds indices in
+//     [0, G): G is that parameter; without it, the first dimension of the
+//     input "weights" as sent, if there is one and it is positive; else 1.
+// `config` may be null (the server has no ModelConfig RPC).
+// INVALID_ARGUMENT when a ShapeOverride names no input of the model (a usage
+// error); FAILED_PRECONDITION when the metadata or config is unusable: a
+// datatype gemmserve does not know, a bad "groups" parameter, or inputs over
+// the random-data limit.
+absl::StatusOr<std::vector<HostTensor>> MakePerfInputs(
+    const inference::ModelMetadataResponse& metadata, const inference::ModelConfig* config,
+    const PerfOptions& options);
+
+// Latency statistics of the successful calls, in microseconds.
+struct LatencySummary {
+  int64_t p50_us = 0;
+  int64_t p90_us = 0;
+  int64_t p99_us = 0;
+  int64_t max_us = 0;
+  double mean_us = 0;
+};
+
+// Nearest-rank percentiles: pX is the smallest value with at least X% of the
+// values at or below it. Empty input gives nullopt.
+std::optional<LatencySummary> SummarizeLatencies(std::vector<int64_t> latencies_us);
+
+// What one request carries, for the report.
+struct PerfInput {
+  std::string name;
+  std::string datatype;
+  std::vector<int64_t> shape;
+};
+
+struct PerfResult {
+  std::string model;
+  std::vector<PerfInput> inputs;
+  bool open_loop = false;
+  int concurrency = 0;
+  double rate = 0;  // open loop only
+  double duration_s = 0;
+  int64_t ok = 0;
+  std::map<std::string, int64_t> errors;  // status code name -> calls
+  int64_t client_dropped = 0;             // open loop only
+  double throughput = 0;                  // successful calls per second
+  std::optional<LatencySummary> latency;  // nullopt without successful calls
+};
+
+// Runs the load on `channel` (a server error is a result, not a failure).
+// INVALID_ARGUMENT for bad options, as CheckPerfOptions.
+absl::StatusOr<PerfResult> RunLoad(std::shared_ptr<grpc::Channel> channel,
+                                   std::vector<HostTensor> inputs, const PerfOptions& options);
+
+// The report on stdout:
+//   model matmul, closed loop, concurrency 4, 10.0 s
+//     inputs A FP32 [2,3], B FP32 [3,4]
+//     requests 12345 ok, 0 errors; throughput 1234.5 infer/s
+//     latency p50 812 us, p90 1203 us, p99 2101 us, max 3100 us, mean 850 us
+//     errors: UNAVAILABLE 3, DEADLINE_EXCEEDED 1          (only with errors)
+// Open loop names the rate and the cap in the first line and adds a line with
+// the client's drops.
+std::string FormatPerfReport(const PerfResult& result);
+
+// {"model", "inputs": {"NAME": {"datatype", "shape"}}, "mode" ("closed_loop" / "open_loop"),
+// "concurrency", "rate" (null in closed loop), "duration_s", "ok", "errors": {"CODE": n},
+// "client_dropped", "throughput", "p50_us", "p90_us", "p99_us", "max_us", "mean_us"} — the
+// latencies are null without successful calls.
+std::string PerfResultJson(const PerfResult& result);
+
+}  // namespace gemmserve::client
+
+#endif  // GEMMSERVE_CLIENT_CLI_PERF_H_

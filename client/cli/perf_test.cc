@@ -1,0 +1,476 @@
+#include "client/cli/perf.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "client/cli/noop_server.h"
+#include "client/cpp/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/tensor/half.h"
+
+namespace gemmserve::client {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+inference::ModelMetadataResponse Metadata(
+    const std::string& model,
+    const std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>& inputs) {
+  inference::ModelMetadataResponse metadata;
+  metadata.set_name(model);
+  for (const auto& [name, datatype, shape] : inputs) {
+    auto* input = metadata.add_inputs();
+    input->set_name(name);
+    input->set_datatype(datatype);
+    for (int64_t d : shape) input->add_shape(d);
+  }
+  return metadata;
+}
+
+inference::ModelMetadataResponse MatMulMetadata() {
+  return Metadata("matmul", {{"A", "FP32", {-1, -1}}, {"B", "FP32", {-1, -1}}});
+}
+
+inference::ModelMetadataResponse GroupedMatMulMetadata() {
+  return Metadata("grouped_matmul", {{"input", "FP32", {-1, -1}},
+                                     {"weights", "FP32", {-1, -1, -1}},
+                                     {"group_indices", "INT64", {-1, -1}},
+                                     {"bias", "FP32", {-1, -1}}});
+}
+
+inference::ModelConfig BiasOptionalConfig() {
+  inference::ModelConfig config;
+  for (const char* name : {"input", "weights", "group_indices", "bias"}) {
+    inference::ModelInput* input = config.add_input();
+    input->set_name(name);
+    input->set_optional(std::string(name) == "bias");
+  }
+  return config;
+}
+
+template <typename T>
+std::vector<T> Values(const HostTensor& tensor) {
+  std::vector<T> values(tensor.bytes.size() / sizeof(T));
+  std::memcpy(values.data(), tensor.bytes.data(), tensor.bytes.size());
+  return values;
+}
+
+// ------------------------------------------------------------ options
+
+TEST(ParseShapeOverrideTest, ParsesNameAndDims) {
+  absl::StatusOr<ShapeOverride> shape = ParseShapeOverride("A:2,3");
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(shape->name, "A");
+  EXPECT_THAT(shape->dims, ElementsAre(2, 3));
+}
+
+TEST(ParseShapeOverrideTest, EmptyDimsIsScalar) {
+  absl::StatusOr<ShapeOverride> shape = ParseShapeOverride("x:");
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_THAT(shape->dims, IsEmpty());
+}
+
+TEST(ParseShapeOverrideTest, RejectsMalformed) {
+  for (const char* text : {"A", ":2,3", "A:2,-1", "A:2,,3", "A:2x3", "A:two"}) {
+    EXPECT_EQ(ParseShapeOverride(text).status().code(), absl::StatusCode::kInvalidArgument) << text;
+  }
+}
+
+TEST(CheckPerfOptionsTest, AcceptsDefaultsWithModel) {
+  PerfOptions options;
+  options.model = "matmul";
+  EXPECT_TRUE(CheckPerfOptions(options).ok());
+}
+
+TEST(CheckPerfOptionsTest, RejectsOutOfRange) {
+  const auto invalid = [](auto change) {
+    PerfOptions options;
+    options.model = "matmul";
+    change(options);
+    return CheckPerfOptions(options).code() == absl::StatusCode::kInvalidArgument;
+  };
+  EXPECT_TRUE(invalid([](PerfOptions& o) { o.model = ""; }));
+  EXPECT_TRUE(invalid([](PerfOptions& o) { o.concurrency = 0; }));
+  EXPECT_TRUE(invalid([](PerfOptions& o) { o.concurrency = 10001; }));
+  EXPECT_TRUE(invalid([](PerfOptions& o) { o.duration = absl::ZeroDuration(); }));
+  EXPECT_TRUE(invalid([](PerfOptions& o) { o.duration = absl::Hours(25); }));
+  EXPECT_TRUE(invalid([](PerfOptions& o) { o.warmup = absl::Seconds(-1); }));
+  EXPECT_TRUE(invalid([](PerfOptions& o) { o.rate = -1; }));
+  EXPECT_TRUE(invalid([](PerfOptions& o) { o.rate = std::nan(""); }));
+  EXPECT_TRUE(invalid([](PerfOptions& o) { o.rows = -1; }));
+  EXPECT_TRUE(invalid([](PerfOptions& o) { o.timeout = absl::ZeroDuration(); }));
+  EXPECT_TRUE(invalid([](PerfOptions& o) { o.shapes = {{"A", {1}}, {"A", {2}}}; }));
+}
+
+// ------------------------------------------------------------- inputs
+
+TEST(MakePerfInputsTest, VariableFirstDimensionIsRowsOthersOne) {
+  PerfOptions options;
+  options.rows = 5;
+  absl::StatusOr<std::vector<HostTensor>> inputs =
+      MakePerfInputs(MatMulMetadata(), nullptr, options);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  ASSERT_EQ(inputs->size(), 2u);
+  EXPECT_EQ((*inputs)[0].name, "A");
+  EXPECT_EQ((*inputs)[0].datatype, "FP32");
+  EXPECT_THAT((*inputs)[0].shape, ElementsAre(5, 1));
+  EXPECT_EQ((*inputs)[0].bytes.size(), 5 * sizeof(float));
+}
+
+TEST(MakePerfInputsTest, ShapeOverrideWinsAndFloatsAreInUnitRange) {
+  PerfOptions options;
+  options.shapes = {{"A", {2, 3}}, {"B", {3, 4}}};
+  absl::StatusOr<std::vector<HostTensor>> inputs =
+      MakePerfInputs(MatMulMetadata(), nullptr, options);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  EXPECT_THAT((*inputs)[0].shape, ElementsAre(2, 3));
+  EXPECT_THAT((*inputs)[1].shape, ElementsAre(3, 4));
+  for (float v : Values<float>((*inputs)[1])) {
+    EXPECT_GE(v, -1.0f);
+    EXPECT_LT(v, 1.0f);
+  }
+}
+
+TEST(MakePerfInputsTest, HalfTypesAreBitsOfUnitRangeValues) {
+  absl::StatusOr<std::vector<HostTensor>> inputs = MakePerfInputs(
+      Metadata("m", {{"x", "BF16", {64}}, {"y", "FP16", {64}}}), nullptr, PerfOptions());
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  for (uint16_t bits : Values<uint16_t>((*inputs)[0])) {
+    EXPECT_LE(std::abs(BFloat16ToFloat(bits)), 1.0f);
+  }
+  for (uint16_t bits : Values<uint16_t>((*inputs)[1])) {
+    EXPECT_LE(std::abs(HalfToFloat(bits)), 1.0f);
+  }
+}
+
+TEST(MakePerfInputsTest, SameSeedSameData) {
+  PerfOptions options;
+  options.shapes = {{"A", {4, 4}}, {"B", {4, 4}}};
+  options.seed = 3;
+  absl::StatusOr<std::vector<HostTensor>> first =
+      MakePerfInputs(MatMulMetadata(), nullptr, options);
+  absl::StatusOr<std::vector<HostTensor>> again =
+      MakePerfInputs(MatMulMetadata(), nullptr, options);
+  ASSERT_TRUE(first.ok() && again.ok());
+  EXPECT_EQ((*first)[0].bytes, (*again)[0].bytes);
+  EXPECT_NE((*first)[0].bytes, (*first)[1].bytes);
+}
+
+TEST(MakePerfInputsTest, ShapeNamingNoInputIsInvalidArgument) {
+  PerfOptions options;
+  options.shapes = {{"C", {2}}};
+  absl::Status status = MakePerfInputs(MatMulMetadata(), nullptr, options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("'C'"));
+}
+
+TEST(MakePerfInputsTest, UnknownDatatypeIsFailedPrecondition) {
+  EXPECT_EQ(
+      MakePerfInputs(Metadata("m", {{"s", "BYTES", {1}}}), nullptr, PerfOptions()).status().code(),
+      absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(MakePerfInputsTest, OverLimitShapeIsInvalidArgument) {
+  PerfOptions options;
+  options.shapes = {{"A", {1 << 20, 1 << 20}}};
+  EXPECT_EQ(MakePerfInputs(MatMulMetadata(), nullptr, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MakePerfInputsTest, GroupIndicesAreBelowFirstDimensionOfWeights) {
+  PerfOptions options;
+  options.shapes = {{"input", {64, 8}}, {"weights", {3, 8, 5}}, {"group_indices", {64, 2}}};
+  const inference::ModelConfig config = BiasOptionalConfig();
+  absl::StatusOr<std::vector<HostTensor>> inputs =
+      MakePerfInputs(GroupedMatMulMetadata(), &config, options);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  ASSERT_EQ(inputs->size(), 3u);  // the optional bias is left out
+  const HostTensor& indices = (*inputs)[2];
+  EXPECT_EQ(indices.name, "group_indices");
+  EXPECT_EQ(indices.datatype, "INT64");
+  std::set<int64_t> seen;
+  for (int64_t v : Values<int64_t>(indices)) seen.insert(v);
+  EXPECT_THAT(seen, ElementsAre(0, 1, 2));
+}
+
+TEST(MakePerfInputsTest, OptionalInputIsSentWhenShapeNamesIt) {
+  PerfOptions options;
+  options.shapes = {{"weights", {3, 8, 5}}, {"bias", {3, 5}}};
+  const inference::ModelConfig config = BiasOptionalConfig();
+  absl::StatusOr<std::vector<HostTensor>> inputs =
+      MakePerfInputs(GroupedMatMulMetadata(), &config, options);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  ASSERT_EQ(inputs->size(), 4u);
+  EXPECT_THAT((*inputs)[3].shape, ElementsAre(3, 5));
+}
+
+TEST(MakePerfInputsTest, WithoutConfigEveryInputIsSent) {
+  absl::StatusOr<std::vector<HostTensor>> inputs =
+      MakePerfInputs(GroupedMatMulMetadata(), nullptr, PerfOptions());
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  EXPECT_EQ(inputs->size(), 4u);
+}
+
+TEST(MakePerfInputsTest, GroupsParameterBoundsEveryIntegerInput) {
+  inference::ModelConfig config;
+  (*config.mutable_parameters())["groups"].set_string_value("64");
+  PerfOptions options;
+  options.shapes = {{"experts", {256, 4}}};
+  absl::StatusOr<std::vector<HostTensor>> inputs = MakePerfInputs(
+      Metadata("resident", {{"input", "FP32", {-1, -1}}, {"experts", "INT32", {-1, -1}}}), &config,
+      options);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  int32_t largest = 0;
+  for (int32_t v : Values<int32_t>((*inputs)[1])) {
+    EXPECT_GE(v, 0);
+    EXPECT_LT(v, 64);
+    largest = std::max(largest, v);
+  }
+  EXPECT_GT(largest, 8);  // indices, not the small [-8, 8] values
+}
+
+TEST(MakePerfInputsTest, GroupsParameterWinsOverWeights) {
+  inference::ModelConfig config;
+  (*config.mutable_parameters())["groups"].set_string_value("2");
+  PerfOptions options;
+  options.shapes = {{"weights", {50, 1, 1}}, {"group_indices", {100, 1}}};
+  absl::StatusOr<std::vector<HostTensor>> inputs =
+      MakePerfInputs(GroupedMatMulMetadata(), &config, options);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  for (int64_t v : Values<int64_t>((*inputs)[2])) EXPECT_LT(v, 2);
+}
+
+TEST(MakePerfInputsTest, IndicesWithoutWeightsOrGroupsAreZero) {
+  absl::StatusOr<std::vector<HostTensor>> inputs =
+      MakePerfInputs(Metadata("m", {{"group_indices", "INT32", {16}}}), nullptr, PerfOptions());
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  for (int32_t v : Values<int32_t>((*inputs)[0])) EXPECT_EQ(v, 0);
+}
+
+TEST(MakePerfInputsTest, BadGroupsParameterIsFailedPrecondition) {
+  inference::ModelConfig config;
+  (*config.mutable_parameters())["groups"].set_string_value("many");
+  EXPECT_EQ(MakePerfInputs(GroupedMatMulMetadata(), &config, PerfOptions()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// ------------------------------------------------------------ reports
+
+TEST(SummarizeLatenciesTest, NearestRankPercentiles) {
+  std::vector<int64_t> latencies;
+  for (int64_t v = 100; v >= 1; --v) latencies.push_back(v);
+  std::optional<LatencySummary> s = SummarizeLatencies(latencies);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->p50_us, 50);
+  EXPECT_EQ(s->p90_us, 90);
+  EXPECT_EQ(s->p99_us, 99);
+  EXPECT_EQ(s->max_us, 100);
+  EXPECT_DOUBLE_EQ(s->mean_us, 50.5);
+}
+
+TEST(SummarizeLatenciesTest, OneValueIsEveryPercentile) {
+  std::optional<LatencySummary> s = SummarizeLatencies({7});
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->p50_us, 7);
+  EXPECT_EQ(s->p99_us, 7);
+  EXPECT_EQ(s->max_us, 7);
+}
+
+TEST(SummarizeLatenciesTest, EmptyIsNullopt) { EXPECT_FALSE(SummarizeLatencies({}).has_value()); }
+
+PerfResult SampleResult() {
+  PerfResult result;
+  result.model = "grouped_matmul";
+  result.inputs = {{"A", "FP32", {2, 3}}};
+  result.concurrency = 8;
+  result.duration_s = 10;
+  result.ok = 12345;
+  result.throughput = 1234.5;
+  result.latency = LatencySummary{812, 1203, 2101, 3100, 850.25};
+  return result;
+}
+
+TEST(FormatPerfReportTest, ClosedLoopWithoutErrors) {
+  EXPECT_EQ(FormatPerfReport(SampleResult()),
+            "model grouped_matmul, closed loop, concurrency 8, 10.0 s\n"
+            "  inputs A FP32 [2,3]\n"
+            "  requests 12345 ok, 0 errors; throughput 1234.5 infer/s\n"
+            "  latency p50 812 us, p90 1203 us, p99 2101 us, max 3100 us, mean 850 us\n");
+}
+
+TEST(FormatPerfReportTest, OpenLoopNamesDropsAndErrorsMostFrequentFirst) {
+  PerfResult result = SampleResult();
+  result.open_loop = true;
+  result.rate = 200;
+  result.client_dropped = 4;
+  result.errors = {{"DEADLINE_EXCEEDED", 1}, {"UNAVAILABLE", 3}};
+  const std::string report = FormatPerfReport(result);
+  EXPECT_THAT(report, HasSubstr("open loop, 200 infer/s (Poisson), at most 8 in flight"));
+  EXPECT_THAT(report, HasSubstr("requests 12345 ok, 4 errors;"));
+  EXPECT_THAT(report, HasSubstr("dropped by the client 4"));
+  EXPECT_THAT(report, HasSubstr("  errors: UNAVAILABLE 3, DEADLINE_EXCEEDED 1\n"));
+}
+
+TEST(PerfResultJsonTest, HasEveryField) {
+  PerfResult result = SampleResult();
+  result.errors = {{"UNAVAILABLE", 3}};
+  EXPECT_EQ(PerfResultJson(result),
+            "{\"model\": \"grouped_matmul\", \"inputs\": {\"A\": {\"datatype\": \"FP32\", "
+            "\"shape\": [2, 3]}}, \"mode\": \"closed_loop\", \"concurrency\": 8, \"rate\": null, "
+            "\"duration_s\": 10, \"ok\": 12345, \"errors\": {\"UNAVAILABLE\": 3}, "
+            "\"client_dropped\": 0, \"throughput\": 1234.500, \"p50_us\": 812, \"p90_us\": 1203, "
+            "\"p99_us\": 2101, \"max_us\": 3100, \"mean_us\": 850.250}\n");
+}
+
+TEST(PerfResultJsonTest, NoSuccessfulCallsGiveNullLatencies) {
+  PerfResult result = SampleResult();
+  result.model = "a\"b";
+  result.latency.reset();
+  const std::string json = PerfResultJson(result);
+  EXPECT_THAT(json, HasSubstr("\"model\": \"a\\\"b\""));
+  EXPECT_THAT(json, HasSubstr("\"p50_us\": null"));
+  EXPECT_THAT(json, HasSubstr("\"mean_us\": null}"));
+}
+
+// --------------------------------------------------------------- load
+
+class RunLoadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<NoopServer>> server = NoopServer::Start("127.0.0.1", 0);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    absl::StatusOr<Client> client = Client::Connect(server_->address());
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_.emplace(*std::move(client));
+  }
+
+  PerfOptions ShortRun() {
+    PerfOptions options;
+    options.model = "matmul";
+    options.concurrency = 2;
+    options.warmup = absl::Milliseconds(50);
+    options.duration = absl::Milliseconds(300);
+    options.timeout = absl::Seconds(10);
+    options.shapes = {{"A", {2, 3}}, {"B", {3, 4}}};
+    return options;
+  }
+
+  std::vector<HostTensor> Inputs(const PerfOptions& options) {
+    absl::StatusOr<inference::ModelMetadataResponse> metadata =
+        client_->ModelMetadata("matmul", absl::Seconds(10));
+    EXPECT_TRUE(metadata.ok()) << metadata.status();
+    absl::StatusOr<std::vector<HostTensor>> inputs = MakePerfInputs(*metadata, nullptr, options);
+    EXPECT_TRUE(inputs.ok()) << inputs.status();
+    return *std::move(inputs);
+  }
+
+  std::unique_ptr<NoopServer> server_;
+  std::optional<Client> client_;
+};
+
+TEST_F(RunLoadTest, ClosedLoopCountsSuccessfulCalls) {
+  const PerfOptions options = ShortRun();
+  absl::StatusOr<PerfResult> result = RunLoad(client_->channel(), Inputs(options), options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GT(result->ok, 0);
+  EXPECT_THAT(result->errors, IsEmpty());
+  EXPECT_EQ(result->client_dropped, 0);
+  ASSERT_TRUE(result->latency.has_value());
+  EXPECT_LE(result->latency->p50_us, result->latency->p99_us);
+  EXPECT_DOUBLE_EQ(result->throughput, result->ok / 0.3);
+}
+
+TEST_F(RunLoadTest, OpenLoopSendsAtTheRate) {
+  PerfOptions options = ShortRun();
+  options.rate = 100;
+  options.concurrency = 64;
+  options.duration = absl::Seconds(1);
+  absl::StatusOr<PerfResult> result = RunLoad(client_->channel(), Inputs(options), options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->open_loop);
+  // Poisson with mean 100: outside [50, 150] is a 5-sigma event.
+  EXPECT_GE(result->ok + result->client_dropped, 50);
+  EXPECT_LE(result->ok + result->client_dropped, 150);
+}
+
+TEST_F(RunLoadTest, ServerErrorsAreCountedByCode) {
+  PerfOptions options = ShortRun();
+  std::vector<HostTensor> inputs = Inputs(options);
+  options.model = "no_such_model";
+  absl::StatusOr<PerfResult> result = RunLoad(client_->channel(), std::move(inputs), options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->ok, 0);
+  EXPECT_FALSE(result->latency.has_value());
+  ASSERT_EQ(result->errors.count("NOT_FOUND"), 1u);
+  EXPECT_GT(result->errors.at("NOT_FOUND"), 0);
+}
+
+TEST(NoopServerTest, RepliesWithZerosOfTheProductShape) {
+  absl::StatusOr<std::unique_ptr<NoopServer>> server = NoopServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<Client> client = Client::Connect((*server)->address());
+  ASSERT_TRUE(client.ok());
+  std::vector<HostTensor> inputs = {{"A", "FP16", {5, 7}, std::string(70, '\1')},
+                                    {"B", "FP16", {2, 3}, ""}};  // not checked
+  absl::StatusOr<std::vector<HostTensor>> outputs =
+      client->Infer("matmul", std::move(inputs), absl::Seconds(10));
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  ASSERT_EQ(outputs->size(), 1u);
+  EXPECT_EQ((*outputs)[0].name, "Y");
+  EXPECT_EQ((*outputs)[0].datatype, "FP16");
+  EXPECT_THAT((*outputs)[0].shape, ElementsAre(5, 3));
+  EXPECT_EQ((*outputs)[0].bytes, std::string(30, '\0'));
+}
+
+TEST(NoopServerTest, RejectsAHugeOutputBeforeAllocating) {
+  absl::StatusOr<std::unique_ptr<NoopServer>> server = NoopServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<Client> client = Client::Connect((*server)->address());
+  ASSERT_TRUE(client.ok());
+  std::vector<HostTensor> inputs = {{"A", "FP64", {int64_t{1} << 40, 1}, ""},
+                                    {"B", "FP64", {1, int64_t{1} << 40}, ""}};
+  EXPECT_EQ(client->Infer("matmul", std::move(inputs), absl::Seconds(10)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // 2^80 elements overflow int64
+  inputs = {{"A", "FP64", {1 << 20, 1}, ""}, {"B", "FP64", {1, 1 << 20}, ""}};
+  EXPECT_EQ(client->Infer("matmul", std::move(inputs), absl::Seconds(10)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST(NoopServerTest, MetadataMatchesTheBuiltInMatMul) {
+  absl::StatusOr<std::unique_ptr<NoopServer>> server = NoopServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<Client> client = Client::Connect((*server)->address());
+  ASSERT_TRUE(client.ok());
+  absl::StatusOr<inference::ModelMetadataResponse> metadata =
+      client->ModelMetadata("matmul", absl::Seconds(10));
+  ASSERT_TRUE(metadata.ok()) << metadata.status();
+  ASSERT_EQ(metadata->inputs_size(), 2);
+  EXPECT_EQ(metadata->inputs(0).name(), "A");
+  EXPECT_EQ(metadata->inputs(1).name(), "B");
+  EXPECT_EQ(metadata->inputs(0).datatype(), "FP32");
+  EXPECT_THAT(metadata->inputs(0).shape(), ElementsAre(-1, -1));
+  ASSERT_EQ(metadata->outputs_size(), 1);
+  EXPECT_EQ(metadata->outputs(0).name(), "Y");
+  EXPECT_TRUE(client->ModelConfig("matmul", absl::Seconds(10)).ok());
+  EXPECT_EQ(client->ModelMetadata("other", absl::Seconds(10)).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(*client->ServerLive(absl::Seconds(10)), true);
+  EXPECT_EQ(*client->ServerReady(absl::Seconds(10)), true);
+}
+
+}  // namespace
+}  // namespace gemmserve::client
