@@ -136,6 +136,7 @@ void DynamicBatcher::CollectDue(absl::Time now, std::vector<Batch>* batches,
     }
   }
   while (queued_ > 0) {
+    if (in_flight_ >= std::max(options_.max_concurrent_batches, 1) && !closed_) return;
     absl::Time oldest = absl::InfiniteFuture();
     for (const std::deque<Entry>& level : levels_) {
       if (!level.empty()) oldest = std::min(oldest, level.front().enqueued);
@@ -174,6 +175,8 @@ void DynamicBatcher::CollectDue(absl::Time now, std::vector<Batch>* batches,
 
 absl::Time DynamicBatcher::NextDue() const {
   absl::Time next = deadlines_.empty() ? absl::InfiniteFuture() : *deadlines_.begin();
+  // The queue delay can cut a batch only while another may start.
+  if (in_flight_ >= std::max(options_.max_concurrent_batches, 1)) return next;
   for (const std::deque<Entry>& level : levels_) {
     if (!level.empty()) next = std::min(next, level.front().enqueued + options_.max_queue_delay);
   }

@@ -12,10 +12,16 @@
 //     the executor inside a batch, or it is rejected without compute
 //     (DEADLINE_EXCEEDED when its deadline or queue timeout passes while
 //     queued, CANCELLED when its client has gone).
-//   - A batch is cut when its rows reach `max_batch_rows`, when the oldest
-//     request has waited `max_queue_delay`, or at once when no batch of this
-//     model is running: holding requests while the cores sit idle only adds
-//     latency, and the requests that arrive meanwhile form the next batch.
+//   - At most `max_concurrent_batches` batches of the model run at once
+//     (default 1: one batch gets all the compute threads, and everything that
+//     arrives while it runs leaves together as the next batch, which is what
+//     makes each expert's weights be read once for many requests). When no
+//     batch runs, a batch is cut at once: holding requests while the cores
+//     sit idle only adds latency. While fewer than max_concurrent_batches run
+//     but at least one does, a batch is cut when its rows reach
+//     `max_batch_rows` or when the oldest request has waited
+//     `max_queue_delay`. So a request waits for at most the batch running
+//     when it arrived (or max_queue_delay) and then its own batch.
 //   - Batches take requests by priority level (1 is the highest), first in
 //     first out within a level, up to `max_batch_rows` rows; a single request
 //     larger than that runs alone.
@@ -56,6 +62,7 @@ namespace gemmserve {
 struct BatchingOptions {
   absl::Duration max_queue_delay = absl::Microseconds(100);
   int64_t max_batch_rows = 0;  // 0: no limit
+  int max_concurrent_batches = 1;
   int64_t max_queue_size = 0;  // requests; 0: no limit
   absl::Duration default_timeout = absl::InfiniteDuration();
   int priority_levels = 0;        // 0: one level, priorities ignored

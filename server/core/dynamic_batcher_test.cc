@@ -64,11 +64,13 @@ class BatcherTest : public ::testing::Test {
   std::unique_ptr<DynamicBatcher> batcher_;
 };
 
-BatchingOptions Options(int64_t delay_us, int64_t max_rows, int64_t max_queue = 0) {
+BatchingOptions Options(int64_t delay_us, int64_t max_rows, int64_t max_queue = 0,
+                        int concurrent = 1) {
   BatchingOptions o;
   o.max_queue_delay = absl::Microseconds(delay_us);
   o.max_batch_rows = max_rows;
   o.max_queue_size = max_queue;
+  o.max_concurrent_batches = concurrent;
   return o;
 }
 
@@ -89,8 +91,24 @@ TEST_F(BatcherTest, RequestsArrivingDuringABatchFormTheNextOne) {
   EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b", "c")));
 }
 
+TEST_F(BatcherTest, WhileTheOnlyBatchSlotIsTakenNeitherDelayNorRowsCut) {
+  Make(Options(500, 4));
+  ASSERT_TRUE(Add("a", 1).ok());
+  ASSERT_TRUE(Add("b", 3).ok());
+  ASSERT_TRUE(Add("c", 3).ok());  // 6 rows queued, over max_batch_rows
+  // The timer need not wake for the delay: nothing can start before BatchDone.
+  EXPECT_EQ(batcher_->Poll(), absl::InfiniteFuture());
+  clock_.Advance(absl::Seconds(10));
+  batcher_->Poll();
+  EXPECT_EQ(batches_.size(), 1u);
+  batcher_->BatchDone();  // cut b (c would pass max_batch_rows), then c waits again
+  EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b")));
+  batcher_->BatchDone();
+  EXPECT_THAT(batches_.back(), ElementsAre("c"));
+}
+
 TEST_F(BatcherTest, ABatchIsCutWhenTheDelayPassesWhileAnotherRuns) {
-  Make(Options(500, 64));
+  Make(Options(500, 64, 0, /*concurrent=*/2));
   ASSERT_TRUE(Add("a", 1).ok());
   clock_.Advance(absl::Microseconds(100));
   ASSERT_TRUE(Add("b", 1).ok());
@@ -105,7 +123,7 @@ TEST_F(BatcherTest, ABatchIsCutWhenTheDelayPassesWhileAnotherRuns) {
 }
 
 TEST_F(BatcherTest, ABatchIsCutWhenRowsReachTheLimit) {
-  Make(Options(1000000, 8));
+  Make(Options(1000000, 8, 0, /*concurrent=*/2));
   ASSERT_TRUE(Add("a", 1).ok());  // runs at once
   ASSERT_TRUE(Add("b", 4).ok());
   ASSERT_TRUE(Add("c", 3).ok());
@@ -115,7 +133,7 @@ TEST_F(BatcherTest, ABatchIsCutWhenRowsReachTheLimit) {
 }
 
 TEST_F(BatcherTest, ABatchNeverExceedsMaxRowsButABigRequestRunsAlone) {
-  Make(Options(1000, 4));
+  Make(Options(1000, 4, 0, /*concurrent=*/3));
   ASSERT_TRUE(Add("a", 1).ok());
   ASSERT_TRUE(Add("big", 10).ok());  // over the limit by itself: cut alone
   ASSERT_TRUE(Add("b", 3).ok());
@@ -183,7 +201,7 @@ TEST_F(BatcherTest, ACancelledRequestLeavesTheQueueWithoutCompute) {
 }
 
 TEST_F(BatcherTest, HigherPriorityLevelsGoFirst) {
-  BatchingOptions o = Options(1000000, 2);
+  BatchingOptions o = Options(1000000, 2, 0, /*concurrent=*/3);
   o.priority_levels = 3;
   o.default_priority_level = 2;
   Make(o);
@@ -208,7 +226,7 @@ TEST_F(BatcherTest, ClosedBatcherRefusesNewWorkAndRunsWhatIsQueued) {
 }
 
 TEST_F(BatcherTest, TheTimerIsWokenOnlyWhenTheNextPollMovesEarlier) {
-  Make(Options(500, 0));
+  Make(Options(500, 0, 0, /*concurrent=*/2));
   ASSERT_TRUE(Add("a", 1).ok());  // cut at once, nothing waits
   EXPECT_EQ(wakes_, 0);
   ASSERT_TRUE(Add("b", 1).ok());  // waits: poll due in 500 us

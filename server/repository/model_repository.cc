@@ -114,6 +114,10 @@ absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
                           : absl::Microseconds(static_cast<int64_t>(db.default_timeout_microseconds()));
   o.priority_levels = static_cast<int>(db.priority_levels());
   o.default_priority_level = static_cast<int>(db.default_priority_level());
+  if (db.max_concurrent_batches() > 64) {
+    return absl::InvalidArgumentError("config.pbtxt: max_concurrent_batches above 64");
+  }
+  o.max_concurrent_batches = std::max<int>(1, static_cast<int>(db.max_concurrent_batches()));
   return std::optional<BatchingOptions>(o);
 }
 

@@ -21,7 +21,8 @@ const Shape3 kShapes[] = {{1, 1, 1},    {1, 4, 16},    {3, 5, 17},     {8, 131, 
                           {2, 64, 1023}, {1, 9, 1024}, {4, 12, 1025}, {8, 67, 2049},
                           // the 1-4 row kernel: K steps of 8 with prefetch 16 ahead, tails
                           {1, 16, 1}, {2, 17, 33}, {3, 40, 15}, {4, 8, 47}, {1, 100, 300},
-                          {3, 7, 1}, {2, 24, 16}, {5, 48, 31}};
+                          {3, 7, 1}, {2, 24, 16}, {5, 48, 31}, {12, 40, 33}, {16, 17, 100},
+                          {9, 64, 16}};
 
 // Accumulates over [k_begin, k_end) in two calls, onto C that starts nonzero,
 // and compares with a double reference of the same sum.
