@@ -29,6 +29,9 @@ ABSL_FLAG(int32_t, shutdown_grace_seconds, 10,
 ABSL_FLAG(std::string, model_repository, "",
           "Model repository directory (Triton layout: DIR/<model>/<version>/model.onnx and an "
           "optional DIR/<model>/config.pbtxt); empty: built-in models only.");
+ABSL_FLAG(int64_t, inline_max_flops, 65536,
+          "Requests of at most this many flops run on the gRPC thread when their model is idle "
+          "(a hand-off to a worker costs more than they compute); 0: none that computes.");
 ABSL_FLAG(int64_t, builtin_max_queue_delay_us, 100,
           "Dynamic batching of the built-in models: longest wait for a batch to fill while "
           "another batch runs, in microseconds.");
@@ -63,6 +66,7 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
+  options.inline_max_flops = absl::GetFlag(FLAGS_inline_max_flops);
   options.builtin_max_queue_delay_us = absl::GetFlag(FLAGS_builtin_max_queue_delay_us);
   options.builtin_max_batch_rows = absl::GetFlag(FLAGS_builtin_max_batch_rows);
   options.builtin_max_queue_size = absl::GetFlag(FLAGS_builtin_max_queue_size);

@@ -78,6 +78,13 @@ void DynamicBatcher::BatchDone() {
   if (wake && wake_timer_) wake_timer_();
 }
 
+bool DynamicBatcher::TryBeginInline() {
+  absl::MutexLock lock(&mu_);
+  if (closed_ || queued_ > 0 || in_flight_ > 0) return false;
+  ++in_flight_;
+  return true;
+}
+
 absl::Time DynamicBatcher::Poll() {
   std::vector<Batch> batches;
   std::vector<Rejection> rejected;

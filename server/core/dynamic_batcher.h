@@ -105,6 +105,12 @@ class DynamicBatcher {
   // The executor's batch has finished.
   void BatchDone();
 
+  // For a request so small that handing it to a worker costs more than
+  // computing it: true (and counted as a running batch, so later requests
+  // queue behind it) when nothing is queued or running; the caller then
+  // computes it itself and calls BatchDone().
+  bool TryBeginInline();
+
   // Cuts the batches and rejects the requests that are due now; returns when
   // it should next be called (absl::InfiniteFuture() when nothing waits).
   absl::Time Poll();

@@ -254,9 +254,17 @@ absl::Status InferenceEngine::Submit(InferRequestView request_view,
   const absl::Duration timeout = absl::Microseconds(static_cast<int64_t>(
       std::min<uint64_t>(request->timeout_us, uint64_t{1} << 62)));
   const absl::Time deadline = request->deadline;
+  const bool tiny = prepared->flops() <= options_.inline_max_flops;
   auto pending = std::make_unique<Pending>(served.get(), clock_, std::move(request),
                                            std::move(prepared),
                                            std::move(is_cancelled), std::move(done), arrival);
+  if (tiny && (!served->batcher_ || served->batcher_->TryBeginInline())) {
+    std::vector<std::unique_ptr<Pending>> batch;
+    batch.push_back(std::move(pending));
+    RunBatch(served, std::move(batch), /*threads=*/1);
+    if (served->batcher_) served->batcher_->BatchDone();
+    return absl::OkStatus();
+  }
   if (served->batcher_) {
     return served->batcher_->Enqueue(std::move(pending), priority, deadline, timeout);
   }

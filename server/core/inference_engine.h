@@ -8,7 +8,9 @@
 //   - On a validation error, or UNAVAILABLE when the model's queue is full,
 //     it returns that status and never calls `done`.
 //   - Otherwise it returns OK at once (scheduling never blocks) and calls
-//     `done` exactly once, on a worker or timer thread, with the result.
+//     `done` exactly once, on a worker or timer thread, with the result; a
+//     tiny request (options.inline_max_flops) to an idle model is computed,
+//     and `done` called, on the caller's thread before Submit returns.
 //   - The tensor bytes the request points to must stay valid until `done`
 //     has been called (the engine keeps the view itself).
 //   - `is_cancelled` is polled while the request waits and before compute;
@@ -56,6 +58,10 @@ struct EngineOptions {
   // Largest response message (--max_message_bytes); outputs that cannot fit
   // are refused before compute.
   int64_t max_message_bytes = int64_t{1} << 30;
+  // Requests of at most this many flops run on the caller's thread when their
+  // model is idle (--inline_max_flops): a hand-off to a worker and back costs
+  // tens of microseconds, more than such a request computes.
+  int64_t inline_max_flops = 65536;
 };
 
 // Triton's per-model statistics: counts and total nanoseconds.

@@ -622,3 +622,25 @@ TEST_F(InferenceEngineTest, UnknownRequestedOutputIsInvalidArgument) {
 
 }  // namespace
 }  // namespace gemmserve
+
+namespace gemmserve {
+namespace {
+
+TEST_F(InferenceEngineTest, TinyRequestToAnIdleModelIsAnsweredBeforeSubmitReturns) {
+  Request tiny = MatMulFp32({1, 2}, {1, 2}, {2, 1}, {3, 4});
+  Completion c;
+  ASSERT_TRUE(engine_->Submit(tiny.View(), NeverCancelled(), c.Callback()).ok());
+  EXPECT_EQ(c.calls(), 1);  // computed on this thread: no hand-off
+  EXPECT_EQ(c.Wait()->outputs.at(0).tensor.data<float>()[0], 11.0f);
+
+  // Over the inline limit: handed to a worker.
+  EngineOptions options;
+  options.inline_max_flops = 0;
+  Reset(options);
+  Completion d;
+  ASSERT_TRUE(engine_->Submit(tiny.View(), NeverCancelled(), d.Callback()).ok());
+  EXPECT_EQ(d.Wait()->outputs.at(0).tensor.data<float>()[0], 11.0f);
+}
+
+}  // namespace
+}  // namespace gemmserve

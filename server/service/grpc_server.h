@@ -31,6 +31,7 @@ struct ServerOptions {
   int64_t max_message_bytes = int64_t{1} << 30;
   int64_t max_output_bytes = int64_t{4} << 30;
   std::string model_repository;  // empty: built-in models only
+  int64_t inline_max_flops = 65536;
   // Dynamic batching of the built-in models.
   int64_t builtin_max_queue_delay_us = 100;
   int64_t builtin_max_batch_rows = 4096;
