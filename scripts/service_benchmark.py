@@ -116,9 +116,21 @@ def render(results):
               f"{tiny['gemmserve']['p50_us']:.0f} us on gemmserve against "
               f"{tiny['noop']['p50_us']:.0f} us for the same bytes on a gRPC server that does "
               f"no work (`gemmserve-cli noop-server`): {tiny['ratio']:.2f}x.", "",
-              "Reproduce: `scripts/service_benchmark.py --build build` (about 3 minutes).", "",
-              END]
+              "Reproduce: `scripts/service_benchmark.py --build build` (about 3 minutes).", ""]
+    if results.get("note"):
+        lines += [f"> **Note.** {results['note']}", ""]
+    lines += [END]
     return "\n".join(lines) + "\n"
+
+
+def write_doc(path, section):
+    doc = open(path).read() if os.path.exists(path) else ""
+    if BEGIN in doc and END in doc:
+        doc = doc[:doc.index(BEGIN)] + section + doc[doc.index(END) + len(END) + 1:]
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as f:
+        f.write(doc)
 
 
 def main():
@@ -130,7 +142,15 @@ def main():
     parser.add_argument("--compute_threads", type=int, default=os.cpu_count())
     parser.add_argument("--json", default=None)
     parser.add_argument("--doc", default=os.path.join(ROOT, "docs", "performance.md"))
+    parser.add_argument("--note", default="", help="a paragraph to put under the tables")
+    parser.add_argument("--from_json", help="re-render a previous run's --json instead of running")
     args = parser.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            results = json.load(f)
+        results["note"] = args.note
+        write_doc(args.doc, render(results))
+        return 0
     server = os.path.join(args.build, "bin", "gemmserve")
     cli = os.path.join(args.build, "bin", "gemmserve-cli")
     repo = tempfile.mkdtemp(prefix="gemmserve-bench-repo-")
@@ -198,17 +218,11 @@ def main():
             "pass": results["tiny"]["ratio"] <= 1.5})
     finally:
         shutil.rmtree(repo, ignore_errors=True)
+    results["note"] = args.note
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
-    section = render(results)
-    doc = open(args.doc).read() if os.path.exists(args.doc) else ""
-    if BEGIN in doc and END in doc:
-        doc = doc[:doc.index(BEGIN)] + section + doc[doc.index(END) + len(END) + 1:]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + section
-    with open(args.doc, "w") as f:
-        f.write(doc)
+    write_doc(args.doc, render(results))
     for t in results["targets"]:
         print(f"{'PASS' if t['pass'] else 'FAIL'}  {t['what']}: {t['measured']} ({t['required']})")
 

@@ -122,6 +122,9 @@ class LoadRun {
  private:
   struct Call {
     grpc::ClientContext context;
+    // Each call owns its request buffer (a copy shares the serialized slices,
+    // by reference count): no grpc_byte_buffer is used by two calls at once.
+    grpc::ByteBuffer request;
     grpc::ByteBuffer response;  // not parsed: only the status counts
     Clock::time_point sent;
   };
@@ -140,7 +143,8 @@ class LoadRun {
     if (options_.timeout != absl::InfiniteDuration()) {
       call->context.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
     }
-    stub_.UnaryCall(&call->context, method_, grpc::StubOptions(), &request_, &call->response,
+    call->request = request_;
+    stub_.UnaryCall(&call->context, method_, grpc::StubOptions(), &call->request, &call->response,
                     [this, call](grpc::Status status) { OnDone(call, std::move(status)); });
   }
 

@@ -47,6 +47,7 @@ absl::Status DynamicBatcher::Enqueue(std::unique_ptr<BatchTask> task, uint64_t p
     levels_[level].push_back(Entry{std::move(task), rows, now, deadline});
     if (deadline != absl::InfiniteFuture()) deadlines_.insert(deadline);
     ++queued_;
+    ++arrived_since_idle_;
     queued_rows_ += rows;
     CollectDue(now, &batches, &rejected);
     const absl::Time next = NextDue();
@@ -66,8 +67,12 @@ void DynamicBatcher::BatchDone() {
   bool wake = false;
   {
     absl::MutexLock lock(&mu_);
-    --in_flight_;
-    CollectDue(clock_->Now(), &batches, &rejected);
+    const absl::Time now = clock_->Now();
+    if (--in_flight_ == 0) {
+      idle_since_ = now;
+      arrived_since_idle_ = 0;
+    }
+    CollectDue(now, &batches, &rejected);
     const absl::Time next = NextDue();
     if (next < promised_poll_) {
       promised_poll_ = next;
@@ -82,6 +87,7 @@ bool DynamicBatcher::TryBeginInline() {
   absl::MutexLock lock(&mu_);
   if (closed_ || queued_ > 0 || in_flight_ > 0) return false;
   ++in_flight_;
+  last_batch_requests_ = 1;
   return true;
 }
 
@@ -149,10 +155,20 @@ void DynamicBatcher::CollectDue(absl::Time now, std::vector<Batch>* batches,
       if (!level.empty()) oldest = std::min(oldest, level.front().enqueued);
     }
     const bool full = options_.max_batch_rows > 0 && queued_rows_ >= options_.max_batch_rows;
-    const bool idle = in_flight_ == 0;
-    const bool waited = now >= oldest + options_.max_queue_delay;
+    bool due;
+    if (in_flight_ == 0) {
+      // The cores are free. Waiting helps only while the requests of the
+      // batch that just ended may still come back (closed-loop clients
+      // resubmit when answered): cut once they all have, or once the cores
+      // have been free for max_queue_delay. Without this wait, clients split
+      // into two cohorts that alternate, each batch half the size it could be.
+      due = arrived_since_idle_ >= last_batch_requests_ ||
+            now >= idle_since_ + options_.max_queue_delay;
+    } else {
+      due = now >= oldest + options_.max_queue_delay;
+    }
     // Closed (unloading or shutting down): nothing more will join.
-    if (!full && !idle && !waited && !closed_) return;
+    if (!full && !due && !closed_) return;
 
     Batch batch;
     int64_t rows = 0;
@@ -176,6 +192,7 @@ void DynamicBatcher::CollectDue(absl::Time now, std::vector<Batch>* batches,
     }
     if (batch.empty()) continue;  // everything left had gone
     ++in_flight_;
+    last_batch_requests_ = static_cast<int64_t>(batch.size());
     batches->push_back(std::move(batch));
   }
 }
@@ -183,7 +200,8 @@ void DynamicBatcher::CollectDue(absl::Time now, std::vector<Batch>* batches,
 absl::Time DynamicBatcher::NextDue() const {
   absl::Time next = deadlines_.empty() ? absl::InfiniteFuture() : *deadlines_.begin();
   // The queue delay can cut a batch only while another may start.
-  if (in_flight_ >= std::max(options_.max_concurrent_batches, 1)) return next;
+  if (queued_ == 0 || in_flight_ >= std::max(options_.max_concurrent_batches, 1)) return next;
+  if (in_flight_ == 0) return std::min(next, idle_since_ + options_.max_queue_delay);
   for (const std::deque<Entry>& level : levels_) {
     if (!level.empty()) next = std::min(next, level.front().enqueued + options_.max_queue_delay);
   }

@@ -15,13 +15,18 @@
 //   - At most `max_concurrent_batches` batches of the model run at once
 //     (default 1: one batch gets all the compute threads, and everything that
 //     arrives while it runs leaves together as the next batch, which is what
-//     makes each expert's weights be read once for many requests). When no
-//     batch runs, a batch is cut at once: holding requests while the cores
-//     sit idle only adds latency. While fewer than max_concurrent_batches run
-//     but at least one does, a batch is cut when its rows reach
-//     `max_batch_rows` or when the oldest request has waited
-//     `max_queue_delay`. So a request waits for at most the batch running
-//     when it arrived (or max_queue_delay) and then its own batch.
+//     makes each expert's weights be read once for many requests).
+//   - When no batch runs, a batch is cut as soon as waiting would not help:
+//     when as many requests have arrived since the cores went idle as the
+//     last batch held (its clients are back), when the cores have been idle
+//     for `max_queue_delay`, or when the rows reach `max_batch_rows`. A lone
+//     client is served at once; closed-loop clients are not split into two
+//     alternating half-size batches.
+//   - While fewer than max_concurrent_batches run but at least one does, a
+//     batch is cut when its rows reach `max_batch_rows` or when the oldest
+//     request has waited `max_queue_delay`.
+//   - So a request waits for at most the batch running when it arrived, then
+//     max_queue_delay, then its own batch.
 //   - Batches take requests by priority level (1 is the highest), first in
 //     first out within a level, up to `max_batch_rows` rows; a single request
 //     larger than that runs alone.
@@ -155,6 +160,12 @@ class DynamicBatcher {
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time promised_poll_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  // Since when no batch runs, how many requests came since, and how many the
+  // last batch held: while fewer have come back than the last batch held,
+  // an idle batcher waits (up to max_queue_delay) for them.
+  absl::Time idle_since_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int64_t arrived_since_idle_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_batch_requests_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // The thread that calls Poll() on every registered batcher when it is due.

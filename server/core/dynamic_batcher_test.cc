@@ -50,6 +50,13 @@ class BatcherTest : public ::testing::Test {
         },
         [this] { ++wakes_; });
   }
+  // The running batch ends and nobody comes back: after the queue delay the
+  // idle batcher cuts what waits.
+  void FinishAndWait() {
+    batcher_->BatchDone();
+    clock_.Advance(batcher_->options().max_queue_delay);
+    batcher_->Poll();
+  }
   absl::Status Add(const std::string& name, int64_t rows, uint64_t priority = 0,
                    absl::Time deadline = absl::InfiniteFuture(),
                    absl::Duration timeout = absl::ZeroDuration(), bool* cancelled = nullptr) {
@@ -88,7 +95,29 @@ TEST_F(BatcherTest, RequestsArrivingDuringABatchFormTheNextOne) {
   ASSERT_TRUE(Add("c", 3).ok());
   EXPECT_EQ(batches_.size(), 1u);  // b and c wait: a batch is running
   batcher_->BatchDone();
-  EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b", "c")));
+  // The cores are free, but a's client may come back: wait for it (at most
+  // the queue delay) rather than split the clients into two cohorts.
+  EXPECT_EQ(batches_.size(), 1u);
+  EXPECT_EQ(batcher_->Poll(), clock_.Now() + absl::Microseconds(1000));
+  ASSERT_TRUE(Add("a2", 1).ok());  // as many back as the last batch held: cut
+  EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b", "c", "a2")));
+}
+
+TEST_F(BatcherTest, AnIdleBatcherWaitsNoLongerThanTheQueueDelay) {
+  Make(Options(1000, 64));
+  ASSERT_TRUE(Add("a", 1).ok());
+  ASSERT_TRUE(Add("b", 1).ok());
+  batcher_->BatchDone();
+  clock_.Advance(absl::Microseconds(999));
+  batcher_->Poll();
+  EXPECT_EQ(batches_.size(), 1u);
+  clock_.Advance(absl::Microseconds(1));
+  batcher_->Poll();
+  EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b")));
+  // A lone client is never kept waiting: its next request goes at once.
+  batcher_->BatchDone();
+  ASSERT_TRUE(Add("b2", 1).ok());
+  EXPECT_THAT(batches_.back(), ElementsAre("b2"));
 }
 
 TEST_F(BatcherTest, WhileTheOnlyBatchSlotIsTakenNeitherDelayNorRowsCut) {
@@ -101,9 +130,9 @@ TEST_F(BatcherTest, WhileTheOnlyBatchSlotIsTakenNeitherDelayNorRowsCut) {
   clock_.Advance(absl::Seconds(10));
   batcher_->Poll();
   EXPECT_EQ(batches_.size(), 1u);
-  batcher_->BatchDone();  // cut b (c would pass max_batch_rows), then c waits again
+  batcher_->BatchDone();  // 6 rows >= 4: cut b at once (c would pass the limit)
   EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b")));
-  batcher_->BatchDone();
+  FinishAndWait();
   EXPECT_THAT(batches_.back(), ElementsAre("c"));
 }
 
@@ -141,7 +170,7 @@ TEST_F(BatcherTest, ABatchNeverExceedsMaxRowsButABigRequestRunsAlone) {
   EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("big"), ElementsAre("b")));
   batcher_->BatchDone();
   batcher_->BatchDone();
-  batcher_->BatchDone();
+  FinishAndWait();
   EXPECT_THAT(batches_.back(), ElementsAre("c"));
 }
 
@@ -154,7 +183,7 @@ TEST_F(BatcherTest, AFullQueueRefusesAtOnceAndKeepsWhatItAccepted) {
   EXPECT_EQ(full.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(full.message()), ::testing::HasSubstr("queue full"));
   EXPECT_EQ(batcher_->queued(), 2);
-  batcher_->BatchDone();
+  FinishAndWait();
   EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b", "c")));
   EXPECT_TRUE(outcome_.rejected.empty());
 }
@@ -169,7 +198,7 @@ TEST_F(BatcherTest, ADeadlinePassingWhileQueuedRejectsWithoutCompute) {
   clock_.Advance(absl::Microseconds(50));
   batcher_->Poll();
   EXPECT_THAT(outcome_.rejected, ElementsAre("late:DEADLINE_EXCEEDED"));
-  batcher_->BatchDone();
+  FinishAndWait();
   EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b")));
 }
 
@@ -195,7 +224,7 @@ TEST_F(BatcherTest, ACancelledRequestLeavesTheQueueWithoutCompute) {
   ASSERT_TRUE(Add("gone", 1, 0, absl::InfiniteFuture(), absl::ZeroDuration(), &cancelled).ok());
   ASSERT_TRUE(Add("b", 1).ok());
   cancelled = true;
-  batcher_->BatchDone();
+  FinishAndWait();
   EXPECT_THAT(outcome_.rejected, ElementsAre("gone:CANCELLED"));
   EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b")));
 }

@@ -1,8 +1,9 @@
 """Dynamic batching through the real server (RELIABILITY F1-F4).
 
-The built-in `matmul` model batches with a queue delay far longer than any test
-(--builtin_max_queue_delay_us): while one batch runs, later requests wait in
-the queue until it ends, then leave together as the next batch. A large MatMul
+The built-in `matmul` model runs one batch at a time: while one batch runs,
+later requests wait in the queue until it ends, then leave together as the
+next batch (after at most --builtin_max_queue_delay_us, 200 ms here, waiting
+for the running batch's own client to come back). A large MatMul
 (the "blocker") keeps a batch running; a probe with a 1 ms queue timeout proves
 it is running (the probe is refused from the queue) before each scenario, so
 nothing here sleeps or guesses at timing.
@@ -28,7 +29,7 @@ def with_params(request, **params):
 
 
 class BatchingTest(GemmServeTestCase):
-    server_flags = ("--builtin_max_queue_delay_us=60000000", "--builtin_max_queue_size=3")
+    server_flags = ("--builtin_max_queue_delay_us=200000", "--builtin_max_queue_size=3")
 
     @classmethod
     def setUpClass(cls):
