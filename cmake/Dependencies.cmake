@@ -8,6 +8,8 @@ find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
 # libonnx-dev: the ONNX protobuf (onnx_proto target) for reading model files.
 find_package(ONNX CONFIG REQUIRED)
+# prometheus-cpp-dev: metrics registry (core) and the /metrics HTTP exposer (pull).
+find_package(prometheus-cpp CONFIG REQUIRED)
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 find_program(GRPC_PYTHON_PLUGIN grpc_python_plugin REQUIRED)
 find_program(PYTHON3 NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH REQUIRED)

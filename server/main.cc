@@ -17,7 +17,11 @@
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on for gRPC.");
 ABSL_FLAG(int32_t, grpc_port, 8001, "gRPC port; 0 picks a free one (printed on stdout).");
-ABSL_FLAG(int32_t, metrics_port, 8002, "Prometheus metrics port (reserved).");
+ABSL_FLAG(int32_t, metrics_port, 8002,
+          "Prometheus /metrics port; 0 picks a free one (printed on stdout); -1 serves none.");
+ABSL_FLAG(std::string, latency_buckets, "",
+          "Upper bounds of the latency histograms in seconds, comma-separated and increasing; "
+          "empty: 25 us to 52 s, doubling.");
 ABSL_FLAG(int32_t, compute_threads, 0,
           "Threads that compute, BLIS threads included; 0 means one per core.");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{1} << 30,
@@ -67,6 +71,15 @@ int main(int argc, char** argv) {
   options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
   options.inline_max_flops = absl::GetFlag(FLAGS_inline_max_flops);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  {
+    auto buckets = gemmserve::Metrics::ParseBuckets(absl::GetFlag(FLAGS_latency_buckets));
+    if (!buckets.ok()) {
+      GEMMSERVE_LOG(ERROR) << "cannot start: " << buckets.status();
+      return 1;
+    }
+    options.latency_buckets = *std::move(buckets);
+  }
   options.builtin_max_queue_delay_us = absl::GetFlag(FLAGS_builtin_max_queue_delay_us);
   options.builtin_max_batch_rows = absl::GetFlag(FLAGS_builtin_max_batch_rows);
   options.builtin_max_queue_size = absl::GetFlag(FLAGS_builtin_max_queue_size);
@@ -81,6 +94,9 @@ int main(int argc, char** argv) {
                       << options.compute_threads << " compute threads, BLIS config "
                       << gemmserve::BlisArchitecture();
   std::cout << "gemmserve listening on " << (*server)->address() << std::endl;
+  if (!(*server)->metrics_address().empty()) {
+    std::cout << "gemmserve metrics on " << (*server)->metrics_address() << std::endl;
+  }
 
   std::thread signal_thread([&] {
     int received = 0;

@@ -64,7 +64,8 @@ class CliTest(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.log = open(os.path.join(cls.tmp.name, "server.log"), "w+b")
         cls.server = subprocess.Popen(
-            [SERVER, "--grpc_port=0", "--host=127.0.0.1", "--compute_threads=1"],
+            [SERVER, "--grpc_port=0", "--metrics_port=0", "--host=127.0.0.1",
+             "--compute_threads=1"],
             stdout=subprocess.PIPE, stderr=cls.log)
         try:
             line = read_line(cls.server.stdout, STARTUP_TIMEOUT_S)

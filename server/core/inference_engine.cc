@@ -71,8 +71,10 @@ class InferenceEngine::Pending final : public BatchTask {
  public:
   Pending(ServedModel* served, Clock* clock, std::unique_ptr<InferRequestView> request,
           std::unique_ptr<PreparedInference> prepared, std::function<bool()> is_cancelled,
-          DoneCallback done, absl::Time arrival)
-      : served_(served),
+          DoneCallback done, absl::Time arrival, DataType type, int64_t input_bytes)
+      : type_(type),
+        input_bytes_(input_bytes),
+        served_(served),
         clock_(clock),
         request_(std::move(request)),
         prepared_(std::move(prepared)),
@@ -95,6 +97,8 @@ class InferenceEngine::Pending final : public BatchTask {
   }
 
   const InferRequestView& request() const { return *request_; }
+  const DataType type_;
+  const int64_t input_bytes_;
   PreparedInference* prepared() { return prepared_.get(); }
   absl::Time arrival() const { return arrival_; }
 
@@ -130,6 +134,7 @@ InferenceEngine::~InferenceEngine() {
 void InferenceEngine::Install(std::unique_ptr<Model> model,
                               std::optional<BatchingOptions> batching) {
   auto served = std::make_shared<ServedModel>(std::move(model), batching);
+  if (options_.metrics) served->metrics_ = options_.metrics->ForModel(served->metadata().name);
   if (batching) {
     std::weak_ptr<ServedModel> weak = served;
     served->batcher_ = std::make_shared<DynamicBatcher>(
@@ -143,6 +148,7 @@ void InferenceEngine::Install(std::unique_ptr<Model> model,
             for (auto& p : pending) p->Answer(absl::UnavailableError("model was unloaded"));
             return;
           }
+          if (self->metrics_) self->metrics_->SetQueueDepth(self->batcher_->queued());
           pool_.Schedule([this, self, pending = std::move(pending)](int threads) mutable {
             RunBatch(self, std::move(pending), threads);
             self->batcher_->BatchDone();
@@ -220,6 +226,13 @@ absl::StatusOr<std::shared_ptr<const ServedModel>> InferenceEngine::FindModel(
   return std::shared_ptr<const ServedModel>(std::move(served));
 }
 
+ModelMetrics* InferenceEngine::MetricsFor(absl::string_view model_name) const {
+  if (options_.metrics == nullptr) return nullptr;
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(model_name);
+  return it != models_.end() ? it->second->metrics_ : options_.metrics->Unknown();
+}
+
 std::vector<std::shared_ptr<const ServedModel>> InferenceEngine::models() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<const ServedModel>> out;
@@ -249,6 +262,9 @@ absl::Status InferenceEngine::Submit(InferRequestView request_view,
                              served->model().Prepare(bound));
   GEMMSERVE_RETURN_IF_ERROR(
       CheckOutputLimits(*prepared, static_cast<int64_t>(request->id.size()), options_));
+  int64_t input_bytes = 0;
+  for (const BoundInput& b : bound) input_bytes += b.byte_size;
+  const DataType type = bound.empty() ? DataType::kFP32 : bound.front().type;
 
   const uint64_t priority = request->priority;
   const absl::Duration timeout = absl::Microseconds(static_cast<int64_t>(
@@ -256,8 +272,8 @@ absl::Status InferenceEngine::Submit(InferRequestView request_view,
   const absl::Time deadline = request->deadline;
   const bool tiny = prepared->flops() <= options_.inline_max_flops;
   auto pending = std::make_unique<Pending>(served.get(), clock_, std::move(request),
-                                           std::move(prepared),
-                                           std::move(is_cancelled), std::move(done), arrival);
+                                           std::move(prepared), std::move(is_cancelled),
+                                           std::move(done), arrival, type, input_bytes);
   if (tiny && (!served->batcher_ || served->batcher_->TryBeginInline())) {
     std::vector<std::unique_ptr<Pending>> batch;
     batch.push_back(std::move(pending));
@@ -266,7 +282,9 @@ absl::Status InferenceEngine::Submit(InferRequestView request_view,
     return absl::OkStatus();
   }
   if (served->batcher_) {
-    return served->batcher_->Enqueue(std::move(pending), priority, deadline, timeout);
+    absl::Status queued = served->batcher_->Enqueue(std::move(pending), priority, deadline, timeout);
+    if (served->metrics_) served->metrics_->SetQueueDepth(served->batcher_->queued());
+    return queued;
   }
   pool_.Schedule([this, served, pending = std::move(pending)](int threads) mutable {
     std::vector<std::unique_ptr<Pending>> batch;
@@ -279,6 +297,7 @@ absl::Status InferenceEngine::Submit(InferRequestView request_view,
 void InferenceEngine::RunBatch(const std::shared_ptr<ServedModel>& served,
                                std::vector<std::unique_ptr<Pending>> batch, int threads) {
   const absl::Time start = clock_->Now();
+  ModelMetrics* const metrics = served->metrics_;
   // Requests whose client has gone, or whose deadline passed, are not computed.
   std::vector<std::unique_ptr<Pending>> live;
   for (auto& p : batch) {
@@ -300,6 +319,12 @@ void InferenceEngine::RunBatch(const std::shared_ptr<ServedModel>& served,
   for (auto& p : live) prepared.push_back(p->prepared());
   std::vector<InferOutputs> results = served->model().RunBatch(prepared, threads);
   const absl::Time end = clock_->Now();
+  if (metrics) {
+    int64_t rows = 0;
+    for (auto& p : live) rows += p->rows();
+    metrics->RecordBatch(static_cast<int64_t>(live.size()), rows, end - start);
+    if (served->batcher_) metrics->SetQueueDepth(served->batcher_->queued());
+  }
 
   served->execution_count_.fetch_add(1, std::memory_order_relaxed);
   served->last_inference_ms_.store(static_cast<uint64_t>(absl::ToUnixMillis(end)));
@@ -307,6 +332,7 @@ void InferenceEngine::RunBatch(const std::shared_ptr<ServedModel>& served,
   for (size_t i = 0; i < live.size(); ++i) {
     Pending& p = *live[i];
     served->queue_.Add(start - p.arrival());
+    if (metrics) metrics->RecordQueue(start - p.arrival());
     served->compute_infer_.Add(end - start);
     InferOutputs& outputs = results[i];
     if (!outputs.ok()) {
@@ -316,6 +342,10 @@ void InferenceEngine::RunBatch(const std::shared_ptr<ServedModel>& served,
     }
     served->inference_count_.fetch_add(static_cast<uint64_t>(p.rows()),
                                        std::memory_order_relaxed);
+    if (metrics) {
+      metrics->RecordFlops(p.type_, p.prepared()->flops());
+      metrics->RecordBytes(p.input_bytes_, p.prepared()->output_bytes());
+    }
     served->success_.Add(end - p.arrival());
     InferResult result{metadata.name, metadata.versions.front(), {}};
     const auto& wanted = p.request().requested_outputs;

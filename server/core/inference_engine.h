@@ -48,6 +48,7 @@
 #include "server/core/inference_request.h"
 #include "server/core/model.h"
 #include "server/core/worker_pool.h"
+#include "server/metrics/metrics.h"
 
 namespace gemmserve {
 
@@ -62,6 +63,8 @@ struct EngineOptions {
   // model is idle (--inline_max_flops): a hand-off to a worker and back costs
   // tens of microseconds, more than such a request computes.
   int64_t inline_max_flops = 65536;
+  // Where the engine records queueing, batches, flops and bytes; may be null.
+  Metrics* metrics = nullptr;
 };
 
 // Triton's per-model statistics: counts and total nanoseconds.
@@ -98,6 +101,7 @@ class ServedModel {
   std::unique_ptr<Model> model_;
   std::optional<BatchingOptions> batching_;
   std::shared_ptr<DynamicBatcher> batcher_;
+  ModelMetrics* metrics_ = nullptr;  // null when the engine records none
   std::atomic<uint64_t> last_inference_ms_{0}, inference_count_{0}, execution_count_{0};
   Stat success_, fail_, queue_, compute_infer_;
 };
@@ -125,6 +129,10 @@ class InferenceEngine {
   absl::StatusOr<std::shared_ptr<const ServedModel>> FindModel(absl::string_view name,
                                                                absl::string_view version) const;
   std::vector<std::shared_ptr<const ServedModel>> models() const;
+
+  // The metrics a response for `model_name` counts under: the served model's,
+  // or the "_unknown" label's. Null when the engine records no metrics.
+  ModelMetrics* MetricsFor(absl::string_view model_name) const;
 
   absl::Status Submit(InferRequestView request, std::function<bool()> is_cancelled,
                       DoneCallback done);

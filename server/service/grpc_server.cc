@@ -36,11 +36,31 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(const ServerOption
   }
 
   std::unique_ptr<GemmServer> server(new GemmServer);
+  if (options.metrics_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--metrics_port ", options.metrics_port,
+                                                   " is not a port number"));
+  }
+  {
+    MetricsOptions metrics_options;
+    metrics_options.latency_buckets = options.latency_buckets;
+    metrics_options.version = GEMMSERVE_VERSION;
+    const std::string metrics_host = options.host.find(':') != std::string::npos &&
+                                             options.host.front() != '['
+                                         ? absl::StrCat("[", options.host, "]")
+                                         : options.host;
+    auto metrics = Metrics::Start(
+        options.metrics_port < 0 ? "" : absl::StrCat(metrics_host, ":", options.metrics_port),
+        std::move(metrics_options));
+    if (!metrics.ok()) return metrics.status();
+    server->metrics_ = *std::move(metrics);
+    server->metrics_host_ = metrics_host;
+  }
   EngineOptions engine_options;
   engine_options.compute_threads = options.compute_threads;
   engine_options.max_output_bytes = options.max_output_bytes;
   engine_options.max_message_bytes = options.max_message_bytes;
   engine_options.inline_max_flops = options.inline_max_flops;
+  engine_options.metrics = server->metrics_.get();
   server->engine_ = std::make_unique<InferenceEngine>(engine_options);
   // The built-in models merge concurrent requests' problem lists into one
   // kernel call (README: built-in models).
@@ -54,8 +74,8 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(const ServerOption
       options.model_repository, server->engine_.get(),
       std::vector<std::string>{"grouped_matmul", "matmul"});
   server->repository_->LoadAll();
-  server->service_ =
-      std::make_unique<InferenceService>(server->engine_.get(), server->repository_.get());
+  server->service_ = std::make_unique<InferenceService>(
+      server->engine_.get(), server->repository_.get(), server->metrics_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -91,5 +111,10 @@ void GemmServer::Shutdown(std::chrono::system_clock::time_point deadline) {
 }
 
 void GemmServer::Wait() { server_->Wait(); }
+
+std::string GemmServer::metrics_address() const {
+  if (metrics_ == nullptr || metrics_->port() == 0) return "";
+  return absl::StrCat(metrics_host_, ":", metrics_->port());
+}
 
 }  // namespace gemmserve

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <grpcpp/server.h>
 
@@ -32,6 +33,9 @@ struct ServerOptions {
   int64_t max_output_bytes = int64_t{4} << 30;
   std::string model_repository;  // empty: built-in models only
   int64_t inline_max_flops = 65536;
+  // Prometheus /metrics on this port (0 picks one); -1: not served.
+  int metrics_port = 8002;
+  std::vector<double> latency_buckets;  // empty: the default
   // Dynamic batching of the built-in models.
   int64_t builtin_max_queue_delay_us = 100;
   int64_t builtin_max_batch_rows = 4096;
@@ -47,6 +51,8 @@ class GemmServer {
   // "host:port" with the port actually bound.
   const std::string& address() const { return address_; }
   int port() const { return port_; }
+  // "host:port" of /metrics, or empty when not served.
+  std::string metrics_address() const;
 
   // Health turns NOT_SERVING, then in-flight calls get until `deadline` to
   // finish before they are cancelled.
@@ -56,11 +62,13 @@ class GemmServer {
  private:
   GemmServer() = default;
 
+  std::unique_ptr<Metrics> metrics_;  // outlives everything that records
   std::unique_ptr<InferenceEngine> engine_;
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
+  std::string metrics_host_;
   int port_ = 0;
 };
 

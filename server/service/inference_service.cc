@@ -62,29 +62,56 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
   return FinishNow(context, grpc::Status::OK);
 }
 
+namespace {
+
+// Counts one answered inference request: by code, its latency, and the
+// rejection reason its code stands for.
+void RecordAnswer(Metrics* metrics, ModelMetrics* model, absl::Time arrival,
+                  const absl::Status& status) {
+  if (metrics == nullptr) return;
+  metrics->AddInflight(-1);
+  if (model == nullptr) return;
+  model->RecordResponse(status.code(), absl::Now() - arrival);
+  RejectReason reason;
+  if (RejectReasonOf(status.code(), &reason)) {
+    model->RecordRejected(reason);
+  } else if (status.code() == absl::StatusCode::kUnavailable &&
+             absl::StartsWith(status.message(), "queue full")) {
+    model->RecordRejected(RejectReason::kQueueFull);
+  }
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
+  const absl::Time arrival = absl::Now();
+  if (metrics_) metrics_->AddInflight(1);
+  ModelMetrics* model_metrics = engine_->MetricsFor(request->model_name());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto finish = [this, reactor, model_metrics, arrival](const absl::Status& status) {
+    RecordAnswer(metrics_, model_metrics, arrival, status);
+    reactor->Finish(ToGrpcStatus(status));
+  };
   absl::StatusOr<InferRequestView> view = DecodeInferRequest(*request);
-  if (!view.ok()) return FinishNow(context, ToGrpcStatus(view.status()));
+  if (!view.ok()) {
+    finish(view.status());
+    return reactor;
+  }
   const auto deadline = context->deadline();
   if (deadline != std::chrono::system_clock::time_point::max()) {
     view->deadline = absl::FromChrono(deadline);
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // gRPC owns `request` and `response` until Finish, so the worker may read
   // the one and fill the other.
   absl::Status submitted = engine_->Submit(
       *std::move(view), [context] { return context->IsCancelled(); },
-      [reactor, request, response](absl::StatusOr<InferResult> result) {
-        if (!result.ok()) {
-          reactor->Finish(ToGrpcStatus(result.status()));
-          return;
-        }
-        EncodeInferResponse(*result, request->id(), response);
-        reactor->Finish(grpc::Status::OK);
+      [finish, request, response](absl::StatusOr<InferResult> result) {
+        if (result.ok()) EncodeInferResponse(*result, request->id(), response);
+        finish(result.status());
       });
-  if (!submitted.ok()) reactor->Finish(ToGrpcStatus(submitted));
+  if (!submitted.ok()) finish(submitted);
   return reactor;
 }
 

@@ -11,14 +11,16 @@
 
 #include "grpc_service.grpc.pb.h"
 #include "server/core/inference_engine.h"
+#include "server/metrics/metrics.h"
 #include "server/repository/model_repository.h"
 
 namespace gemmserve {
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  InferenceService(InferenceEngine* engine, ModelRepository* repository)
-      : engine_(engine), repository_(repository) {}
+  // `metrics` may be null.
+  InferenceService(InferenceEngine* engine, ModelRepository* repository, Metrics* metrics)
+      : engine_(engine), repository_(repository), metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -58,6 +60,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
  private:
   InferenceEngine* const engine_;
   ModelRepository* const repository_;
+  Metrics* const metrics_;
 };
 
 }  // namespace gemmserve

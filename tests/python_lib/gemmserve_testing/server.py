@@ -16,6 +16,7 @@ import threading
 import time
 
 _READY_LINE = re.compile(rb"^gemmserve listening on 127\.0\.0\.1:(\d+)\r?\n$")
+_METRICS_LINE = re.compile(rb"^gemmserve metrics on 127\.0\.0\.1:(\d+)\r?\n$")
 
 
 def server_binary():
@@ -40,8 +41,12 @@ def _with_parent_death_signal(argv):
 
 class ServerProcess:
     def __init__(self, *flags, compute_threads=2, start_timeout=30.0):
+        # Metrics on a free port too, unless a test picks; the port is read back
+        # from the second stdout line.
+        metrics = [] if any(f.startswith("--metrics_port") for f in flags) else ["--metrics_port=0"]
         self.flags = ["--grpc_port=0", "--host=127.0.0.1",
-                      f"--compute_threads={compute_threads}", *flags]
+                      f"--compute_threads={compute_threads}", *metrics, *flags]
+        self.metrics_port = None
         self.start_timeout = start_timeout
         self.proc = None
         self.port = None
@@ -51,6 +56,10 @@ class ServerProcess:
     @property
     def address(self):
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self):
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def start(self):
         binary = server_binary()
@@ -70,6 +79,18 @@ class ServerProcess:
             self._kill()
             raise AssertionError(message)
         self.port = int(match.group(1))
+        if "--metrics_port=-1" not in self.flags:
+            try:
+                metrics_line = self._read_ready_line()
+            except BaseException:
+                self._kill()
+                raise
+            metrics_match = _METRICS_LINE.match(metrics_line)
+            if not metrics_match:
+                message = f"expected the metrics line, got {metrics_line!r}"
+                self._kill()
+                raise AssertionError(message)
+            self.metrics_port = int(metrics_match.group(1))
         # Keep draining stdout so that a chatty server can never block on a full pipe.
         self._drainer = threading.Thread(target=self._drain_stdout, daemon=True)
         self._drainer.start()

@@ -1,0 +1,204 @@
+#include "server/metrics/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <exception>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace gemmserve {
+namespace {
+
+constexpr const char* kReasonNames[] = {"queue_full", "deadline", "cancelled", "invalid",
+                                        "over_limit"};
+
+std::vector<double> DefaultLatencyBuckets() {
+  std::vector<double> b;
+  for (double v = 25e-6; v < 60; v *= 2) b.push_back(v);  // 25 us .. ~52 s
+  return b;
+}
+
+std::vector<double> PowersOfTwo(double last) {
+  std::vector<double> b;
+  for (double v = 1; v <= last; v *= 2) b.push_back(v);
+  return b;
+}
+
+}  // namespace
+
+bool RejectReasonOf(absl::StatusCode code, RejectReason* reason) {
+  switch (code) {
+    case absl::StatusCode::kInvalidArgument: *reason = RejectReason::kInvalid; return true;
+    case absl::StatusCode::kResourceExhausted: *reason = RejectReason::kOverLimit; return true;
+    case absl::StatusCode::kDeadlineExceeded: *reason = RejectReason::kDeadline; return true;
+    case absl::StatusCode::kCancelled: *reason = RejectReason::kCancelled; return true;
+    default: return false;
+  }
+}
+
+void ModelMetrics::RecordResponse(absl::StatusCode code, absl::Duration since_arrival) {
+  const int c = static_cast<int>(code);
+  if (c >= 0 && c < kCodes) requests_[c]->Increment();
+  request_duration_->Observe(absl::ToDoubleSeconds(since_arrival));
+}
+
+void ModelMetrics::RecordQueue(absl::Duration d) {
+  queue_duration_->Observe(absl::ToDoubleSeconds(d));
+}
+
+void ModelMetrics::RecordBatch(int64_t requests, int64_t rows, absl::Duration compute) {
+  batch_requests_->Observe(static_cast<double>(requests));
+  batch_rows_->Observe(static_cast<double>(rows));
+  compute_duration_->Observe(absl::ToDoubleSeconds(compute));
+}
+
+void ModelMetrics::RecordFlops(DataType type, int64_t flops) {
+  const int t = static_cast<int>(type);
+  if (t >= 0 && t < kDataTypes && flops > 0) flops_[t]->Increment(static_cast<double>(flops));
+}
+
+void ModelMetrics::RecordBytes(int64_t in, int64_t out) {
+  if (in > 0) bytes_in_->Increment(static_cast<double>(in));
+  if (out > 0) bytes_out_->Increment(static_cast<double>(out));
+}
+
+void ModelMetrics::RecordRejected(RejectReason reason) {
+  rejected_[static_cast<int>(reason)]->Increment();
+}
+
+void ModelMetrics::SetQueueDepth(int64_t depth) {
+  queue_depth_->Set(static_cast<double>(depth));
+}
+
+absl::StatusOr<std::vector<double>> Metrics::ParseBuckets(absl::string_view text) {
+  std::vector<double> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    double v;
+    if (!absl::SimpleAtod(part, &v) || !(v > 0) || (!out.empty() && v <= out.back())) {
+      return absl::InvalidArgumentError(
+          "--latency_buckets: expected increasing positive seconds, e.g. 0.0001,0.001,0.01");
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& bind_address,
+                                                        MetricsOptions options) {
+  std::unique_ptr<Metrics> m(new Metrics);
+  if (options.latency_buckets.empty()) options.latency_buckets = DefaultLatencyBuckets();
+  m->options_ = std::move(options);
+  m->registry_ = std::make_shared<prometheus::Registry>();
+  prometheus::BuildGauge()
+      .Name("gemmserve_build_info")
+      .Help("Build of the running server; the value is 1.")
+      .Register(*m->registry_)
+      .Add({{"version", m->options_.version}})
+      .Set(1);
+  m->inflight_ = &prometheus::BuildGauge()
+                      .Name("gemmserve_inflight_requests")
+                      .Help("Inference requests accepted and not yet answered.")
+                      .Register(*m->registry_)
+                      .Add({});
+  m->unknown_ = m->ForModel("_unknown");
+  if (!bind_address.empty()) {
+    try {
+      m->exposer_ = std::make_unique<prometheus::Exposer>(bind_address);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve metrics on ", bind_address, ": ", e.what()));
+    }
+    m->exposer_->RegisterCollectable(m->registry_);
+    const std::vector<int> ports = m->exposer_->GetListeningPorts();
+    m->port_ = ports.empty() ? 0 : ports.front();
+  }
+  return m;
+}
+
+Metrics::~Metrics() = default;
+
+void Metrics::AddInflight(int64_t delta) { inflight_->Increment(static_cast<double>(delta)); }
+
+ModelMetrics* Metrics::ForModel(absl::string_view model) {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(model);
+  if (it != models_.end()) return it->second.get();
+  auto mm = std::make_unique<ModelMetrics>();
+  const std::string name(model);
+  prometheus::Registry& r = *registry_;
+  // Families are looked up by name: Build*().Register returns the existing
+  // family when the name was registered before with the same help.
+  auto& requests = prometheus::BuildCounter()
+                       .Name("gemmserve_requests_total")
+                       .Help("Inference requests answered, by gRPC status code.")
+                       .Register(r);
+  for (int c = 0; c < ModelMetrics::kCodes; ++c) {
+    mm->requests_[c] = &requests.Add(
+        {{"model", name}, {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(c))}});
+  }
+  const auto& lat = options_.latency_buckets;
+  mm->request_duration_ = &prometheus::BuildHistogram()
+                               .Name("gemmserve_request_duration_seconds")
+                               .Help("Arrival to response of inference requests, server side.")
+                               .Register(r)
+                               .Add({{"model", name}}, lat);
+  mm->queue_duration_ = &prometheus::BuildHistogram()
+                             .Name("gemmserve_queue_duration_seconds")
+                             .Help("Arrival to the start of the request's kernel call.")
+                             .Register(r)
+                             .Add({{"model", name}}, lat);
+  mm->compute_duration_ = &prometheus::BuildHistogram()
+                               .Name("gemmserve_compute_duration_seconds")
+                               .Help("Duration of each kernel call (one batch).")
+                               .Register(r)
+                               .Add({{"model", name}}, lat);
+  mm->batch_requests_ = &prometheus::BuildHistogram()
+                             .Name("gemmserve_batch_requests")
+                             .Help("Requests per kernel call.")
+                             .Register(r)
+                             .Add({{"model", name}}, PowersOfTwo(1024));
+  mm->batch_rows_ = &prometheus::BuildHistogram()
+                         .Name("gemmserve_batch_rows")
+                         .Help("Rows (tokens) per kernel call.")
+                         .Register(r)
+                         .Add({{"model", name}}, PowersOfTwo(65536));
+  mm->queue_depth_ = &prometheus::BuildGauge()
+                          .Name("gemmserve_queue_depth")
+                          .Help("Requests waiting in the model's batcher.")
+                          .Register(r)
+                          .Add({{"model", name}});
+  auto& flops = prometheus::BuildCounter()
+                    .Name("gemmserve_flops_total")
+                    .Help("Floating-point (or integer) operations computed, 2*M*N*K.")
+                    .Register(r);
+  for (DataType t : kAllDataTypes) {
+    mm->flops_[static_cast<int>(t)] =
+        &flops.Add({{"model", name}, {"datatype", std::string(DataTypeName(t))}});
+  }
+  auto& bytes = prometheus::BuildCounter()
+                    .Name("gemmserve_bytes_total")
+                    .Help("Tensor bytes received (in) and sent (out).")
+                    .Register(r);
+  mm->bytes_in_ = &bytes.Add({{"model", name}, {"direction", "in"}});
+  mm->bytes_out_ = &bytes.Add({{"model", name}, {"direction", "out"}});
+  auto& rejected = prometheus::BuildCounter()
+                       .Name("gemmserve_rejected_total")
+                       .Help("Requests refused or dropped, by reason.")
+                       .Register(r);
+  for (int i = 0; i < ModelMetrics::kReasons; ++i) {
+    mm->rejected_[i] = &rejected.Add({{"model", name}, {"reason", kReasonNames[i]}});
+  }
+  ModelMetrics* out = mm.get();
+  models_.emplace(name, std::move(mm));
+  return out;
+}
+
+}  // namespace gemmserve

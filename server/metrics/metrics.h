@@ -1,0 +1,136 @@
+// Prometheus metrics of the server (prometheus-cpp, Debian's
+// prometheus-cpp-dev), exposed on --metrics_port at /metrics by the library's
+// own HTTP threads: a scrape never runs on a gRPC or compute thread.
+//
+// Recording takes no global lock: every model gets its metric objects once,
+// when it is installed (ModelMetrics), and the data path only touches those
+// (atomic counters and gauges; a histogram's own small mutex).
+//
+//   gemmserve_requests_total{model,code}           counter, every gRPC status code
+//   gemmserve_request_duration_seconds{model}      histogram, arrival to response
+//   gemmserve_queue_duration_seconds{model}        histogram, arrival to compute start
+//   gemmserve_compute_duration_seconds{model}      histogram, the kernel call of the batch
+//   gemmserve_batch_requests{model}                histogram, requests per kernel call
+//   gemmserve_batch_rows{model}                    histogram, rows per kernel call
+//   gemmserve_queue_depth{model}                   gauge, requests waiting in the batcher
+//   gemmserve_inflight_requests                    gauge, accepted and not yet answered
+//   gemmserve_flops_total{model,datatype}          counter, 2*M*N*K of computed requests
+//   gemmserve_bytes_total{model,direction}         counter, tensor bytes in and out
+//   gemmserve_rejected_total{model,reason}         counter, queue_full, deadline, cancelled,
+//                                                  invalid, over_limit
+//   gemmserve_build_info{version}                  gauge, 1
+//
+// The model label is a served model's name; requests naming no served model
+// are counted under model="_unknown", so a client cannot grow the label set.
+//
+//   GEMMSERVE_ASSIGN_OR_RETURN(auto metrics, Metrics::Start("0.0.0.0:8002", {}));
+//   ModelMetrics* m = metrics->ForModel("matmul");
+//   m->RecordQueue(absl::Microseconds(40));
+#ifndef GEMMSERVE_SERVER_METRICS_METRICS_H_
+#define GEMMSERVE_SERVER_METRICS_METRICS_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/tensor/datatype.h"
+
+namespace prometheus {
+class Counter;
+class Exposer;
+class Gauge;
+class Histogram;
+class Registry;
+}  // namespace prometheus
+
+namespace gemmserve {
+
+enum class RejectReason { kQueueFull, kDeadline, kCancelled, kInvalid, kOverLimit };
+
+// The reason a final status code counts under, if any.
+bool RejectReasonOf(absl::StatusCode code, RejectReason* reason);
+
+// Every metric of one model label. Thread-safe; never blocks on a scrape.
+class ModelMetrics {
+ public:
+  void RecordResponse(absl::StatusCode code, absl::Duration since_arrival);
+  void RecordQueue(absl::Duration d);
+  void RecordBatch(int64_t requests, int64_t rows, absl::Duration compute);
+  void RecordFlops(DataType type, int64_t flops);
+  void RecordBytes(int64_t in, int64_t out);
+  void RecordRejected(RejectReason reason);
+  void SetQueueDepth(int64_t depth);
+
+ private:
+  friend class Metrics;
+  static constexpr int kCodes = 17;
+  static constexpr int kDataTypes = 8;
+  static constexpr int kReasons = 5;
+  std::array<prometheus::Counter*, kCodes> requests_{};
+  prometheus::Histogram* request_duration_ = nullptr;
+  prometheus::Histogram* queue_duration_ = nullptr;
+  prometheus::Histogram* compute_duration_ = nullptr;
+  prometheus::Histogram* batch_requests_ = nullptr;
+  prometheus::Histogram* batch_rows_ = nullptr;
+  prometheus::Gauge* queue_depth_ = nullptr;
+  std::array<prometheus::Counter*, kDataTypes> flops_{};
+  prometheus::Counter* bytes_in_ = nullptr;
+  prometheus::Counter* bytes_out_ = nullptr;
+  std::array<prometheus::Counter*, kReasons> rejected_{};
+};
+
+struct MetricsOptions {
+  // Upper bounds of the latency histograms, in seconds; empty: 25 us to
+  // about 52 s, doubling.
+  std::vector<double> latency_buckets;
+  std::string version = "unknown";
+};
+
+class Metrics {
+ public:
+  // Serves /metrics on `bind_address` ("host:port"; port 0 picks one).
+  // Empty address: metrics are recorded but not served (tests, benchmarks).
+  static absl::StatusOr<std::unique_ptr<Metrics>> Start(const std::string& bind_address,
+                                                        MetricsOptions options);
+  ~Metrics();
+
+  // The port actually bound, or 0 when not serving.
+  int port() const { return port_; }
+
+  // The metrics of a model label, created on first use (under a lock: call
+  // it when a model is installed, not per request) and kept for the life of
+  // the process.
+  ModelMetrics* ForModel(absl::string_view model);
+  // For requests naming no served model.
+  ModelMetrics* Unknown() { return unknown_; }
+
+  void AddInflight(int64_t delta);
+
+  // Parses --latency_buckets: comma-separated increasing seconds.
+  static absl::StatusOr<std::vector<double>> ParseBuckets(absl::string_view text);
+
+ private:
+  Metrics() = default;
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+  MetricsOptions options_;
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<ModelMetrics>, std::less<>> models_ ABSL_GUARDED_BY(mu_);
+  ModelMetrics* unknown_ = nullptr;
+  prometheus::Gauge* inflight_ = nullptr;
+};
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_METRICS_METRICS_H_
