@@ -7,17 +7,19 @@ COPY scripts/install_deps.sh /src/scripts/install_deps.sh
 RUN /src/scripts/install_deps.sh
 COPY . /src
 RUN cmake -S /src -B /src/build -DCMAKE_BUILD_TYPE=Release \
- && cmake --build /src/build -j"$(nproc)" --target gemmserve gemmserve-cli
+ && cmake --build /src/build -j"$(nproc)" --target gemmserve gemmserve-cli \
+ && /usr/bin/python3 /src/scripts/make_model_repository.py /src/build/model_repository
 
 FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libblis4-openmp libgomp1 \
-      libc-ares2 libre2-9 libssl3 \
+      libc-ares2 libre2-9 libssl3 libonnx1 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcivetweb1 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home gemmserve
 COPY --from=build /src/build/bin/gemmserve /src/build/bin/gemmserve-cli /usr/local/bin/
+COPY --from=build /src/build/model_repository /models
 USER 10001
 EXPOSE 8001 8002
 HEALTHCHECK --interval=10s --timeout=3s CMD ["gemmserve-cli", "--url=127.0.0.1:8001", "health"]
-ENTRYPOINT ["gemmserve", "--grpc_port=8001", "--metrics_port=8002"]
+ENTRYPOINT ["gemmserve", "--grpc_port=8001", "--metrics_port=8002", "--model_repository=/models"]

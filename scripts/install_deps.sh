@@ -12,6 +12,11 @@ PACKAGES=(
   python3 python3-grpcio python3-numpy python3-onnx python3-protobuf
   python3-matplotlib  # scripts/performance_report.py's plot
 )
+# Only for the test suite (scripts/install_deps.sh --test): the real Prometheus
+# server the metrics test scrapes with; not on machines that only run gemmserve.
+if [[ "${1:-}" == "--test" ]]; then
+  PACKAGES+=(prometheus)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
