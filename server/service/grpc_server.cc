@@ -10,6 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/common/logging.h"
 #include "server/core/builtin_models.h"
 
 namespace gemmserve {
@@ -106,7 +108,15 @@ GemmServer::~GemmServer() {
 }
 
 void GemmServer::Shutdown(std::chrono::system_clock::time_point deadline) {
+  // Graceful (RELIABILITY F5): health turns NOT_SERVING so balancers and
+  // probes stop sending; new inference calls get UNAVAILABLE; the calls
+  // already accepted run to the end (or to the deadline); then gRPC stops.
   server_->GetHealthCheckService()->SetServingStatus(false);  // every service
+  service_->StartDraining();
+  if (!service_->WaitUntilIdle(absl::FromChrono(deadline))) {
+    GEMMSERVE_LOG(WARNING) << "shutdown grace period over with calls still running; "
+                              "cancelling them";
+  }
   server_->Shutdown(deadline);
 }
 

@@ -83,16 +83,37 @@ void RecordAnswer(Metrics* metrics, ModelMetrics* model, absl::Time arrival,
 
 }  // namespace
 
+void InferenceService::StartDraining() {
+  absl::MutexLock lock(&drain_mu_);
+  draining_ = true;
+}
+
+bool InferenceService::WaitUntilIdle(absl::Time deadline) {
+  absl::MutexLock lock(&drain_mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drain_mu_) { return inflight_ == 0; };
+  return drain_mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
+}
+
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
   const absl::Time arrival = absl::Now();
+  {
+    absl::MutexLock lock(&drain_mu_);
+    if (draining_) {
+      return FinishNow(context, ToGrpcStatus(absl::UnavailableError(
+                                    "server is shutting down; retry on another replica")));
+    }
+    ++inflight_;
+  }
   if (metrics_) metrics_->AddInflight(1);
   ModelMetrics* model_metrics = engine_->MetricsFor(request->model_name());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto finish = [this, reactor, model_metrics, arrival](const absl::Status& status) {
     RecordAnswer(metrics_, model_metrics, arrival, status);
     reactor->Finish(ToGrpcStatus(status));
+    absl::MutexLock lock(&drain_mu_);
+    --inflight_;
   };
   absl::StatusOr<InferRequestView> view = DecodeInferRequest(*request);
   if (!view.ok()) {

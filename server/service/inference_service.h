@@ -7,7 +7,12 @@
 #ifndef GEMMSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
 #define GEMMSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
 
+#include <cstdint>
 #include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 #include "grpc_service.grpc.pb.h"
 #include "server/core/inference_engine.h"
@@ -18,6 +23,13 @@ namespace gemmserve {
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
+  // Graceful shutdown (RELIABILITY F5): from StartDraining on, new
+  // ModelInfer calls get UNAVAILABLE at once; WaitUntilIdle returns true when
+  // every call accepted before has been answered, false if `deadline` came
+  // first.
+  void StartDraining();
+  bool WaitUntilIdle(absl::Time deadline);
+
   // `metrics` may be null.
   InferenceService(InferenceEngine* engine, ModelRepository* repository, Metrics* metrics)
       : engine_(engine), repository_(repository), metrics_(metrics) {}
@@ -61,6 +73,9 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   InferenceEngine* const engine_;
   ModelRepository* const repository_;
   Metrics* const metrics_;
+  absl::Mutex drain_mu_;
+  bool draining_ ABSL_GUARDED_BY(drain_mu_) = false;
+  int64_t inflight_ ABSL_GUARDED_BY(drain_mu_) = 0;
 };
 
 }  // namespace gemmserve

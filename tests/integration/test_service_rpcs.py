@@ -1,7 +1,10 @@
 """The non-inference RPCs: liveness and readiness, server and model metadata,
 an RPC the server does not implement, grpc.health.v1 and server reflection."""
 import os
+import signal
+import time
 import unittest
+import urllib.request
 
 import grpc
 import numpy as np
@@ -14,6 +17,7 @@ from gemmserve_testing.server import ServerProcess
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 REFLECTION_INFO = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 SERVING = 1  # grpc.health.v1.HealthCheckResponse.ServingStatus
+NOT_SERVING = 2
 
 
 def identity(data):
@@ -190,6 +194,53 @@ class ShutdownTest(unittest.TestCase):
         finally:
             server.stop(timeout=20)  # SIGTERM; raises unless the exit code is 0
         self.assertEqual(server.proc.returncode, 0)
+
+    def test_f5_sigterm_drains_accepted_work_refuses_new_calls_and_exits_0(self):
+        """SIGTERM with a long MatMul in flight: health turns NOT_SERVING, a new call gets
+        UNAVAILABLE, the accepted call completes with the right answer, exit code 0."""
+        server = ServerProcess("--shutdown_grace_seconds=60").start()
+        channel = open_channel(server.address)
+        try:
+            stub = pb2_grpc.GRPCInferenceServiceStub(channel)
+            n = 3072
+            a = np.ones((n, n), np.float32)
+            big = pb2.ModelInferRequest(model_name="matmul",
+                                        raw_input_contents=[a.tobytes(), a.tobytes()])
+            for name in ("A", "B"):
+                big.inputs.add(name=name, datatype="FP32", shape=[n, n])
+            accepted = stub.ModelInfer.future(big, timeout=120)
+            # The server has it once its in-flight gauge says so.
+            deadline = time.monotonic() + 60
+            while "gemmserve_inflight_requests 1" not in _scrape(server.metrics_url):
+                self.assertLess(time.monotonic(), deadline, "the call never arrived")
+                self.assertFalse(accepted.done(), "the call ended before SIGTERM")
+            server.proc.send_signal(signal.SIGTERM)
+            check = channel.unary_unary(HEALTH_CHECK, request_serializer=identity,
+                                        response_deserializer=identity)
+            status = SERVING
+            while status == SERVING:  # flips as soon as the signal thread runs
+                self.assertLess(time.monotonic(), deadline, "health never turned NOT_SERVING")
+                status = wire.values(check(b"", timeout=10), 1)[0]
+            self.assertEqual(status, NOT_SERVING)
+            small = pb2.ModelInferRequest(model_name="matmul", raw_input_contents=[
+                a[:1, :1].tobytes(), a[:1, :1].tobytes()])
+            for name in ("A", "B"):
+                small.inputs.add(name=name, datatype="FP32", shape=[1, 1])
+            with self.assertRaises(grpc.RpcError) as ctx:
+                stub.ModelInfer(small, timeout=30)
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAVAILABLE)
+            self.assertFalse(accepted.done(), "the accepted call ended before the checks")
+            y = np.frombuffer(accepted.result(timeout=120).raw_output_contents[0], np.float32)
+            self.assertEqual(float(y[0]), float(n))
+            self.assertEqual(server.proc.wait(timeout=60), 0)
+        finally:
+            channel.close()
+            server.stop(timeout=60)
+
+
+def _scrape(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read().decode()
 
 
 if __name__ == "__main__":
