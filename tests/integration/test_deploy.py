@@ -1,0 +1,212 @@
+"""Deployment artefacts, checked without Docker or Kubernetes (neither runs here):
+
+- Dockerfile: every shared library `ldd` resolves for the built binaries comes
+  from a package the runtime stage installs (`dpkg -S`), or from the few the
+  debian:bookworm-slim base already holds; the build stage runs the commands CI
+  runs (scripts/install_deps.sh, then CMake Release).
+- deploy/k8s: every manifest parses, and the references between them hold:
+  labels and selectors, ports and port names, probe services that the server
+  registers for grpc.health.v1, the metric the HPA scales on and the adapter
+  rule that defines it from a metric a live server exports, the Envoy upstream
+  that names the headless Service, flags the server accepts, and a termination
+  grace longer than the server's own shutdown grace.
+"""
+import glob
+import os
+import re
+import subprocess
+import unittest
+import urllib.request
+
+import yaml
+
+from gemmserve_testing.server import ServerProcess, server_binary
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+K8S = os.path.join(ROOT, "deploy", "k8s")
+# In debian:bookworm-slim already: dependencies of its essential packages
+# (dpkg, apt, coreutils).
+BASE_IMAGE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+class DockerfileTest(unittest.TestCase):
+    def stages(self):
+        text = read(os.path.join(ROOT, "Dockerfile"))
+        stages = re.split(r"^FROM ", text, flags=re.M)[1:]
+        self.assertEqual(len(stages), 2, "expected a build stage and a runtime stage")
+        return stages
+
+    def test_runtime_stage_installs_every_library_the_binaries_load(self):
+        runtime = self.stages()[1]
+        self.assertTrue(runtime.startswith("debian:bookworm-slim"))
+        install = re.search(r"apt-get install -y --no-install-recommends(.*?)(?:&&|$)",
+                            runtime.replace("\\\n", " "), re.S)
+        self.assertIsNotNone(install, "runtime stage installs nothing")
+        packages = set(install.group(1).split())
+        binaries = [server_binary(), os.path.join(os.path.dirname(server_binary()), "gemmserve-cli")]
+        for binary in binaries:
+            ldd = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True)
+            for line in ldd.stdout.splitlines():
+                match = re.search(r"=> (/\S+)", line)
+                if not match:
+                    continue
+                path = os.path.realpath(match.group(1))
+                owner = None
+                for candidate in (path, match.group(1)):
+                    found = subprocess.run(["dpkg", "-S", candidate], capture_output=True,
+                                           text=True)
+                    if found.returncode == 0:
+                        owner = found.stdout.split(":")[0]
+                        break
+                self.assertIsNotNone(owner, f"{path} ({os.path.basename(binary)}) belongs "
+                                            "to no Debian package")
+                with self.subTest(library=os.path.basename(path)):
+                    self.assertTrue(owner in packages or owner in BASE_IMAGE_PACKAGES,
+                                    f"{path} comes from {owner}, which the runtime stage "
+                                    "does not install")
+
+    def test_runtime_stage_is_non_root_with_healthcheck_and_exec_entrypoint(self):
+        runtime = self.stages()[1]
+        self.assertRegex(runtime, r"(?m)^USER [1-9]")
+        self.assertRegex(runtime, r"(?m)^EXPOSE 8001 8002$")
+        self.assertRegex(runtime, r'(?m)^HEALTHCHECK .*CMD \["gemmserve-cli", .*"health"\]')
+        self.assertRegex(runtime, r'(?m)^ENTRYPOINT \["gemmserve"')
+
+    def test_build_stage_runs_what_ci_runs(self):
+        build = self.stages()[0]
+        tests_run = read(os.path.join(ROOT, "tests", "run.sh"))
+        self.assertIn("install_deps.sh", build)
+        self.assertIn("scripts/install_deps.sh", tests_run)
+        for fragment in ("cmake -S", "-DCMAKE_BUILD_TYPE=Release", "cmake --build"):
+            self.assertIn(fragment, build)
+            self.assertIn(fragment, tests_run)
+
+
+class KubernetesManifestsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.docs = []
+        for path in sorted(glob.glob(os.path.join(K8S, "*.yaml"))):
+            for doc in yaml.safe_load_all(read(path)):
+                if doc:
+                    cls.docs.append(doc)
+
+    def find(self, kind, name=None):
+        found = [d for d in self.docs if d["kind"] == kind and
+                 (name is None or d["metadata"]["name"] == name)]
+        self.assertTrue(found, f"no {kind} {name or ''}")
+        return found
+
+    def deployment(self):
+        return self.find("Deployment", "gemmserve")[0]
+
+    def container(self):
+        return self.deployment()["spec"]["template"]["spec"]["containers"][0]
+
+    def test_every_manifest_parses_and_has_kind_and_name(self):
+        self.assertGreaterEqual(len(self.docs), 9)
+        for doc in self.docs:
+            self.assertIn("apiVersion", doc)
+            self.assertIn("name", doc["metadata"])
+
+    def test_selectors_match_the_pod_labels(self):
+        deployment = self.deployment()
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        self.assertLessEqual(deployment["spec"]["selector"]["matchLabels"].items(),
+                             pod_labels.items())
+        for service in self.find("Service"):
+            if service["metadata"]["name"].startswith("gemmserve-envoy"):
+                continue
+            self.assertLessEqual(service["spec"]["selector"].items(), pod_labels.items())
+        pdb = self.find("PodDisruptionBudget", "gemmserve")[0]
+        self.assertLessEqual(pdb["spec"]["selector"]["matchLabels"].items(), pod_labels.items())
+        self.assertLess(pdb["spec"]["minAvailable"], deployment["spec"]["replicas"])
+
+    def test_ports_and_probes(self):
+        c = self.container()
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        self.assertEqual(ports, {"grpc": 8001, "metrics": 8002})
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            self.assertEqual(c[probe]["grpc"]["port"], ports["grpc"], probe)
+        # The server registers "" and the inference service with grpc.health.v1.
+        self.assertIn(c["readinessProbe"]["grpc"].get("service", ""),
+                      ("", "inference.GRPCInferenceService"))
+        for service in self.find("Service"):
+            if service["metadata"]["name"].startswith("gemmserve-envoy"):
+                continue
+            for port in service["spec"]["ports"]:
+                self.assertIn(port["targetPort"], ports, service["metadata"]["name"])
+                self.assertEqual(port["port"], ports[port["targetPort"]])
+        headless = self.find("Service", "gemmserve-headless")[0]
+        self.assertEqual(headless["spec"]["clusterIP"], "None")
+
+    def test_resources_and_restricted_security(self):
+        c = self.container()
+        self.assertEqual(c["resources"]["requests"], c["resources"]["limits"])
+        pod = self.deployment()["spec"]["template"]["spec"]
+        self.assertTrue(pod["securityContext"]["runAsNonRoot"])
+        self.assertEqual(pod["securityContext"]["runAsUser"], 10001)  # the image's user
+        self.assertEqual(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault")
+        self.assertFalse(c["securityContext"]["allowPrivilegeEscalation"])
+        self.assertEqual(c["securityContext"]["capabilities"]["drop"], ["ALL"])
+        cpus = int(c["resources"]["limits"]["cpu"])
+        self.assertIn(f"--compute_threads={cpus}", c["args"])
+
+    def test_args_are_flags_the_server_accepts_and_grace_periods_nest(self):
+        helpfull = subprocess.run([server_binary(), "--helpfull"], capture_output=True,
+                                  text=True).stdout
+        args = self.container()["args"]
+        for arg in args:
+            flag = arg.split("=")[0].lstrip("-")
+            self.assertRegex(helpfull, rf"-{flag}\b", f"gemmserve has no flag {flag}")
+        grace = int(next(a for a in args if a.startswith("--shutdown_grace_seconds")).split("=")[1])
+        pod = self.deployment()["spec"]["template"]["spec"]
+        self.assertGreater(pod["terminationGracePeriodSeconds"], grace)
+
+    def test_autoscaler_scales_the_deployment_on_a_metric_the_server_exports(self):
+        hpa = self.find("HorizontalPodAutoscaler", "gemmserve")[0]
+        self.assertEqual(hpa["spec"]["scaleTargetRef"]["kind"], "Deployment")
+        self.assertEqual(hpa["spec"]["scaleTargetRef"]["name"], "gemmserve")
+        metric = hpa["spec"]["metrics"][0]["pods"]["metric"]["name"]
+        config = yaml.safe_load(
+            self.find("ConfigMap", "prometheus-adapter-gemmserve")[0]["data"]["config.yaml"])
+        rules = {r["name"]["as"]: r for r in config["rules"]}
+        self.assertIn(metric, rules)
+        rule = rules[metric]
+        used = set(re.findall(r"\b(gemmserve_[a-z_]+)", rule["seriesQuery"] + rule["metricsQuery"]))
+        server = ServerProcess().start()
+        try:
+            with urllib.request.urlopen(server.metrics_url, timeout=10) as r:
+                live = set(re.findall(r"(?m)^(gemmserve_[a-z_]+)", r.read().decode()))
+        finally:
+            server.stop()
+        self.assertTrue(used)
+        self.assertLessEqual(used, live)
+        monitor = self.find("ServiceMonitor", "gemmserve")[0]
+        self.assertEqual(monitor["spec"]["endpoints"][0]["port"], "metrics")
+
+    def test_envoy_balances_over_the_headless_service_with_the_probe_health_service(self):
+        config = yaml.safe_load(self.find("ConfigMap", "gemmserve-envoy")[0]["data"]["envoy.yaml"])
+        cluster = config["static_resources"]["clusters"][0]
+        self.assertEqual(cluster["type"], "STRICT_DNS")
+        self.assertEqual(cluster["lb_policy"], "ROUND_ROBIN")
+        address = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"][
+            "address"]["socket_address"]
+        self.assertTrue(address["address"].startswith("gemmserve-headless."))
+        self.assertEqual(address["port_value"], 8001)
+        self.assertEqual(cluster["health_checks"][0]["grpc_health_check"]["service_name"],
+                         self.container()["readinessProbe"]["grpc"]["service"])
+        listener_port = config["static_resources"]["listeners"][0]["address"]["socket_address"][
+            "port_value"]
+        envoy = self.find("Deployment", "gemmserve-envoy")[0]
+        self.assertEqual(envoy["spec"]["template"]["spec"]["containers"][0]["ports"][0][
+            "containerPort"], listener_port)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
