@@ -150,13 +150,14 @@ class LoadRun {
 
   void OnDone(Call* call, const grpc::Status& status) {
     const Clock::time_point done = Clock::now();
-    std::shared_ptr<Call> finished;  // the call is destroyed on leaving, unless Drain() holds it
+    std::shared_ptr<Call> finished;  // the call is destroyed below, unless Drain() holds it
     std::shared_ptr<Call> next;
     {
       absl::MutexLock lock(&mu_);
       auto it = calls_.find(call);
       finished = std::move(it->second);
       calls_.erase(it);
+      ++finishing_;
       if (done >= window_begin_ && done < window_end_) {
         if (status.ok()) {
           latencies_us_.push_back(
@@ -169,6 +170,17 @@ class LoadRun {
       if (!open_loop_ && !stopping_ && done < window_end_) next = RegisterLocked();
     }
     if (next != nullptr) Start(next.get());
+    // Our references go before this callback counts as finished, and so
+    // before Drain() can return: the last one destroys the Call, whose
+    // ClientContext holds a reference to the channel. Destroyed after Run()
+    // returned, it could drop the channel's last reference on this gRPC
+    // thread, and ~Channel then shuts down and deletes the callback
+    // completion queue this thread is still polling (it joins the polling
+    // threads, this one included), or races with the process's exit.
+    finished.reset();
+    next.reset();
+    absl::MutexLock lock(&mu_);
+    --finishing_;
   }
 
   // Open loop: exponential gaps make Poisson arrivals. When sleep_until wakes
@@ -197,9 +209,11 @@ class LoadRun {
 
   // Stops new calls, lets those in flight finish for kDrainGrace, cancels the
   // rest and waits for their callbacks (a cancelled call completes at once),
-  // so that no callback can run once Run() returns.
+  // so that no callback can run, and no Call be alive, once Run() returns.
   void Drain() {
-    const auto all_done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_.empty(); };
+    const auto all_done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return calls_.empty() && finishing_ == 0;
+    };
     std::vector<std::shared_ptr<Call>> pending;
     {
       absl::MutexLock lock(&mu_);
@@ -223,6 +237,7 @@ class LoadRun {
   absl::Mutex mu_;
   std::unordered_map<Call*, std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int finishing_ ABSL_GUARDED_BY(mu_) = 0;  // OnDone() calls past the erase from calls_
   std::vector<int64_t> latencies_us_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> errors_ ABSL_GUARDED_BY(mu_);
   int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;

@@ -419,6 +419,27 @@ TEST_F(RunLoadTest, ServerErrorsAreCountedByCode) {
   EXPECT_GT(result->errors.at("NOT_FOUND"), 0);
 }
 
+// No call outlives RunLoad: each holds a reference to the channel (in its
+// ClientContext), and one destroyed late on a gRPC thread can drop the last
+// one there, where ~Channel deletes the completion queue that very thread
+// polls. Large answers make destroying a call slow, so that a call destroyed
+// after the run is caught (not every time: it is a race).
+TEST_F(RunLoadTest, NoCallOutlivesTheRun) {
+  PerfOptions options = ShortRun();
+  options.concurrency = 4;
+  options.warmup = absl::ZeroDuration();
+  options.duration = absl::Milliseconds(20);
+  options.shapes = {{"A", {1024, 1}}, {"B", {1, 4096}}};  // Y is 16 MiB
+  const std::vector<HostTensor> inputs = Inputs(options);
+  const std::shared_ptr<grpc::Channel>& channel = client_->channel();
+  const long owners = channel.use_count();
+  for (int run = 0; run < 10; ++run) {
+    absl::StatusOr<PerfResult> result = RunLoad(channel, inputs, options);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_EQ(channel.use_count(), owners) << "after run " << run;
+  }
+}
+
 TEST(NoopServerTest, RepliesWithZerosOfTheProductShape) {
   absl::StatusOr<std::unique_ptr<NoopServer>> server = NoopServer::Start("127.0.0.1", 0);
   ASSERT_TRUE(server.ok()) << server.status();
