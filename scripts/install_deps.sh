@@ -15,7 +15,7 @@ PACKAGES=(
 # Only for the test suite (scripts/install_deps.sh --test): the real Prometheus
 # server the metrics test scrapes with; not on machines that only run gemmserve.
 if [[ "${1:-}" == "--test" ]]; then
-  PACKAGES+=(prometheus python3-yaml nginx)
+  PACKAGES+=(prometheus python3-yaml nginx openssl)
 fi
 
 missing=()

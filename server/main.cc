@@ -33,6 +33,20 @@ ABSL_FLAG(int32_t, shutdown_grace_seconds, 10,
 ABSL_FLAG(std::string, model_repository, "",
           "Model repository directory (Triton layout: DIR/<model>/<version>/model.onnx and an "
           "optional DIR/<model>/config.pbtxt); empty: built-in models only.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve gRPC over TLS (with --tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA: require and verify client certificates it signed (mutual TLS).");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File of bearer tokens, one per line: inference RPCs need 'authorization: Bearer "
+          "<token>' (health checks do not).");
+ABSL_FLAG(int64_t, grpc_keepalive_time_ms, 60000, "Server keepalive ping interval.");
+ABSL_FLAG(int64_t, grpc_keepalive_timeout_ms, 20000, "Keepalive ping acknowledgement timeout.");
+ABSL_FLAG(int32_t, grpc_max_concurrent_streams, 256, "Concurrent calls per HTTP/2 connection.");
+ABSL_FLAG(int64_t, grpc_max_connection_idle_ms, 600000,
+          "Close connections idle this long (0: never).");
+ABSL_FLAG(int64_t, grpc_max_connection_age_ms, 0,
+          "Close connections after this age, gracefully (0: never).");
 ABSL_FLAG(int64_t, inline_max_flops, 65536,
           "Requests of at most this many flops run on the gRPC thread when their model is idle "
           "(a hand-off to a worker costs more than they compute); 0: none that computes.");
@@ -71,6 +85,15 @@ int main(int argc, char** argv) {
   options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
   options.inline_max_flops = absl::GetFlag(FLAGS_inline_max_flops);
+  options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  options.keepalive_time_ms = absl::GetFlag(FLAGS_grpc_keepalive_time_ms);
+  options.keepalive_timeout_ms = absl::GetFlag(FLAGS_grpc_keepalive_timeout_ms);
+  options.max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
+  options.max_connection_idle_ms = absl::GetFlag(FLAGS_grpc_max_connection_idle_ms);
+  options.max_connection_age_ms = absl::GetFlag(FLAGS_grpc_max_connection_age_ms);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   {
     auto buckets = gemmserve::Metrics::ParseBuckets(absl::GetFlag(FLAGS_latency_buckets));

@@ -33,6 +33,16 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(const ServerOption
   if (options.max_output_bytes < 0) {
     return absl::InvalidArgumentError("--max_output_bytes must not be negative");
   }
+  for (int64_t ms : {options.keepalive_time_ms, options.keepalive_timeout_ms,
+                     options.max_connection_idle_ms, options.max_connection_age_ms,
+                     options.max_connection_age_grace_ms}) {
+    if (ms < 0 || ms > std::numeric_limits<int>::max()) {
+      return absl::InvalidArgumentError("gRPC time limits must be in [0, 2^31) milliseconds");
+    }
+  }
+  if (options.max_concurrent_streams < 1) {
+    return absl::InvalidArgumentError("--grpc_max_concurrent_streams must be at least 1");
+  }
   if (options.compute_threads < 1) {
     return absl::InvalidArgumentError("--compute_threads must be at least 1");
   }
@@ -76,8 +86,14 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(const ServerOption
       options.model_repository, server->engine_.get(),
       std::vector<std::string>{"grouped_matmul", "matmul"});
   server->repository_->LoadAll();
+  if (!options.auth_token_file.empty()) {
+    auto auth = TokenAuthenticator::FromFile(options.auth_token_file);
+    if (!auth.ok()) return auth.status();
+    server->auth_ = *std::move(auth);
+  }
   server->service_ = std::make_unique<InferenceService>(
-      server->engine_.get(), server->repository_.get(), server->metrics_.get());
+      server->engine_.get(), server->repository_.get(), server->metrics_.get(),
+      server->auth_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -86,8 +102,28 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(const ServerOption
                                    options.host.front() != '['
                                ? absl::StrCat("[", options.host, "]")
                                : options.host;
-  builder.AddListeningPort(absl::StrCat(host, ":", options.grpc_port),
-                           grpc::InsecureServerCredentials(), &server->port_);
+  auto credentials = MakeServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  builder.AddListeningPort(absl::StrCat(host, ":", options.grpc_port), *credentials,
+                           &server->port_);
+  // HTTP/2 limits with safe defaults (SECURITY.md): keepalive pings both
+  // ways, a cap on concurrent streams per connection, idle and age limits.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options.keepalive_time_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             static_cast<int>(options.keepalive_timeout_ms));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_concurrent_streams);
+  if (options.max_connection_idle_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                               static_cast<int>(options.max_connection_idle_ms));
+  }
+  if (options.max_connection_age_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                               static_cast<int>(options.max_connection_age_ms));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                               static_cast<int>(options.max_connection_age_grace_ms));
+  }
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   builder.RegisterService(server->service_.get());

@@ -22,6 +22,7 @@
 #include "server/core/inference_engine.h"
 #include "server/repository/model_repository.h"
 #include "server/service/inference_service.h"
+#include "server/service/security.h"
 
 namespace gemmserve {
 
@@ -36,6 +37,15 @@ struct ServerOptions {
   // Prometheus /metrics on this port (0 picks one); -1: not served.
   int metrics_port = 8002;
   std::vector<double> latency_buckets;  // empty: the default
+  TlsOptions tls;                 // no certificate: plaintext
+  std::string auth_token_file;    // empty: no token needed
+  // HTTP/2 limits (0 keeps gRPC's default for the first two).
+  int64_t keepalive_time_ms = 60000;
+  int64_t keepalive_timeout_ms = 20000;
+  int max_concurrent_streams = 256;
+  int64_t max_connection_idle_ms = 600000;
+  int64_t max_connection_age_ms = 0;  // 0: unlimited
+  int64_t max_connection_age_grace_ms = 30000;
   // Dynamic batching of the built-in models.
   int64_t builtin_max_queue_delay_us = 100;
   int64_t builtin_max_batch_rows = 4096;
@@ -65,6 +75,7 @@ class GemmServer {
   std::unique_ptr<Metrics> metrics_;  // outlives everything that records
   std::unique_ptr<InferenceEngine> engine_;
   std::unique_ptr<ModelRepository> repository_;
+  std::unique_ptr<TokenAuthenticator> auth_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;

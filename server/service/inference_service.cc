@@ -22,6 +22,15 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 
 }  // namespace
 
+// Every RPC but the health ones starts with this.
+#define GEMMSERVE_AUTHENTICATE(context)                                              \
+  do {                                                                               \
+    if (auth_ != nullptr) {                                                          \
+      if (absl::Status auth = auth_->Check((context)->client_metadata()); !auth.ok()) \
+        return FinishNow((context), ToGrpcStatus(auth));                            \
+    }                                                                                \
+  } while (false)
+
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest*,
                                                        inference::ServerLiveResponse* response) {
@@ -39,6 +48,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* context,
                                                        const inference::ModelReadyRequest* request,
                                                        inference::ModelReadyResponse* response) {
+  GEMMSERVE_AUTHENTICATE(context);
   // As Triton does: an unknown, loading or unloaded model or version is
   // simply not ready.
   response->set_ready(engine_->FindModel(request->name(), request->version()).ok());
@@ -48,6 +58,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     grpc::CallbackServerContext* context, const inference::ServerMetadataRequest*,
     inference::ServerMetadataResponse* response) {
+  GEMMSERVE_AUTHENTICATE(context);
   response->set_name(kServerName);
   response->set_version(GEMMSERVE_VERSION);
   return FinishNow(context, grpc::Status::OK);
@@ -56,6 +67,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
+  GEMMSERVE_AUTHENTICATE(context);
   auto model = engine_->FindModel(request->name(), request->version());
   if (!model.ok()) return FinishNow(context, ToGrpcStatus(model.status()));
   EncodeModelMetadata((*model)->metadata(), response);
@@ -107,6 +119,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     ++inflight_;
   }
   if (metrics_) metrics_->AddInflight(1);
+  absl::Status auth = auth_ != nullptr ? auth_->Check(context->client_metadata()) : absl::OkStatus();
   ModelMetrics* model_metrics = engine_->MetricsFor(request->model_name());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto finish = [this, reactor, model_metrics, arrival](const absl::Status& status) {
@@ -115,6 +128,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     absl::MutexLock lock(&drain_mu_);
     --inflight_;
   };
+  if (!auth.ok()) {
+    finish(auth);
+    return reactor;
+  }
   absl::StatusOr<InferRequestView> view = DecodeInferRequest(*request);
   if (!view.ok()) {
     finish(view.status());
@@ -139,6 +156,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
+  GEMMSERVE_AUTHENTICATE(context);
   auto served = engine_->FindModel(request->name(), request->version());
   if (!served.ok()) return FinishNow(context, ToGrpcStatus(served.status()));
   EncodeModelConfig(**served, response->mutable_config());
@@ -148,6 +166,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
+  GEMMSERVE_AUTHENTICATE(context);
   if (!request->name().empty()) {
     auto served = engine_->FindModel(request->name(), request->version());
     if (!served.ok()) return FinishNow(context, ToGrpcStatus(served.status()));
@@ -163,6 +182,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
 grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
     grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
     inference::RepositoryIndexResponse* response) {
+  GEMMSERVE_AUTHENTICATE(context);
   for (const ModelIndexEntry& e : repository_->Index()) {
     if (request->ready() && e.state != "READY") continue;
     auto* m = response->add_models();
@@ -177,6 +197,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse*) {
+  GEMMSERVE_AUTHENTICATE(context);
   ModelLoadRequest load;
   for (const auto& [key, param] : request->parameters()) {
     if (key == "config") {
@@ -207,6 +228,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
     grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse*) {
+  GEMMSERVE_AUTHENTICATE(context);
   return FinishNow(context, ToGrpcStatus(repository_->Unload(request->model_name())));
 }
 

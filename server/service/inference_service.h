@@ -2,7 +2,9 @@
 // thin adapter: decode, ask the core, encode. ModelInfer validates on the gRPC
 // thread (cheap checks, no allocation of tensor data) and hands the compute to
 // the engine's worker pool; the reactor is finished from the worker, so no
-// gRPC thread ever waits on compute. RPCs gemmserve does not implement yet
+// gRPC thread ever waits on compute. With a TokenAuthenticator every RPC but
+// ServerLive and ServerReady (health, like grpc.health.v1) needs a bearer
+// token. RPCs gemmserve does not implement yet
 // answer UNIMPLEMENTED (the generated base class does that).
 #ifndef GEMMSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
 #define GEMMSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
@@ -17,6 +19,7 @@
 #include "grpc_service.grpc.pb.h"
 #include "server/core/inference_engine.h"
 #include "server/metrics/metrics.h"
+#include "server/service/security.h"
 #include "server/repository/model_repository.h"
 
 namespace gemmserve {
@@ -30,9 +33,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   void StartDraining();
   bool WaitUntilIdle(absl::Time deadline);
 
-  // `metrics` may be null.
-  InferenceService(InferenceEngine* engine, ModelRepository* repository, Metrics* metrics)
-      : engine_(engine), repository_(repository), metrics_(metrics) {}
+  // `metrics` and `auth` may be null (no metrics; no token required).
+  InferenceService(InferenceEngine* engine, ModelRepository* repository, Metrics* metrics,
+                   const TokenAuthenticator* auth = nullptr)
+      : engine_(engine), repository_(repository), metrics_(metrics), auth_(auth) {}
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -73,6 +77,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   InferenceEngine* const engine_;
   ModelRepository* const repository_;
   Metrics* const metrics_;
+  const TokenAuthenticator* const auth_;
   absl::Mutex drain_mu_;
   bool draining_ ABSL_GUARDED_BY(drain_mu_) = false;
   int64_t inflight_ ABSL_GUARDED_BY(drain_mu_) = 0;
