@@ -47,6 +47,9 @@ ABSL_FLAG(int64_t, grpc_max_connection_idle_ms, 600000,
           "Close connections idle this long (0: never).");
 ABSL_FLAG(int64_t, grpc_max_connection_age_ms, 0,
           "Close connections after this age, gracefully (0: never).");
+ABSL_FLAG(int64_t, max_inflight_bytes, int64_t{8} << 30,
+          "Bytes of accepted, unanswered requests (inputs and outputs) held at most; more get "
+          "UNAVAILABLE at once (a single larger request is still taken when nothing else is).");
 ABSL_FLAG(int64_t, inline_max_flops, 65536,
           "Requests of at most this many flops run on the gRPC thread when their model is idle "
           "(a hand-off to a worker costs more than they compute); 0: none that computes.");
@@ -85,6 +88,7 @@ int main(int argc, char** argv) {
   options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
   options.inline_max_flops = absl::GetFlag(FLAGS_inline_max_flops);
+  options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

@@ -71,7 +71,8 @@ class InferenceEngine::Pending final : public BatchTask {
  public:
   Pending(ServedModel* served, Clock* clock, std::unique_ptr<InferRequestView> request,
           std::unique_ptr<PreparedInference> prepared, std::function<bool()> is_cancelled,
-          DoneCallback done, absl::Time arrival, DataType type, int64_t input_bytes)
+          DoneCallback done, absl::Time arrival, DataType type, int64_t input_bytes,
+          std::atomic<int64_t>* inflight_bytes, int64_t cost)
       : type_(type),
         input_bytes_(input_bytes),
         served_(served),
@@ -80,7 +81,11 @@ class InferenceEngine::Pending final : public BatchTask {
         prepared_(std::move(prepared)),
         is_cancelled_(std::move(is_cancelled)),
         done_(std::move(done)),
-        arrival_(arrival) {}
+        arrival_(arrival),
+        inflight_bytes_(inflight_bytes),
+        cost_(cost) {}
+  // A task dropped unanswered (the batcher refused it) releases its bytes too.
+  ~Pending() override { Release(); }
 
   int64_t rows() const override { return prepared_->rows(); }
   bool IsCancelled() const override { return is_cancelled_ && is_cancelled_(); }
@@ -92,6 +97,7 @@ class InferenceEngine::Pending final : public BatchTask {
   }
 
   void Answer(absl::StatusOr<InferResult> result) {
+    Release();
     if (done_) std::move(done_)(std::move(result));
     done_ = nullptr;
   }
@@ -110,6 +116,13 @@ class InferenceEngine::Pending final : public BatchTask {
   std::function<bool()> is_cancelled_;
   DoneCallback done_;
   absl::Time arrival_;
+  std::atomic<int64_t>* inflight_bytes_;
+  int64_t cost_;
+
+  void Release() {
+    if (cost_ > 0) inflight_bytes_->fetch_sub(cost_, std::memory_order_relaxed);
+    cost_ = 0;
+  }
 };
 
 InferenceEngine::InferenceEngine(EngineOptions options, Clock* clock)
@@ -265,6 +278,17 @@ absl::Status InferenceEngine::Submit(InferRequestView request_view,
   int64_t input_bytes = 0;
   for (const BoundInput& b : bound) input_bytes += b.byte_size;
   const DataType type = bound.empty() ? DataType::kFP32 : bound.front().type;
+  // Inputs are copied into aligned tensors and outputs allocated: this much
+  // memory is held until the request is answered.
+  const int64_t cost = input_bytes + prepared->output_bytes();
+  const int64_t held = inflight_bytes_.fetch_add(cost, std::memory_order_relaxed);
+  if (held + cost > options_.max_inflight_bytes && held > 0) {
+    inflight_bytes_.fetch_sub(cost, std::memory_order_relaxed);
+    return absl::UnavailableError(absl::StrCat(
+        "queue full: the server holds ", held, " bytes of accepted requests and this one needs ",
+        cost, " more, over --max_inflight_bytes=", options_.max_inflight_bytes,
+        "; retry later"));
+  }
 
   const uint64_t priority = request->priority;
   const absl::Duration timeout = absl::Microseconds(static_cast<int64_t>(
@@ -273,7 +297,8 @@ absl::Status InferenceEngine::Submit(InferRequestView request_view,
   const bool tiny = prepared->flops() <= options_.inline_max_flops;
   auto pending = std::make_unique<Pending>(served.get(), clock_, std::move(request),
                                            std::move(prepared), std::move(is_cancelled),
-                                           std::move(done), arrival, type, input_bytes);
+                                           std::move(done), arrival, type, input_bytes,
+                                           &inflight_bytes_, cost);
   if (tiny && (!served->batcher_ || served->batcher_->TryBeginInline())) {
     std::vector<std::unique_ptr<Pending>> batch;
     batch.push_back(std::move(pending));

@@ -63,6 +63,10 @@ struct EngineOptions {
   // model is idle (--inline_max_flops): a hand-off to a worker and back costs
   // tens of microseconds, more than such a request computes.
   int64_t inline_max_flops = 65536;
+  // Bytes of accepted, unanswered requests (their inputs and outputs) the
+  // engine holds at most (--max_inflight_bytes); a request that would pass it
+  // gets UNAVAILABLE at once. Bounds memory under overload.
+  int64_t max_inflight_bytes = int64_t{8} << 30;
   // Where the engine records queueing, batches, flops and bytes; may be null.
   Metrics* metrics = nullptr;
 };
@@ -138,6 +142,7 @@ class InferenceEngine {
                       DoneCallback done);
 
   const EngineOptions& options() const { return options_; }
+  int64_t inflight_bytes() const { return inflight_bytes_.load(); }
 
  private:
   class Pending;
@@ -149,6 +154,7 @@ class InferenceEngine {
 
   const EngineOptions options_;
   Clock* const clock_;
+  std::atomic<int64_t> inflight_bytes_{0};
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ServedModel>, std::less<>> models_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string, std::less<>> unavailable_ ABSL_GUARDED_BY(mu_);

@@ -72,6 +72,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(const ServerOption
   engine_options.max_output_bytes = options.max_output_bytes;
   engine_options.max_message_bytes = options.max_message_bytes;
   engine_options.inline_max_flops = options.inline_max_flops;
+  engine_options.max_inflight_bytes = options.max_inflight_bytes;
   engine_options.metrics = server->metrics_.get();
   server->engine_ = std::make_unique<InferenceEngine>(engine_options);
   // The built-in models merge concurrent requests' problem lists into one

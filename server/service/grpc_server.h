@@ -34,6 +34,7 @@ struct ServerOptions {
   int64_t max_output_bytes = int64_t{4} << 30;
   std::string model_repository;  // empty: built-in models only
   int64_t inline_max_flops = 65536;
+  int64_t max_inflight_bytes = int64_t{8} << 30;
   // Prometheus /metrics on this port (0 picks one); -1: not served.
   int metrics_port = 8002;
   std::vector<double> latency_buckets;  // empty: the default
