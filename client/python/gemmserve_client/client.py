@@ -1,7 +1,7 @@
 """A small blocking client for gemmserve's gRPC API."""
 import grpc
 
-from .tensors import decode_outputs, make_infer_request, pb2, pb2_grpc
+from .tensors import decode_outputs, input_entries, make_infer_request, pb2, pb2_grpc
 
 DEFAULT_URL = "127.0.0.1:8001"
 
@@ -10,7 +10,8 @@ class GemmServeClient:
     """One channel to a server; infer() sends numpy arrays and returns numpy arrays.
 
         client = GemmServeClient("127.0.0.1:8001")
-        y = client.infer("matmul", [("A", a), ("B", b)])["Y"]
+        y = client.infer("matmul", A=a, B=b)["Y"]
+        y = client.infer("matmul", [("A", a), ("B", b)])["Y"]    # the same request
     """
 
     def __init__(self, url=DEFAULT_URL, max_message_bytes=1 << 30):
@@ -38,7 +39,18 @@ class GemmServeClient:
     def model_metadata(self, name, timeout=10.0):
         return self.stub.ModelMetadata(pb2.ModelMetadataRequest(name=name), timeout=timeout)
 
-    def infer(self, model_name, inputs, outputs=None, *, typed=False, timeout=60.0):
-        """Runs one inference; see make_infer_request for `inputs` and `outputs`."""
-        request = make_infer_request(model_name, inputs, outputs, typed=typed)
+    def infer(self, model_name, inputs=None, outputs=None, *, typed=False, timeout=60.0,
+              datatypes=None, **arrays):
+        """Runs one inference and returns {output name: numpy array}.
+
+        Inputs are keyword arrays, `infer("matmul", A=a, B=b)`, or (as before) a list of
+        (name, array[, datatype]) or a dict {name: array} in `inputs`; the forms combine.
+        An input named like a parameter of this method (model_name, inputs, outputs,
+        typed, timeout, datatypes) goes in the dict. BF16 inputs are uint16 bit patterns
+        marked with bf16(bits) or named in `datatypes={"A": "BF16"}`; BF16 outputs come
+        back as uint16 bits. See make_infer_request for `outputs` and `typed`. A failed
+        call raises grpc.RpcError, whose code() is the server's status code.
+        """
+        entries = input_entries(inputs, arrays, datatypes)
+        request = make_infer_request(model_name, entries, outputs, typed=typed)
         return decode_outputs(self.stub.ModelInfer(request, timeout=timeout))

@@ -2,8 +2,12 @@
 
 Tensors travel as little-endian row-major bytes. numpy has no bfloat16, so a
 BF16 tensor is held as a uint16 array of its bit patterns:
-float32_to_bf16_bits() and bf16_bits_to_float32() convert.
+float32_to_bf16_bits() and bf16_bits_to_float32() convert, and bf16() marks
+such an array as BF16 for a request (a bare uint16 array means UINT16).
 """
+from collections.abc import Mapping
+from typing import NamedTuple
+
 import numpy as np
 
 from . import _stubs
@@ -67,6 +71,27 @@ def bf16_bits_to_float32(bits):
     return widened.view(np.float32).reshape(bits.shape)
 
 
+class Tensor(NamedTuple):
+    """An array with the KServe datatype it is sent as, where the dtype alone does not say
+    (BF16 bits are uint16). Anywhere an input array goes, a Tensor may go instead."""
+    array: np.ndarray
+    datatype: str
+
+
+def bf16(bits):
+    """Marks a uint16 array of bfloat16 bit patterns as a BF16 input:
+    `client.infer("matmul", A=bf16(a_bits), B=bf16(b_bits))`.
+
+    Floats are refused rather than rounded silently: convert them with
+    float32_to_bf16_bits() first.
+    """
+    array = np.asarray(bits)
+    if array.dtype != np.uint16:
+        raise TypeError(f"bf16() takes uint16 bit patterns, got dtype {array.dtype}; "
+                        f"round floats with float32_to_bf16_bits() first")
+    return Tensor(array, "BF16")
+
+
 def datatype_of(array):
     """The KServe datatype name of a numpy array (never BF16: name it explicitly)."""
     try:
@@ -75,22 +100,68 @@ def datatype_of(array):
         raise ValueError(f"no KServe datatype for numpy dtype {array.dtype}") from None
 
 
+def input_entries(inputs=None, arrays=None, datatypes=None, *, strict=True):
+    """Normalises the ways inputs can be given into a list of (name, array, datatype).
+
+    inputs: None, a sequence of (name, array) or (name, array, datatype), or a
+      mapping {name: array}.
+    arrays: a further mapping {name: array} (infer's keyword arguments).
+    datatypes: {name: datatype} for inputs whose dtype does not say, e.g. {"A": "BF16"}.
+    An array may be a Tensor (see bf16()); the datatype otherwise comes from its dtype.
+    strict: refuse what no server would accept (an input given twice, an unknown
+      datatype, float values marked BF16) with ValueError/TypeError. make_infer_request
+      passes False, so that tests can still build such requests for the server to reject.
+    """
+    named = []
+    if isinstance(inputs, Mapping):
+        named.extend((name, value, None) for name, value in inputs.items())
+    elif inputs is not None:
+        for entry in inputs:
+            if isinstance(entry, (str, bytes)) or len(entry) not in (2, 3):
+                raise TypeError(f"an input must be (name, array) or (name, array, datatype), "
+                                f"got {entry!r:.80}")
+            named.append((entry[0], entry[1], entry[2] if len(entry) == 3 else None))
+    named.extend((name, value, None) for name, value in (arrays or {}).items())
+    datatypes = dict(datatypes or {})
+
+    entries, seen = [], set()
+    for name, value, datatype in named:
+        if strict and name in seen:
+            raise ValueError(f"input '{name}' is given twice")
+        seen.add(name)
+        if isinstance(value, Tensor):
+            datatype = datatype or value.datatype
+            value = value.array
+        array = np.asarray(value)
+        datatype = datatypes.pop(name, None) or datatype or datatype_of(array)
+        if strict and datatype not in DTYPE_OF:
+            raise ValueError(f"input '{name}': unknown datatype {datatype!r}")
+        if strict and datatype == "BF16" and np.issubdtype(array.dtype, np.floating):
+            # Casting floats to uint16 would send garbage bit patterns.
+            raise TypeError(f"input '{name}': BF16 travels as uint16 bit patterns, got "
+                            f"{array.dtype} values; convert with float32_to_bf16_bits()")
+        entries.append((name, array, datatype))
+    if datatypes:
+        raise ValueError(f"datatypes names inputs that are not given: {sorted(datatypes)}")
+    return entries
+
+
 def make_infer_request(model_name, inputs, outputs=None, *, typed=False, model_version="",
-                       request_id=""):
+                       request_id="", datatypes=None):
     """Builds a ModelInferRequest.
 
-    inputs: sequence of (name, array) or (name, array, datatype); the datatype
-      defaults from the array's dtype, and must be given as "BF16" for a uint16
-      array of bfloat16 bits.
+    inputs: sequence of (name, array) or (name, array, datatype), or a mapping
+      {name: array}; the datatype defaults from the array's dtype, and must be
+      given for a uint16 array of bfloat16 bits: as "BF16" in the tuple, as a
+      bf16(array) value, or in `datatypes`.
     outputs: names of the outputs wanted; None asks for all of them.
     typed: put values in the typed `contents` lists instead of raw bytes
       (not possible for FP16/BF16).
+    datatypes: {name: datatype}, overriding what the inputs say.
     """
     request = pb2.ModelInferRequest(model_name=model_name, model_version=model_version,
                                     id=request_id)
-    for entry in inputs:
-        name, array = entry[0], np.asarray(entry[1])
-        datatype = entry[2] if len(entry) > 2 else datatype_of(array)
+    for name, array, datatype in input_entries(inputs, datatypes=datatypes, strict=False):
         dtype = DTYPE_OF[datatype]
         tensor = request.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
         values = np.ascontiguousarray(array, dtype=dtype)
