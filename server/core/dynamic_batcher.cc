@@ -13,7 +13,7 @@ DynamicBatcher::DynamicBatcher(BatchingOptions options, Clock* clock, Executor e
       clock_(clock),
       executor_(std::move(executor)),
       wake_timer_(std::move(wake_timer)) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   levels_.resize(std::max(options_.priority_levels, 1));
 }
 
@@ -38,7 +38,7 @@ absl::Status DynamicBatcher::Enqueue(std::unique_ptr<BatchTask> task, uint64_t p
   std::vector<Rejection> rejected;
   bool wake = false;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return absl::UnavailableError("model is unloading; retry later");
     if (options_.max_queue_size > 0 && queued_ >= options_.max_queue_size) {
       return absl::UnavailableError(absl::StrCat("queue full (", queued_,
@@ -66,7 +66,7 @@ void DynamicBatcher::BatchDone() {
   std::vector<Rejection> rejected;
   bool wake = false;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     const absl::Time now = clock_->Now();
     if (--in_flight_ == 0) {
       idle_since_ = now;
@@ -84,7 +84,7 @@ void DynamicBatcher::BatchDone() {
 }
 
 bool DynamicBatcher::TryBeginInline() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (closed_ || queued_ > 0 || in_flight_ > 0) return false;
   ++in_flight_;
   last_batch_requests_ = 1;
@@ -96,7 +96,7 @@ absl::Time DynamicBatcher::Poll() {
   std::vector<Rejection> rejected;
   absl::Time next;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     CollectDue(clock_->Now(), &batches, &rejected);
     next = NextDue();
     promised_poll_ = next;
@@ -106,17 +106,17 @@ absl::Time DynamicBatcher::Poll() {
 }
 
 void DynamicBatcher::Close() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
 }
 
 int64_t DynamicBatcher::queued() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return queued_;
 }
 
 int64_t DynamicBatcher::in_flight_batches() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return in_flight_;
 }
 
@@ -217,28 +217,35 @@ BatcherTimer::BatcherTimer() : thread_([this] { Loop(); }) {}
 
 BatcherTimer::~BatcherTimer() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
+  cv_.notify_one();
   thread_.join();
 }
 
 void BatcherTimer::Register(std::weak_ptr<DynamicBatcher> batcher) {
-  absl::MutexLock lock(&mu_);
-  batchers_.push_back(std::move(batcher));
-  woken_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batchers_.push_back(std::move(batcher));
+    woken_ = true;
+  }
+  cv_.notify_one();
 }
 
 void BatcherTimer::Wake() {
-  absl::MutexLock lock(&mu_);
-  woken_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    woken_ = true;
+  }
+  cv_.notify_one();
 }
 
 void BatcherTimer::Loop() {
   while (true) {
     std::vector<std::weak_ptr<DynamicBatcher>> batchers;
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return;
       woken_ = false;
       batchers_.erase(std::remove_if(batchers_.begin(), batchers_.end(),
@@ -250,9 +257,13 @@ void BatcherTimer::Loop() {
     for (const auto& weak : batchers) {
       if (std::shared_ptr<DynamicBatcher> b = weak.lock()) next = std::min(next, b->Poll());
     }
-    absl::MutexLock lock(&mu_);
-    auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return woken_ || stopping_; };
-    mu_.AwaitWithDeadline(absl::Condition(&woken), next);
+    std::unique_lock<std::mutex> lock(mu_);
+    auto woken = [this] { return woken_ || stopping_; };
+    if (next == absl::InfiniteFuture()) {
+      cv_.wait(lock, woken);
+    } else {
+      cv_.wait_until(lock, absl::ToChronoTime(next), woken);
+    }
   }
 }
 

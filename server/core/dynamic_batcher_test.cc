@@ -3,7 +3,13 @@
 // test says so), no sleeps.
 #include "server/core/dynamic_batcher.h"
 
+#include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -262,6 +268,110 @@ TEST_F(BatcherTest, TheTimerIsWokenOnlyWhenTheNextPollMovesEarlier) {
   EXPECT_EQ(wakes_, 1);
   ASSERT_TRUE(Add("c", 1).ok());  // same due time
   EXPECT_EQ(wakes_, 1);
+}
+
+// Many threads at once, with the real clock and the timer thread: every
+// accepted request is answered exactly once, computed or rejected. Run under
+// ThreadSanitizer by tests/run.sh.
+class CountingTask final : public BatchTask {
+ public:
+  CountingTask(std::atomic<int>* answers, std::atomic<int>* dropped, int64_t rows,
+               bool cancelled)
+      : answers_(answers), dropped_(dropped), rows_(rows), cancelled_(cancelled) {}
+  // Refused tasks are destroyed unanswered (the caller answers them); no task
+  // may be answered twice.
+  ~CountingTask() override {
+    EXPECT_LE(answered_, 1);
+    if (answered_ == 0) dropped_->fetch_add(1);
+  }
+  int64_t rows() const override { return rows_; }
+  bool IsCancelled() const override { return cancelled_; }
+  void Reject(absl::Status) override { Answer(); }
+  void Answer() {
+    ++answered_;
+    answers_->fetch_add(1);
+  }
+
+ private:
+  std::atomic<int>* answers_;
+  std::atomic<int>* dropped_;
+  int64_t rows_;
+  bool cancelled_;
+  int answered_ = 0;
+};
+
+TEST(BatcherThreadsTest, ConcurrentProducersAndWorkersAnswerEveryRequestOnce) {
+  std::atomic<int> answers{0}, dropped{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<DynamicBatcher::Batch> work;
+  bool stop = false;
+  BatcherTimer timer;
+  BatchingOptions options;
+  options.max_queue_delay = absl::Microseconds(200);
+  options.max_batch_rows = 16;
+  options.max_queue_size = 64;
+  options.max_concurrent_batches = 2;
+  auto batcher = std::make_shared<DynamicBatcher>(
+      options, RealClock::Get(),
+      [&](DynamicBatcher::Batch batch) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          work.push_back(std::move(batch));
+        }
+        cv.notify_one();
+      },
+      [&timer] { timer.Wake(); });
+  timer.Register(batcher);
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&] {
+      while (true) {
+        DynamicBatcher::Batch batch;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return stop || !work.empty(); });
+          if (work.empty()) return;
+          batch = std::move(work.front());
+          work.pop_front();
+        }
+        for (auto& t : batch) static_cast<CountingTask*>(t.get())->Answer();
+        batch.clear();
+        batcher->BatchDone();
+      }
+    });
+  }
+  std::atomic<int> accepted{0};
+  std::vector<std::thread> producers;
+  for (int p = 0; p < 4; ++p) {
+    producers.emplace_back([&, p] {
+      std::mt19937 rng(p);
+      for (int i = 0; i < 500; ++i) {
+        const bool cancelled = rng() % 10 == 0;
+        const absl::Time deadline =
+            rng() % 10 == 0 ? absl::Now() + absl::Microseconds(rng() % 300) : absl::InfiniteFuture();
+        auto task = std::make_unique<CountingTask>(&answers, &dropped, 1 + rng() % 4, cancelled);
+        if (batcher->Enqueue(std::move(task), 0, deadline).ok()) accepted.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : producers) t.join();
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (answers.load() < accepted.load() && absl::Now() < deadline) {
+    batcher->Poll();
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(answers.load(), accepted.load());
+  EXPECT_GT(accepted.load(), 0);
+  EXPECT_EQ(dropped.load(), 4 * 500 - accepted.load());  // exactly the refused ones
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stop = true;
+  }
+  cv.notify_all();
+  for (auto& t : workers) t.join();
+  EXPECT_EQ(batcher->queued(), 0);
+  EXPECT_EQ(batcher->in_flight_batches(), 0);
 }
 
 }  // namespace
