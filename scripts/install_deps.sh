@@ -16,6 +16,9 @@ PACKAGES=(
 # server the metrics test scrapes with; not on machines that only run gemmserve.
 if [[ "${1:-}" == "--test" ]]; then
   PACKAGES+=(prometheus python3-yaml nginx openssl)
+  # tests/fuzz.sh: clang with libFuzzer and the sanitizer runtimes, clang's
+  # OpenMP, and llvm-symbolizer for readable stacks.
+  PACKAGES+=(clang libclang-rt-14-dev libomp-dev llvm)
 fi
 
 missing=()

@@ -3,6 +3,7 @@
 # ctest. Exits non-zero if anything fails.
 #   tests/run.sh                 # Release build in build/
 #   BUILD_DIR=build-asan CMAKE_ARGS=-DGEMMSERVE_SANITIZE=ON tests/run.sh
+#   GEMMSERVE_SKIP_FUZZ=1 tests/run.sh   # without the fuzzing stage
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,5 +12,11 @@ BUILD_DIR=${BUILD_DIR:-build}
 # shellcheck disable=SC2086
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j"$(nproc)"
-cd "$BUILD_DIR"
-ctest --output-on-failure --timeout 600
+(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 600)
+
+# Fuzzing under ASan + UBSan (fuzz/README.md): every saved regression input,
+# then each libFuzzer target for GEMMSERVE_FUZZ_SECONDS (default 30) from its
+# seed corpus. About 4 minutes on 2 cores, build included.
+if [[ "${GEMMSERVE_SKIP_FUZZ:-0}" != 1 ]]; then
+  tests/fuzz.sh "${GEMMSERVE_FUZZ_SECONDS:-30}"
+fi

@@ -197,6 +197,7 @@ TEST(WorkerPoolTest, NeverExceedsTheBudgetUnderChurn) {
             ledger.Enter(threads);
             volatile int sink = 0;
             for (int j = 0; j < 1000; ++j) sink += j;
+            (void)sink;
             ledger.Leave(threads);
           });
         }

@@ -1,0 +1,207 @@
+// Fuzzes the request path below gRPC with any bytes a client could send as a
+// ModelInferRequest: protobuf parsing, DecodeInferRequest (the envelope),
+// BindInputs against each built-in model's metadata (names, datatypes,
+// shapes, byte and element counts), Model::Prepare (operator shape rules),
+// and, when the planned work is small, Model::RunBatch on one thread, alone
+// and batched with a second copy of itself. Nothing may crash or trip a
+// sanitizer; a plan's output must be what RunBatch returns; integer results
+// (exact whatever the summation order) must not change with batching, and an
+// integer MatMul must equal the plain reference kernel, broadcasting included.
+//
+// Both models see every request, so the fuzzer need not find the model name.
+// FUZZ_VERBOSE=1 in the environment prints how far each model got, which
+// shows whether a seed reaches RunBatch:
+//
+//   FUZZ_VERBOSE=1 build-fuzz/bin/fuzz_infer_request fuzz/corpus/fuzz_infer_request/*
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fuzz/fuzz_support.h"
+#include "google/protobuf/stubs/logging.h"
+#include "grpc_service.pb.h"
+#include "server/core/builtin_models.h"
+#include "server/core/input_binding.h"
+#include "server/core/model.h"
+#include "server/ops/kernels/reference_gemm.h"
+#include "server/ops/matmul.h"
+#include "server/service/infer_codec.h"
+#include "server/tensor/datatype.h"
+#include "server/tensor/shape.h"
+
+namespace gemmserve {
+namespace fuzz {
+namespace {
+
+// The engine caps outputs at gigabytes; here work must stay small, so that
+// each input runs in well under a millisecond.
+constexpr int64_t kMaxOutputBytes = int64_t{1} << 20;
+constexpr int64_t kMaxFlops = 10'000'000;
+
+const std::vector<std::unique_ptr<Model>>& BuiltinModels() {
+  static const auto* models = [] {
+    auto* m = new std::vector<std::unique_ptr<Model>>();
+    m->push_back(MakeMatMulModel());
+    m->push_back(MakeGroupedMatMulModel());
+    return m;
+  }();
+  return *models;
+}
+
+// One RunBatch result must be the outputs the plan announced.
+void CheckOutputs(const std::string& model, const PreparedInference& prepared,
+                  const std::vector<NamedTensor>& outputs) {
+  const auto shapes = prepared.output_shapes();
+  FUZZ_CHECK(outputs.size() == shapes.size(), "%s: %zu outputs, planned %zu", model.c_str(),
+             outputs.size(), shapes.size());
+  int64_t bytes = 0;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& t = outputs[i].tensor;
+    FUZZ_CHECK(outputs[i].name == shapes[i].first && t.shape() == shapes[i].second,
+               "%s: output '%s' %s, planned '%s' %s", model.c_str(), outputs[i].name.c_str(),
+               ShapeToString(t.shape()).c_str(), shapes[i].first.c_str(),
+               ShapeToString(shapes[i].second).c_str());
+    const absl::StatusOr<int64_t> want = ByteSize(t.shape(), t.type());
+    FUZZ_CHECK(want.ok() && *want == t.byte_size(), "%s: output '%s' holds %lld bytes",
+               model.c_str(), outputs[i].name.c_str(), static_cast<long long>(t.byte_size()));
+    bytes += t.byte_size();
+  }
+  FUZZ_CHECK(bytes == prepared.output_bytes(), "%s: %lld output bytes, planned %lld",
+             model.c_str(), static_cast<long long>(bytes),
+             static_cast<long long>(prepared.output_bytes()));
+}
+
+const bool kVerbose = std::getenv("FUZZ_VERBOSE") != nullptr;
+
+void Trace(const std::string& model, const char* stage, const absl::Status& status) {
+  if (kVerbose) std::fprintf(stderr, "  %s: %s %s\n", model.c_str(), stage, status.ToString().c_str());
+}
+
+bool IsInteger(DataType t) { return !IsFloatingPoint(t); }
+
+// numpy.matmul of integers, which wrap and so are exact in any summation
+// order: the plain reference kernel per output batch entry, the operands'
+// batch entries found by unravelling the index (not the kernel's odometer).
+void CheckIntegerMatMul(const BoundInputs& bound, const Tensor& y) {
+  const absl::StatusOr<Tensor> a = bound[0].Materialize();
+  const absl::StatusOr<Tensor> b = bound[1].Materialize();
+  FUZZ_CHECK(a.ok() && b.ok(), "Materialize failed");
+  const absl::StatusOr<MatMulPlan> plan = PlanMatMul(a->shape(), b->shape());
+  FUZZ_CHECK(plan.ok(), "PlanMatMul: %s", plan.status().ToString().c_str());
+  const DataType type = a->type();
+  const int64_t es = DataTypeSize(type), m = plan->m, n = plan->n, k = plan->k;
+  const Shape& batch = plan->batch_shape;
+  std::vector<uint8_t> want(static_cast<size_t>(y.byte_size()));
+  const auto* pa = static_cast<const uint8_t*>(a->raw_data());
+  const auto* pb = static_cast<const uint8_t*>(b->raw_data());
+  for (int64_t entry = 0; entry < plan->batch_count; ++entry) {
+    int64_t rest = entry, a_entry = 0, b_entry = 0, a_stride = 1, b_stride = 1;
+    for (size_t d = batch.size(); d-- > 0;) {
+      const int64_t i = rest % batch[d];
+      rest /= batch[d];
+      if (plan->a_batch[d] != 1) a_entry += i * a_stride;
+      if (plan->b_batch[d] != 1) b_entry += i * b_stride;
+      a_stride *= plan->a_batch[d];
+      b_stride *= plan->b_batch[d];
+    }
+    ReferenceGemm(type, m, n, k, pa + a_entry * m * k * es, k, pb + b_entry * k * n * es, n,
+                  want.data() + entry * m * n * es, n);
+  }
+  FUZZ_CHECK(want.empty() || std::memcmp(want.data(), y.raw_data(), want.size()) == 0,
+             "matmul %s x %s (%s): output differs from the reference",
+             ShapeToString(a->shape()).c_str(), ShapeToString(b->shape()).c_str(),
+             std::string(DataTypeName(type)).c_str());
+}
+
+// Runs `prepared` alone and batched with itself; returns the lone run's result.
+InferOutputs Run(const Model& model, PreparedInference* prepared) {
+  const std::string& name = model.metadata().name;
+  std::vector<InferOutputs> alone = model.RunBatch({&prepared, 1}, /*threads=*/1);
+  FUZZ_CHECK(alone.size() == 1, "%s: RunBatch gave %zu results for 1", name.c_str(),
+             alone.size());
+  // Only an index out of range may fail a prepared request.
+  Trace(name, "RunBatch", alone[0].status());
+  if (!alone[0].ok()) {
+    FUZZ_CHECK(absl::IsInvalidArgument(alone[0].status()), "%s: RunBatch: %s", name.c_str(),
+               alone[0].status().ToString().c_str());
+    return std::move(alone[0]);
+  }
+  CheckOutputs(name, *prepared, *alone[0]);
+
+  PreparedInference* twice[] = {prepared, prepared};
+  std::vector<InferOutputs> batched = model.RunBatch(twice, /*threads=*/1);
+  FUZZ_CHECK(batched.size() == 2, "%s: RunBatch gave %zu results for 2", name.c_str(),
+             batched.size());
+  for (const InferOutputs& result : batched) {
+    FUZZ_CHECK(result.ok(), "%s: alone OK, batched %s", name.c_str(),
+               result.status().ToString().c_str());
+    CheckOutputs(name, *prepared, *result);
+    for (size_t i = 0; i < result->size(); ++i) {
+      const Tensor& a = (*alone[0])[i].tensor;
+      const Tensor& b = (*result)[i].tensor;
+      if (!IsInteger(a.type()) || a.byte_size() == 0) continue;
+      FUZZ_CHECK(std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.byte_size())) == 0,
+                 "%s: integer output '%s' differs when batched", name.c_str(),
+                 (*result)[i].name.c_str());
+    }
+  }
+  return std::move(alone[0]);
+}
+
+}  // namespace
+}  // namespace fuzz
+}  // namespace gemmserve
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // Invalid UTF-8 in a string field is a parse failure the fuzzer finds every
+  // few runs; protobuf's log line for each would drown the report.
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace gemmserve;
+  using namespace gemmserve::fuzz;
+  inference::ModelInferRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
+  const absl::StatusOr<InferRequestView> view = DecodeInferRequest(request);
+  Trace("request", "DecodeInferRequest", view.status());
+  if (!view.ok()) {
+    FUZZ_CHECK(absl::IsInvalidArgument(view.status()), "DecodeInferRequest: %s",
+               view.status().ToString().c_str());
+    return 0;
+  }
+  for (const auto& model : BuiltinModels()) {
+    const std::string& name = model->metadata().name;
+    const absl::StatusOr<BoundInputs> bound = BindInputs(model->metadata(), *view);
+    Trace(name, "BindInputs", bound.status());
+    if (!bound.ok()) {
+      FUZZ_CHECK(absl::IsInvalidArgument(bound.status()), "BindInputs: %s",
+                 bound.status().ToString().c_str());
+      continue;
+    }
+    absl::StatusOr<std::unique_ptr<PreparedInference>> prepared = model->Prepare(*bound);
+    Trace(name, "Prepare", prepared.status());
+    if (!prepared.ok()) {
+      FUZZ_CHECK(absl::IsInvalidArgument(prepared.status()), "Prepare: %s",
+                 prepared.status().ToString().c_str());
+      continue;
+    }
+    const PreparedInference& p = **prepared;
+    FUZZ_CHECK(p.output_bytes() >= 0 && p.flops() >= 0 && p.rows() >= 0,
+               "%s: output_bytes %lld, flops %lld, rows %lld", name.c_str(),
+               static_cast<long long>(p.output_bytes()), static_cast<long long>(p.flops()),
+               static_cast<long long>(p.rows()));
+    if (p.output_bytes() > kMaxOutputBytes || p.flops() > kMaxFlops) continue;
+    const InferOutputs outputs = Run(*model, prepared->get());
+    if (outputs.ok() && name == "matmul" && !IsFloatingPoint((*bound)[0].type)) {
+      CheckIntegerMatMul(*bound, (*outputs)[0].tensor);
+    }
+  }
+  return 0;
+}

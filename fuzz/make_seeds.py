@@ -1,0 +1,201 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the fuzz targets into fuzz/corpus/<target>/.
+
+The seeds are committed; run this again only to change them:
+
+    /usr/bin/python3 fuzz/make_seeds.py
+
+fuzz_infer_request gets serialized ModelInferRequest messages (valid ones for
+both built-in models and each datatype family, and invalid ones from
+RELIABILITY.md's envelope rows), made with protoc's Python code for
+proto/grpc_service.proto. The other two targets read their input front to
+back as fuzz/fuzz_support.h's ByteReader does; the layouts are described at
+the top of fuzz_shapes.cc and fuzz_grouped_indices.cc.
+"""
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROTO_DIR = os.path.join(HERE, "..", "proto")
+CORPUS = os.path.join(HERE, "corpus")
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+def load_protocol(tmp):
+    subprocess.run(["protoc", "-I", PROTO_DIR, "--python_out=" + tmp,
+                    "grpc_service.proto", "model_config.proto"], check=True)
+    sys.path.insert(0, tmp)
+    import grpc_service_pb2  # noqa: E402
+    return grpc_service_pb2
+
+
+def pack(fmt, values):
+    return struct.pack("<%d%s" % (len(values), fmt), *values)
+
+
+def bf16(values):
+    """float -> BF16 bits, truncating (exact for the small values used here)."""
+    return [struct.unpack("<I", struct.pack("<f", v))[0] >> 16 for v in values]
+
+
+def infer_request_seeds(pb):
+    seeds = {}
+
+    def request(model, inputs, raw=True, **params):
+        r = pb.ModelInferRequest(model_name=model)
+        for name, datatype, shape, contents in inputs:
+            t = r.inputs.add(name=name, datatype=datatype, shape=shape)
+            if raw:
+                if contents is not None:
+                    r.raw_input_contents.append(contents)
+            elif contents is not None:
+                field, values = contents
+                getattr(t.contents, field).extend(values)
+        for key, value in params.items():
+            if value >= 0:
+                r.parameters[key].uint64_param = value
+            else:
+                r.parameters[key].int64_param = value
+        return r.SerializeToString()
+
+    seeds["matmul_fp32_raw"] = request("matmul", [
+        ("A", "FP32", [2, 3], pack("f", [1, 2, 3, 4, 5, 6])),
+        ("B", "FP32", [3, 2], pack("f", [1, 0, 0, 1, 1, 1]))])
+    seeds["matmul_int32_typed_vector"] = request("matmul", [
+        ("A", "INT32", [2, 2], ("int_contents", [1, -2, 3, 2**31 - 1])),
+        ("B", "INT32", [2], ("int_contents", [5, 7]))], raw=False)
+    seeds["matmul_int64_broadcast"] = request("matmul", [
+        ("A", "INT64", [2, 1, 1, 2], pack("q", [1, 2, 3, INT64_MAX])),
+        ("B", "INT64", [3, 2, 1], pack("q", [1, 1, 2, 2, 3, -3]))])
+    seeds["matmul_uint64_k0"] = request("matmul", [
+        ("A", "UINT64", [2, 0], b""), ("B", "UINT64", [0, 3], b"")])
+    seeds["matmul_fp16_batch"] = request("matmul", [
+        ("A", "FP16", [2, 1, 2], pack("H", [0x3c00, 0x4000, 0x7c00, 0x0001])),
+        ("B", "FP16", [2, 2, 1], pack("H", [0x3c00, 0xbc00, 0x7e00, 0x3800]))],
+        priority=1, timeout=1000)
+    seeds["grouped_bf16_int64_bias"] = request("grouped_matmul", [
+        ("input", "BF16", [2, 3], pack("H", bf16([1, 2, 3, -1, 0.5, 4]))),
+        ("weights", "BF16", [2, 3, 2], pack("H", bf16([1, 0, 0, 1, 1, 1, 2, 2, -1, 0, 0.25, 3]))),
+        ("group_indices", "INT64", [2, 2], pack("q", [0, 1, 1, 1])),
+        ("bias", "BF16", [2, 2], pack("H", bf16([0.5, -0.5, 1, 2])))])
+    seeds["grouped_fp16_int32"] = request("grouped_matmul", [
+        ("input", "FP16", [1, 2], pack("H", [0x3c00, 0x4000])),
+        ("weights", "FP16", [3, 2, 1], pack("H", [0x3c00] * 6)),
+        ("group_indices", "INT32", [1, 1], pack("i", [2]))])
+    seeds["grouped_fp32_typed"] = request("grouped_matmul", [
+        ("input", "FP32", [2, 2], ("fp32_contents", [1, 2, 3, 4])),
+        ("weights", "FP32", [1, 2, 2], ("fp32_contents", [1, 0, 0, 1])),
+        ("group_indices", "INT64", [2, 1], ("int64_contents", [0, 0]))], raw=False)
+    seeds["grouped_fp64_s0"] = request("grouped_matmul", [
+        ("input", "FP64", [2, 1], pack("d", [1, 2])),
+        ("weights", "FP64", [1, 1, 1], pack("d", [3])),
+        ("group_indices", "INT64", [2, 0], b"")])
+    # Invalid requests (RELIABILITY.md E1-E7, G1, G5).
+    seeds["bad_index_int64_max"] = request("grouped_matmul", [
+        ("input", "FP32", [1, 1], pack("f", [1])),
+        ("weights", "FP32", [2, 1, 1], pack("f", [1, 2])),
+        ("group_indices", "INT64", [1, 1], pack("q", [INT64_MAX]))])
+    seeds["bad_g0"] = request("grouped_matmul", [
+        ("input", "FP32", [1, 1], pack("f", [1])),
+        ("weights", "FP32", [0, 1, 1], b""),
+        ("group_indices", "INT32", [1, 1], pack("i", [0]))])
+    r = pb.ModelInferRequest(model_name="matmul")
+    r.inputs.add(name="A", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1)
+    r.inputs.add(name="B", datatype="FP32", shape=[1, 1])
+    r.raw_input_contents.extend([pack("f", [1]), pack("f", [2])])
+    seeds["bad_raw_and_typed"] = r.SerializeToString()
+    seeds["bad_negative_dim"] = request("matmul", [
+        ("A", "FP32", [INT64_MIN, 1], b""), ("B", "FP32", [1, -1], b"")])
+    seeds["bad_overflow_shape"] = request("matmul", [
+        ("A", "FP64", [2**62, 4], b""), ("B", "FP64", [4, 2**62], b"")])
+    seeds["bad_datatype"] = request("matmul", [
+        ("A", "FP8", [1], b"\0"), ("B", "INT8", [1], b"\0")])
+    seeds["bad_raw_count"] = request("matmul", [
+        ("A", "FP32", [1, 2], pack("f", [1, 2])), ("B", "FP32", [2, 1], pack("f", [1]) + b"\0")])
+    seeds["bad_duplicate_input"] = request("matmul", [
+        ("A", "FP32", [1], pack("f", [1])), ("A", "FP32", [1], pack("f", [1]))])
+    seeds["bad_parameter"] = request("matmul", [
+        ("A", "FP32", [1], pack("f", [1])), ("B", "FP32", [1], pack("f", [1]))], priority=-1)
+    seeds["empty"] = b""
+    return seeds
+
+
+def dims(*values):
+    """ByteReader::Dimension encodings: 0..63 as is, anything else raw."""
+    out = b""
+    for v in values:
+        out += bytes([v]) if 0 <= v < 0x40 else b"\x80" + struct.pack("<q", v)
+    return out
+
+
+def shape(*values):
+    return bytes([len(values)]) + dims(*values)
+
+
+def shapes_seeds():
+    fp32, bf16_type, int64 = 2, 0, 5  # indices into kAllDataTypes
+    return {
+        "matmul_2x3_3x4": bytes([fp32]) + shape(2, 3) + shape(3, 4) + shape() + shape() + b"\0",
+        "matmul_broadcast": bytes([int64]) + shape(2, 1, 3, 4) + shape(5, 4, 6) + shape() +
+                            shape() + b"\0",
+        "matmul_vectors": bytes([fp32]) + shape(3) + shape(3) + shape() + shape() + b"\0",
+        "grouped_bias": bytes([bf16_type]) + shape(4, 8) + shape(3, 8, 5) + shape(4, 2) +
+                        shape(3, 5) + b"\1",
+        "overflow_2pow62": bytes([fp32]) + shape(2**62, 4) + shape(4, 2**62) + shape(2**62, 2) +
+                           shape(2**62, 1) + b"\0",
+        "sqrt_int64_max": bytes([int64]) + shape(3037000499, 3037000499) +
+                          shape(3037000499, 3037000500) + shape() + shape() + b"\0",
+        "negative_min": bytes([fp32]) + shape(INT64_MIN, -1) + shape(-1, 0) + shape(0, INT64_MAX) +
+                        shape() + b"\0",
+        "zero_with_huge": bytes([fp32]) + shape(0, 2**62, 2**62) + shape(0, 2**62) +
+                          shape() + shape() + b"\0",
+        "rank_33": bytes([fp32]) + shape(*([1] * 33)) + shape(*([2] * 32)) + shape() + shape() +
+                   b"\0",
+    }
+
+
+def grouped_indices_seeds():
+    def case(m, k, n, g, s, flags, indices, values=b""):
+        return bytes([m, k, n, g, s, flags]) + bytes(indices) + values
+
+    int64, bias, two_threads, raw_bits = 1, 2, 16, 32
+    fp32, fp64, fp16, bf16_type = 0, 4, 8, 12
+    values = bytes(range(1, 200))
+    return {
+        "fp32_int64_bias": case(3, 4, 2, 3, 2, fp32 | int64 | bias, [0, 1, 2, 2, 1, 0], values),
+        "bf16_int32_threads": case(8, 8, 8, 4, 2, bf16_type | two_threads, range(16), values),
+        "fp16_int64": case(2, 3, 5, 2, 1, fp16 | int64, [1, 0], values),
+        "fp64_bias": case(1, 1, 1, 1, 1, fp64 | bias, [0], values),
+        "edge_g_int32": case(2, 2, 2, 2, 1, fp32, [0, 0xc0], values),
+        "edge_2pow32_plus_1": case(2, 2, 2, 2, 1, fp32 | int64, [0, 0xc7], values),
+        "raw_int64_min": case(1, 2, 2, 3, 1, fp32 | int64, [0xf0], struct.pack("<q", INT64_MIN)),
+        "g0_empty": case(0, 3, 3, 0, 4, fp32, []),
+        "raw_bits": case(2, 2, 2, 2, 2, fp32 | raw_bits, [0, 1, 1, 0], b"\xff\x7f\x80\x7f" * 8),
+    }
+
+
+def write(target, seeds):
+    d = os.path.join(CORPUS, target)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    for name, data in seeds.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+    print("%s: %d seeds, %d bytes" % (target, len(seeds), sum(len(s) for s in seeds.values())))
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        write("fuzz_infer_request", infer_request_seeds(load_protocol(tmp)))
+    write("fuzz_shapes", shapes_seeds())
+    write("fuzz_grouped_indices", grouped_indices_seeds())
+
+
+if __name__ == "__main__":
+    main()

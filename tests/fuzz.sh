@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Fuzzing (fuzz/README.md): builds the libFuzzer targets with clang, ASan and
+# UBSan in their own tree, replays every saved regression input, then fuzzes
+# each target for SECONDS (default 30) from a copy of its seed corpus, so the
+# repository is never written. Exits non-zero on any crash, sanitizer report
+# or failed check, and prints the reproducer's path.
+#
+#   tests/fuzz.sh            # 30 s per target
+#   tests/fuzz.sh 600        # longer
+#   FUZZ_BUILD_DIR=/tmp/bf tests/fuzz.sh 10
+#
+# Reproduce a crash:  build-fuzz/bin/<target> <reproducer>
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SECONDS_PER_TARGET=${1:-30}
+if ! [[ "$SECONDS_PER_TARGET" =~ ^[0-9]+$ ]]; then
+  echo "usage: tests/fuzz.sh [SECONDS]" >&2
+  exit 2
+fi
+# Not BUILD_DIR: tests/run.sh reads that one, and this tree must stay apart.
+BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+TARGETS=(fuzz_infer_request fuzz_shapes fuzz_grouped_indices)
+
+scripts/install_deps.sh --test
+if ! command -v clang++ >/dev/null || ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, long) { return 0; }' |
+     clang++ -x c++ -fsanitize=fuzzer,address,undefined -o /dev/null - 2>/dev/null; then
+  echo "fuzz: clang++ with libFuzzer is missing (apt-get install clang libclang-rt-14-dev libomp-dev llvm)" >&2
+  exit 1
+fi
+
+# Every library is instrumented (coverage for libFuzzer, ASan, UBSan made
+# fatal so that libFuzzer sees it); only the fuzzers link libFuzzer itself.
+# -O1 with line tables: fast enough, and stacks that name file and line.
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fsanitize=fuzzer-no-link -fno-omit-frame-pointer"
+CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -DGEMMSERVE_FUZZ=ON \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_FLAGS="$SAN" -DCMAKE_CXX_FLAGS="$SAN" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+  -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TARGETS[@]}"
+
+BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
+WORK="$BUILD_DIR/fuzz-work"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+if [ -x /usr/lib/llvm-14/bin/llvm-symbolizer ] && [ -z "${ASAN_SYMBOLIZER_PATH:-}" ]; then
+  export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer
+fi
+
+passed=0
+failed=0
+report_failure() {  # target, log, what
+  failed=$((failed + 1))
+  echo "fuzz: $1 FAILED ($3); log: $2" >&2
+  grep -E "^(==[0-9]+==ERROR|SUMMARY|.*FUZZ_CHECK|.*runtime error)" "$2" | head -5 >&2 || true
+  local unit
+  unit=$(grep -oE "Test unit written to [^ ]+" "$2" | tail -1 | cut -d' ' -f5 || true)
+  # Replaying files writes no new unit: the input is the last one started.
+  [ -n "$unit" ] || unit=$(grep -oE "^Running: .+" "$2" | tail -1 | cut -d' ' -f2- || true)
+  if [ -n "$unit" ]; then
+    echo "fuzz: reproducer: $unit   (run: $BUILD_DIR/bin/$1 $unit)" >&2
+  fi
+}
+
+for target in "${TARGETS[@]}"; do
+  bin="$BUILD_DIR/bin/$target"
+  artifacts="$WORK/$target/artifacts"
+  corpus="$WORK/$target/corpus"
+  mkdir -p "$artifacts" "$corpus"
+
+  # Saved crash inputs first: each must now pass (run once each, no fuzzing).
+  regressions=()
+  if [ -d "fuzz/regressions/$target" ]; then
+    while IFS= read -r -d '' f; do regressions+=("$f"); done \
+      < <(find "fuzz/regressions/$target" -type f ! -name '*.md' -print0 | sort -z)
+  fi
+  if [ ${#regressions[@]} -gt 0 ]; then
+    log="$WORK/$target/regressions.log"
+    if "$bin" -rss_limit_mb=2048 -timeout=10 -artifact_prefix="$artifacts/" \
+        "${regressions[@]}" >"$log" 2>&1; then
+      echo "fuzz: $target: ${#regressions[@]} regression inputs pass"
+    else
+      report_failure "$target" "$log" "a regression input in fuzz/regressions/$target"
+      continue
+    fi
+  fi
+
+  cp -R "fuzz/corpus/$target/." "$corpus/"
+  log="$WORK/$target/fuzz.log"
+  echo "fuzz: $target for ${SECONDS_PER_TARGET}s ..."
+  if "$bin" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -timeout=10 \
+      -artifact_prefix="$artifacts/" -print_final_stats=1 "$corpus" >"$log" 2>&1; then
+    passed=$((passed + 1))
+    stats=$(grep -E "^#[0-9]+[[:space:]]+DONE" "$log" | tail -1 | sed -E 's/^#([0-9]+)[[:space:]]+DONE[[:space:]]+/\1 runs, /')
+    echo "fuzz: $target ok: ${stats:-done}"
+  else
+    report_failure "$target" "$log" "crash or failed check"
+  fi
+done
+
+echo "fuzz: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
