@@ -3,7 +3,7 @@
 # ctest. Exits non-zero if anything fails.
 #   tests/run.sh                 # Release build in build/
 #   BUILD_DIR=build-asan CMAKE_ARGS=-DGEMMSERVE_SANITIZE=ON tests/run.sh
-#   GEMMSERVE_SKIP_FUZZ=1 tests/run.sh   # without the fuzzing stage
+#   GEMMSERVE_SKIP_FUZZ=1 GEMMSERVE_SKIP_TSAN=1 tests/run.sh   # without those stages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +13,16 @@ BUILD_DIR=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 (cd "$BUILD_DIR" && ctest --output-on-failure --timeout 600)
+
+# ThreadSanitizer on the dynamic batcher's tests (their threaded stress test
+# included): the batcher locks with std::mutex, which TSan sees; Debian's
+# Abseil is not TSan-built, so the rest of the server would report its
+# absl::Mutex locking as races. About 2 minutes.
+if [[ "${GEMMSERVE_SKIP_TSAN:-0}" != 1 ]]; then
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGEMMSERVE_TSAN=ON >/dev/null
+  cmake --build build-tsan -j"$(nproc)" --target dynamic_batcher_test
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" build-tsan/bin/dynamic_batcher_test
+fi
 
 # Fuzzing under ASan + UBSan (fuzz/README.md): every saved regression input,
 # then each libFuzzer target for GEMMSERVE_FUZZ_SECONDS (default 30) from its
