@@ -25,6 +25,26 @@ int64_t SaturatingBytes(int64_t elements, DataType type) {
   return bytes;
 }
 
+// Hands request i its own consecutive rows of `all` (row_bytes per row),
+// shaped as it planned: parts[i] = (rows, output shape).
+absl::Status SplitRows(const Tensor& all, int64_t row_bytes,
+                       const std::vector<std::pair<int64_t, Shape>>& parts,
+                       const std::string& output_name, std::vector<InferOutputs>* results) {
+  int64_t at = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    GEMMSERVE_ASSIGN_OR_RETURN(Tensor out, Tensor::Allocate(all.type(), parts[i].second));
+    if (out.byte_size() > 0) {
+      std::memcpy(out.raw_data(), static_cast<const uint8_t*>(all.raw_data()) + at * row_bytes,
+                  static_cast<size_t>(out.byte_size()));
+    }
+    at += parts[i].first;
+    std::vector<NamedTensor> outputs;
+    outputs.push_back({output_name, std::move(out)});
+    (*results)[i] = std::move(outputs);
+  }
+  return absl::OkStatus();
+}
+
 // ---------------------------------------------------------------- MatMul
 
 class PreparedResidentMatMul final : public PreparedInference {
@@ -114,20 +134,12 @@ class ResidentMatMulModel final : public Model {
     problem.c = y.raw_data();
     problem.ldc = n;
     GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems({problem}, threads));
-    at = 0;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const auto* r = static_cast<const PreparedResidentMatMul*>(batch[i]);
-      GEMMSERVE_ASSIGN_OR_RETURN(Tensor out, Tensor::Allocate(type, r->plan().output_shape));
-      if (out.byte_size() > 0) {
-        std::memcpy(out.raw_data(), static_cast<const uint8_t*>(y.raw_data()) + at * n * es,
-                    static_cast<size_t>(out.byte_size()));
-      }
-      at += r->rows();
-      std::vector<NamedTensor> outputs;
-      outputs.push_back({spec_.output_name, std::move(out)});
-      (*results)[i] = std::move(outputs);
+    std::vector<std::pair<int64_t, Shape>> parts;
+    for (PreparedInference* p : batch) {
+      const auto* r = static_cast<const PreparedResidentMatMul*>(p);
+      parts.emplace_back(r->rows(), r->plan().output_shape);
     }
-    return absl::OkStatus();
+    return SplitRows(y, n * es, parts, spec_.output_name, results);
   }
 
   ResidentMatMulSpec spec_;
@@ -263,21 +275,9 @@ class ResidentGroupedModel final : public Model {
         BuildGroupedMatMulWork(plan, input, spec_.weights, idx,
                                spec_.bias ? &*spec_.bias : nullptr, &output));
     GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems(work.problems, threads));
-    at = 0;
-    const int64_t row_bytes = s * n * es;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const auto* r = batch[i];
-      GEMMSERVE_ASSIGN_OR_RETURN(Tensor out, Tensor::Allocate(type, r->plan().output_shape));
-      if (out.byte_size() > 0) {
-        std::memcpy(out.raw_data(), static_cast<const uint8_t*>(output.raw_data()) + at * row_bytes,
-                    static_cast<size_t>(out.byte_size()));
-      }
-      at += r->rows();
-      std::vector<NamedTensor> outputs;
-      outputs.push_back({spec_.output_name, std::move(out)});
-      (*results)[i] = std::move(outputs);
-    }
-    return absl::OkStatus();
+    std::vector<std::pair<int64_t, Shape>> parts;
+    for (const auto* r : batch) parts.emplace_back(r->rows(), r->plan().output_shape);
+    return SplitRows(output, s * n * es, parts, spec_.output_name, results);
   }
 
   ResidentGroupedMatMulSpec spec_;
