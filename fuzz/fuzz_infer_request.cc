@@ -12,7 +12,7 @@
 // FUZZ_VERBOSE=1 in the environment prints how far each model got, which
 // shows whether a seed reaches RunBatch:
 //
-//   FUZZ_VERBOSE=1 build-fuzz/bin/fuzz_infer_request fuzz/corpus/fuzz_infer_request/*
+//   FUZZ_VERBOSE=1 build-asan/bin/fuzz_infer_request fuzz/corpus/fuzz_infer_request/*
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Fuzzing (fuzz/README.md): builds the libFuzzer targets with clang, ASan and
-# UBSan in their own tree, replays every saved regression input, then fuzzes
-# each target for SECONDS (default 30) from a copy of its seed corpus, so the
-# repository is never written. Exits non-zero on any crash, sanitizer report
+# UBSan in the sanitizer tree (tests/asan_tree.sh), replays every saved
+# regression input, then fuzzes each target for SECONDS (default 30) from a
+# copy of its seed corpus, so the repository is never written. Exits non-zero on any crash, sanitizer report
 # or failed check, and prints the reproducer's path.
 #
 #   tests/fuzz.sh            # 30 s per target
 #   tests/fuzz.sh 600        # longer
-#   FUZZ_BUILD_DIR=/tmp/bf tests/fuzz.sh 10
+#   ASAN_BUILD_DIR=/tmp/ba tests/fuzz.sh 10
 #
-# Reproduce a crash:  build-fuzz/bin/<target> <reproducer>
+# Reproduce a crash:  build-asan/bin/<target> <reproducer>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,29 +18,14 @@ if ! [[ "$SECONDS_PER_TARGET" =~ ^[0-9]+$ ]]; then
   echo "usage: tests/fuzz.sh [SECONDS]" >&2
   exit 2
 fi
-# Not BUILD_DIR: tests/run.sh reads that one, and this tree must stay apart.
-BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+# The sanitizer tree (tests/asan_tree.sh), shared with tests/asan_integration.sh.
+BUILD_DIR=${ASAN_BUILD_DIR:-build-asan}
 TARGETS=(fuzz_infer_request fuzz_shapes fuzz_grouped_indices)
 
 scripts/install_deps.sh --test
-if ! command -v clang++ >/dev/null || ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, long) { return 0; }' |
-     clang++ -x c++ -fsanitize=fuzzer,address,undefined -o /dev/null - 2>/dev/null; then
-  echo "fuzz: clang++ with libFuzzer is missing (apt-get install clang libclang-rt-14-dev libomp-dev llvm)" >&2
-  exit 1
-fi
-
 # Every library is instrumented (coverage for libFuzzer, ASan, UBSan made
 # fatal so that libFuzzer sees it); only the fuzzers link libFuzzer itself.
-# -O1 with line tables: fast enough, and stacks that name file and line.
-SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fsanitize=fuzzer-no-link -fno-omit-frame-pointer"
-CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -DGEMMSERVE_FUZZ=ON \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_FLAGS="$SAN" -DCMAKE_CXX_FLAGS="$SAN" \
-  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
-  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
-cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TARGETS[@]}"
+ASAN_BUILD_DIR="$BUILD_DIR" tests/asan_tree.sh "${TARGETS[@]}"
 
 BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
 WORK="$BUILD_DIR/fuzz-work"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: installs dependencies, builds, runs every test through
 # ctest. Exits non-zero if anything fails.
-#   tests/run.sh                 # Release build in build/
-#   BUILD_DIR=build-asan CMAKE_ARGS=-DGEMMSERVE_SANITIZE=ON tests/run.sh
-#   GEMMSERVE_SKIP_FUZZ=1 GEMMSERVE_SKIP_TSAN=1 tests/run.sh   # without those stages
+#   tests/run.sh                 # Release build in build/, then the sanitizer stages
+#   GEMMSERVE_SKIP_TSAN=1 GEMMSERVE_SKIP_ASAN=1 GEMMSERVE_SKIP_FUZZ=1 tests/run.sh
+#                                # the Release stage only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,9 +24,16 @@ if [[ "${GEMMSERVE_SKIP_TSAN:-0}" != 1 ]]; then
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" build-tsan/bin/dynamic_batcher_test
 fi
 
+# The integration suite again, against a server built with ASan + UBSan in
+# the clang sanitizer tree build-asan/ (tests/asan_integration.sh). About 5
+# minutes on 2 cores, build included.
+if [[ "${GEMMSERVE_SKIP_ASAN:-0}" != 1 ]]; then
+  tests/asan_integration.sh
+fi
+
 # Fuzzing under ASan + UBSan (fuzz/README.md): every saved regression input,
 # then each libFuzzer target for GEMMSERVE_FUZZ_SECONDS (default 30) from its
-# seed corpus. About 4 minutes on 2 cores, build included.
+# seed corpus, in the same build-asan/ tree.
 if [[ "${GEMMSERVE_SKIP_FUZZ:-0}" != 1 ]]; then
   tests/fuzz.sh "${GEMMSERVE_FUZZ_SECONDS:-30}"
 fi

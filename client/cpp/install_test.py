@@ -47,6 +47,10 @@ class InstalledClientTest(unittest.TestCase):
                      "-DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF"]
         if ARGS.generator:
             configure += ["-G", ARGS.generator]
+        if ARGS.cxx_compiler:
+            # The compiler that built the libraries: a clang sanitizer build's
+            # objects need clang's sanitizer runtime, not gcc's.
+            configure += [f"-DCMAKE_CXX_COMPILER={ARGS.cxx_compiler}"]
         if ARGS.link_flags:
             # A sanitizer build's static libraries need the sanitizer runtime at link time.
             configure += [f"-DCMAKE_EXE_LINKER_FLAGS={ARGS.link_flags}"]
@@ -94,6 +98,7 @@ def main():
     parser.add_argument("--build-dir", required=True, help="gemmserve's CMake build directory")
     parser.add_argument("--cmake", default="cmake", help="the cmake executable")
     parser.add_argument("--generator", help="CMake generator for the example's build")
+    parser.add_argument("--cxx-compiler", help="C++ compiler for the example's build")
     parser.add_argument("--link-flags", default="", help="extra linker flags for the example")
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
