@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/overload.h"
 
 namespace gemmserve {
 
@@ -41,8 +42,8 @@ absl::Status DynamicBatcher::Enqueue(std::unique_ptr<BatchTask> task, uint64_t p
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return absl::UnavailableError("model is unloading; retry later");
     if (options_.max_queue_size > 0 && queued_ >= options_.max_queue_size) {
-      return absl::UnavailableError(absl::StrCat("queue full (", queued_,
-                                                 " requests waiting); retry later"));
+      return QueueFullError(absl::StrCat("queue full (", queued_,
+                                         " requests waiting); retry later"));
     }
     levels_[level].push_back(Entry{std::move(task), rows, now, deadline});
     if (deadline != absl::InfiniteFuture()) deadlines_.insert(deadline);

@@ -15,6 +15,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/core/overload.h"
 
 namespace gemmserve {
 namespace {
@@ -188,6 +189,7 @@ TEST_F(BatcherTest, AFullQueueRefusesAtOnceAndKeepsWhatItAccepted) {
   absl::Status full = Add("d", 1);
   EXPECT_EQ(full.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(full.message()), ::testing::HasSubstr("queue full"));
+  EXPECT_TRUE(IsQueueFull(full));
   EXPECT_EQ(batcher_->queued(), 2);
   FinishAndWait();
   EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b", "c")));
@@ -255,7 +257,9 @@ TEST_F(BatcherTest, ClosedBatcherRefusesNewWorkAndRunsWhatIsQueued) {
   ASSERT_TRUE(Add("a", 1).ok());
   ASSERT_TRUE(Add("b", 1).ok());
   batcher_->Close();
-  EXPECT_EQ(Add("c", 1).code(), absl::StatusCode::kUnavailable);
+  absl::Status closed = Add("c", 1);
+  EXPECT_EQ(closed.code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(IsQueueFull(closed));  // unloading, not overload
   batcher_->Poll();  // closed: nothing waits for company any more
   EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b")));
 }

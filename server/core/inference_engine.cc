@@ -8,6 +8,7 @@
 #include "server/common/client_text.h"
 #include "server/common/status_macros.h"
 #include "server/core/input_binding.h"
+#include "server/core/overload.h"
 
 namespace gemmserve {
 namespace {
@@ -284,7 +285,7 @@ absl::Status InferenceEngine::Submit(InferRequestView request_view,
   const int64_t held = inflight_bytes_.fetch_add(cost, std::memory_order_relaxed);
   if (held + cost > options_.max_inflight_bytes && held > 0) {
     inflight_bytes_.fetch_sub(cost, std::memory_order_relaxed);
-    return absl::UnavailableError(absl::StrCat(
+    return QueueFullError(absl::StrCat(
         "queue full: the server holds ", held, " bytes of accepted requests and this one needs ",
         cost, " more, over --max_inflight_bytes=", options_.max_inflight_bytes,
         "; retry later"));

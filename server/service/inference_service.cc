@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "server/common/client_text.h"
+#include "server/core/overload.h"
 #include "server/service/infer_codec.h"
 #include "server/service/status_util.h"
 
@@ -87,8 +88,7 @@ void RecordAnswer(Metrics* metrics, ModelMetrics* model, absl::Time arrival,
   RejectReason reason;
   if (RejectReasonOf(status.code(), &reason)) {
     model->RecordRejected(reason);
-  } else if (status.code() == absl::StatusCode::kUnavailable &&
-             absl::StartsWith(status.message(), "queue full")) {
+  } else if (IsQueueFull(status)) {
     model->RecordRejected(RejectReason::kQueueFull);
   }
 }

@@ -80,6 +80,14 @@ class OverloadTest(GemmServeTestCase):
         # unbounded queue of 300 x 4 MiB outputs would break.
         self.assertLess(peaks["rss"] - baseline, 3 * MAX_INFLIGHT + (256 << 20),
                         f"RSS grew by {(peaks['rss'] - baseline) >> 20} MiB")
+        # Every refusal here is overload (a full queue or --max_inflight_bytes),
+        # and the metrics count each one as such.
+        with urllib.request.urlopen(self.server.metrics_url, timeout=10) as r:
+            text = r.read().decode()
+        counted = re.search(r'^gemmserve_rejected_total\{(?=[^}]*model="matmul")'
+                            r'(?=[^}]*reason="queue_full")[^}]*\} (\S+)$', text, re.M)
+        self.assertIsNotNone(counted, "no gemmserve_rejected_total for matmul/queue_full")
+        self.assertEqual(float(counted.group(1)), codes[grpc.StatusCode.UNAVAILABLE])
         self.server.assert_alive()
         self.assert_server_still_serves()
 

@@ -1,0 +1,36 @@
+#ifndef GEMMSERVE_SERVER_CORE_OVERLOAD_H_
+#define GEMMSERVE_SERVER_CORE_OVERLOAD_H_
+
+// A request refused because the server is full: its model's queue holds
+// max_queue_size requests, or accepted requests hold --max_inflight_bytes.
+// Such a refusal is UNAVAILABLE, like one for a model that is unloading, and
+// both say "retry later"; the status also carries a payload naming it, so
+// the service layer counts it as gemmserve_rejected_total{reason="queue_full"}
+// without reading the message. The payload never reaches the client.
+
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/string_view.h"
+
+namespace gemmserve {
+
+inline constexpr std::string_view kOverloadPayloadUrl = "type.gemmserve/overload";
+
+inline absl::Status QueueFullError(std::string_view message) {
+  absl::Status status = absl::UnavailableError(absl::string_view(message.data(), message.size()));
+  status.SetPayload(absl::string_view(kOverloadPayloadUrl.data(), kOverloadPayloadUrl.size()),
+                    absl::Cord("queue_full"));
+  return status;
+}
+
+inline bool IsQueueFull(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable &&
+         status.GetPayload(absl::string_view(kOverloadPayloadUrl.data(),
+                                             kOverloadPayloadUrl.size())).has_value();
+}
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_CORE_OVERLOAD_H_
