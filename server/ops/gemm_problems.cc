@@ -87,6 +87,10 @@ absl::Status RunStreaming(const std::vector<const GemmProblem*>& problems, int t
   std::vector<Item> items;
   std::vector<int64_t> rows_at(count), slices(count), first_item(count);
   int64_t rows_bytes = 0, partial_bytes = 0;
+  // Every region starts on a cache line: a list may mix FP64 problems with
+  // FP32 ones of odd size (found by UBSan: a misaligned double), and threads
+  // accumulating into neighbouring partials must not share a line.
+  auto line_up = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
   for (int64_t q = 0; q < count; ++q) {
     const GemmProblem& p = *problems[q];
     const int64_t acc = AccSize(p.type);
@@ -94,11 +98,11 @@ absl::Status RunStreaming(const std::vector<const GemmProblem*>& problems, int t
     const int64_t wanted = (2 * threads + count - 1) / count;
     slices[q] = std::max<int64_t>(1, std::min<int64_t>(wanted, p.k / 64));
     rows_at[q] = rows_bytes;
-    rows_bytes += p.m * p.k * acc;
+    rows_bytes += line_up(p.m * p.k * acc);
     first_item[q] = static_cast<int64_t>(items.size());
     for (int64_t s = 0; s < slices[q]; ++s) {
       items.push_back({q, p.k * s / slices[q], p.k * (s + 1) / slices[q], partial_bytes});
-      partial_bytes += p.m * p.n * acc;
+      partial_bytes += line_up(p.m * p.n * acc);
     }
   }
   GEMMSERVE_ASSIGN_OR_RETURN(AlignedBuffer rows_buf, AlignedBuffer::Allocate(rows_bytes));
