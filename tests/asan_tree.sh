@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sanitizer build tree shared by tests/asan_integration.sh and
+# The sanitizer build tree shared by tests/asan.sh and
 # tests/fuzz.sh: clang, -DGEMMSERVE_SANITIZE=ON (ASan + UBSan, UB fatal) and
 # -DGEMMSERVE_FUZZ=ON (libFuzzer coverage on every library, plus the fuzz
 # targets). Configures it if needed and builds the targets given.

@@ -18,7 +18,7 @@ if ! [[ "$SECONDS_PER_TARGET" =~ ^[0-9]+$ ]]; then
   echo "usage: tests/fuzz.sh [SECONDS]" >&2
   exit 2
 fi
-# The sanitizer tree (tests/asan_tree.sh), shared with tests/asan_integration.sh.
+# The sanitizer tree (tests/asan_tree.sh), shared with tests/asan.sh.
 BUILD_DIR=${ASAN_BUILD_DIR:-build-asan}
 TARGETS=(fuzz_infer_request fuzz_shapes fuzz_grouped_indices)
 

@@ -24,11 +24,11 @@ if [[ "${GEMMSERVE_SKIP_TSAN:-0}" != 1 ]]; then
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" build-tsan/bin/dynamic_batcher_test
 fi
 
-# The integration suite again, against a server built with ASan + UBSan in
-# the clang sanitizer tree build-asan/ (tests/asan_integration.sh). About 5
-# minutes on 2 cores, build included.
+# The suite again, built with ASan + UBSan in the clang sanitizer tree
+# build-asan/ (tests/asan.sh): unit tests, and integration tests against a
+# sanitized server. About 6 minutes on 2 cores, build included.
 if [[ "${GEMMSERVE_SKIP_ASAN:-0}" != 1 ]]; then
-  tests/asan_integration.sh
+  tests/asan.sh
 fi
 
 # Fuzzing under ASan + UBSan (fuzz/README.md): every saved regression input,
