@@ -3,9 +3,11 @@
 // BindInputs against each built-in model's metadata (names, datatypes,
 // shapes, byte and element counts), Model::Prepare (operator shape rules),
 // and, when the planned work is small, Model::RunBatch on one thread, alone
-// and batched with a second copy of itself. Nothing may crash or trip a
-// sanitizer; a plan's output must be what RunBatch returns; integer results
-// (exact whatever the summation order) must not change with batching, and an
+// and batched between two copies of a fixed FP32 request of odd size (a
+// merged batch mixing datatypes and byte sizes, as a server's is). Nothing
+// may crash or trip a sanitizer; a plan's output must be what RunBatch
+// returns; integer results (exact whatever the summation order) must not
+// change with batching; the fixed neighbour's answer must stay exact; and an
 // integer MatMul must equal the plain reference kernel, broadcasting included.
 //
 // Both models see every request, so the fuzzer need not find the model name.
@@ -51,6 +53,74 @@ const std::vector<std::unique_ptr<Model>>& BuiltinModels() {
     return m;
   }();
   return *models;
+}
+
+// A fixed request of odd byte size batched around each fuzzed one: FP32 ones
+// with K = 3, so every output element is exactly 3. Built through the same
+// decode, bind and prepare path as a client's request.
+struct Neighbour {
+  inference::ModelInferRequest request;
+  std::unique_ptr<InferRequestView> view;
+  std::unique_ptr<BoundInputs> bound;
+  std::unique_ptr<PreparedInference> prepared;
+};
+
+void AddOnes(inference::ModelInferRequest* r, const char* name, const std::vector<int64_t>& shape) {
+  inference::ModelInferRequest::InferInputTensor* t = r->add_inputs();
+  t->set_name(name);
+  t->set_datatype("FP32");
+  int64_t count = 1;
+  for (int64_t d : shape) {
+    t->add_shape(d);
+    count *= d;
+  }
+  const std::vector<float> ones(static_cast<size_t>(count), 1.0f);
+  r->add_raw_input_contents(ones.data(), ones.size() * sizeof(float));
+}
+
+Neighbour* MakeNeighbour(const Model& model) {
+  auto* n = new Neighbour();
+  const std::string& name = model.metadata().name;
+  n->request.set_model_name(name);
+  if (name == "matmul") {
+    AddOnes(&n->request, "A", {1, 3});
+    AddOnes(&n->request, "B", {3, 1});
+  } else {
+    AddOnes(&n->request, "input", {1, 3});
+    AddOnes(&n->request, "weights", {1, 3, 1});
+    inference::ModelInferRequest::InferInputTensor* t = n->request.add_inputs();
+    t->set_name("group_indices");
+    t->set_datatype("INT64");
+    t->add_shape(1);
+    t->add_shape(1);
+    const int64_t zero = 0;
+    n->request.add_raw_input_contents(&zero, sizeof zero);
+  }
+  absl::StatusOr<InferRequestView> view = DecodeInferRequest(n->request);
+  FUZZ_CHECK(view.ok(), "neighbour: %s", view.status().ToString().c_str());
+  n->view = std::make_unique<InferRequestView>(*std::move(view));
+  absl::StatusOr<BoundInputs> bound = BindInputs(model.metadata(), *n->view);
+  FUZZ_CHECK(bound.ok(), "neighbour: %s", bound.status().ToString().c_str());
+  n->bound = std::make_unique<BoundInputs>(*std::move(bound));
+  absl::StatusOr<std::unique_ptr<PreparedInference>> prepared = model.Prepare(*n->bound);
+  FUZZ_CHECK(prepared.ok(), "neighbour: %s", prepared.status().ToString().c_str());
+  n->prepared = *std::move(prepared);
+  return n;
+}
+
+Neighbour& NeighbourOf(const Model& model) {
+  static Neighbour* neighbours[2] = {MakeNeighbour(*BuiltinModels()[0]),
+                                     MakeNeighbour(*BuiltinModels()[1])};
+  return *neighbours[&model == BuiltinModels()[0].get() ? 0 : 1];
+}
+
+void CheckNeighbour(const std::string& model, const InferOutputs& result) {
+  FUZZ_CHECK(result.ok() && result->size() == 1, "%s: neighbour failed: %s", model.c_str(),
+             result.status().ToString().c_str());
+  const Tensor& y = (*result)[0].tensor;
+  FUZZ_CHECK(y.type() == DataType::kFP32 && y.byte_size() == sizeof(float) &&
+                 *static_cast<const float*>(y.raw_data()) == 3.0f,
+             "%s: the neighbour's answer changed when batched", model.c_str());
 }
 
 // One RunBatch result must be the outputs the plan announced.
@@ -118,7 +188,8 @@ void CheckIntegerMatMul(const BoundInputs& bound, const Tensor& y) {
              std::string(DataTypeName(type)).c_str());
 }
 
-// Runs `prepared` alone and batched with itself; returns the lone run's result.
+// Runs `prepared` alone and batched between two neighbours; returns the lone
+// run's result.
 InferOutputs Run(const Model& model, PreparedInference* prepared) {
   const std::string& name = model.metadata().name;
   std::vector<InferOutputs> alone = model.RunBatch({&prepared, 1}, /*threads=*/1);
@@ -133,11 +204,15 @@ InferOutputs Run(const Model& model, PreparedInference* prepared) {
   }
   CheckOutputs(name, *prepared, *alone[0]);
 
-  PreparedInference* twice[] = {prepared, prepared};
-  std::vector<InferOutputs> batched = model.RunBatch(twice, /*threads=*/1);
-  FUZZ_CHECK(batched.size() == 2, "%s: RunBatch gave %zu results for 2", name.c_str(),
+  PreparedInference* neighbour = NeighbourOf(model).prepared.get();
+  PreparedInference* three[] = {neighbour, prepared, neighbour};
+  std::vector<InferOutputs> batched = model.RunBatch(three, /*threads=*/1);
+  FUZZ_CHECK(batched.size() == 3, "%s: RunBatch gave %zu results for 3", name.c_str(),
              batched.size());
-  for (const InferOutputs& result : batched) {
+  CheckNeighbour(name, batched[0]);
+  CheckNeighbour(name, batched[2]);
+  {
+    const InferOutputs& result = batched[1];
     FUZZ_CHECK(result.ok(), "%s: alone OK, batched %s", name.c_str(),
                result.status().ToString().c_str());
     CheckOutputs(name, *prepared, *result);

@@ -79,6 +79,22 @@ def infer_request_seeds(pb):
         ("A", "FP16", [2, 1, 2], pack("H", [0x3c00, 0x4000, 0x7c00, 0x0001])),
         ("B", "FP16", [2, 2, 1], pack("H", [0x3c00, 0xbc00, 0x7e00, 0x3800]))],
         priority=1, timeout=1000)
+    # Every datatype reaches RunBatch from some seed: an FP64 one was missing
+    # when a misaligned FP64 scratch went unfound (fuzz/regressions/).
+    seeds["matmul_fp64_raw"] = request("matmul", [
+        ("A", "FP64", [2, 3], pack("d", [1, -2, 3.5, 0, 1e300, -1e-300])),
+        ("B", "FP64", [3, 2], pack("d", [1, 0, 0, 1, 1, 1]))])
+    seeds["matmul_bf16_vector"] = request("matmul", [
+        ("A", "BF16", [3], pack("H", bf16([1, 2, 3]))),
+        ("B", "BF16", [3, 2], pack("H", bf16([1, 0.5, -1, 2, 0.25, 4])))])
+    seeds["matmul_uint32_typed"] = request("matmul", [
+        ("A", "UINT32", [1, 2], ("uint_contents", [2**32 - 1, 7])),
+        ("B", "UINT32", [2, 1], ("uint_contents", [3, 5]))], raw=False)
+    seeds["grouped_fp64_bias"] = request("grouped_matmul", [
+        ("input", "FP64", [1, 2], pack("d", [1, 2])),
+        ("weights", "FP64", [2, 2, 1], pack("d", [1, 1, 2, -2])),
+        ("group_indices", "INT32", [1, 2], pack("i", [1, 0])),
+        ("bias", "FP64", [2, 1], pack("d", [0.5, -0.5]))])
     seeds["grouped_bf16_int64_bias"] = request("grouped_matmul", [
         ("input", "BF16", [2, 3], pack("H", bf16([1, 2, 3, -1, 0.5, 4]))),
         ("weights", "BF16", [2, 3, 2], pack("H", bf16([1, 0, 0, 1, 1, 1, 2, 2, -1, 0, 0.25, 3]))),
