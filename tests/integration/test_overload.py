@@ -4,6 +4,7 @@ UNAVAILABLE; the batcher's queue depth never passes max_queue_size; resident
 memory stays within a bound set by --max_inflight_bytes; afterwards the server
 serves normally."""
 import re
+import sys
 import threading
 import unittest
 import urllib.request
@@ -73,13 +74,17 @@ class OverloadTest(GemmServeTestCase):
         self.assertGreater(codes.get(grpc.StatusCode.OK, 0), 0, codes)
         self.assertGreater(codes.get(grpc.StatusCode.UNAVAILABLE, 0), 0,
                            f"{codes}: the load never exceeded capacity")
+        growth = peaks["rss"] - baseline
+        bound = 3 * MAX_INFLIGHT + (256 << 20)
+        print(f"overload: {CALLS} calls {dict((c.name, n) for c, n in codes.items())}; peak queue "
+              f"depth {peaks['depth']:.0f} of {MAX_QUEUE}; peak RSS growth {growth >> 20} MiB = "
+              f"{growth / bound:.2f} of the bound", file=sys.stderr)
         self.assertEqual(scrape_errors, [])
         self.assertLessEqual(peaks["depth"], MAX_QUEUE)
         # Outputs held (bounded by MAX_INFLIGHT), their copies in responses being
         # sent, and gRPC's buffers for the small requests: a generous bound that an
         # unbounded queue of 300 x 4 MiB outputs would break.
-        self.assertLess(peaks["rss"] - baseline, 3 * MAX_INFLIGHT + (256 << 20),
-                        f"RSS grew by {(peaks['rss'] - baseline) >> 20} MiB")
+        self.assertLess(growth, bound, f"RSS grew by {growth >> 20} MiB")
         # Every refusal here is overload (a full queue or --max_inflight_bytes),
         # and the metrics count each one as such.
         with urllib.request.urlopen(self.server.metrics_url, timeout=10) as r:

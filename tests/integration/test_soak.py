@@ -5,6 +5,7 @@ requests get their exact answers, and no status appears that the request did
 not call for. GEMMSERVE_SOAK_SECONDS sets the length (default 60)."""
 import os
 import re
+import sys
 import threading
 import time
 import unittest
@@ -107,6 +108,10 @@ class SoakTest(GemmServeTestCase):
         self.assertGreaterEqual(len(warm), 3)
         first_rss, first_fds = warm[0][1], warm[0][2]
         last_rss = max(s[1] for s in warm[-3:])
+        # The figures, for the record (ctest -V shows them).
+        print(f"soak: {sum(counts.values())} requests in {SECONDS:.0f} s {counts}; RSS after "
+              f"warm-up {first_rss >> 20} -> {last_rss >> 20} MiB (x{last_rss / first_rss:.3f}); "
+              f"descriptors {first_fds} -> max {max(s[2] for s in warm)}", file=sys.stderr)
         # Flat: no more than 10% plus 32 MiB of allocator slack over the run.
         self.assertLess(last_rss, first_rss * 1.10 + (32 << 20),
                         f"RSS {first_rss >> 20} -> {last_rss >> 20} MiB")
