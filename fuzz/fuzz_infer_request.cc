@@ -86,6 +86,7 @@ Neighbour* MakeNeighbour(const Model& model) {
     AddOnes(&n->request, "A", {1, 3});
     AddOnes(&n->request, "B", {3, 1});
   } else {
+    FUZZ_CHECK(name == "grouped_matmul", "no neighbour request for model '%s'", name.c_str());
     AddOnes(&n->request, "input", {1, 3});
     AddOnes(&n->request, "weights", {1, 3, 1});
     inference::ModelInferRequest::InferInputTensor* t = n->request.add_inputs();
@@ -108,10 +109,23 @@ Neighbour* MakeNeighbour(const Model& model) {
   return n;
 }
 
+// One per built-in model, in BuiltinModels() order; made by
+// LLVMFuzzerInitialize, so a broken neighbour fails before any input runs.
+std::vector<std::unique_ptr<Neighbour>>& Neighbours() {
+  static auto* neighbours = new std::vector<std::unique_ptr<Neighbour>>();
+  return *neighbours;
+}
+
+void MakeNeighbours() {
+  for (const auto& model : BuiltinModels()) Neighbours().emplace_back(MakeNeighbour(*model));
+}
+
 Neighbour& NeighbourOf(const Model& model) {
-  static Neighbour* neighbours[2] = {MakeNeighbour(*BuiltinModels()[0]),
-                                     MakeNeighbour(*BuiltinModels()[1])};
-  return *neighbours[&model == BuiltinModels()[0].get() ? 0 : 1];
+  for (size_t i = 0; i < BuiltinModels().size(); ++i) {
+    if (BuiltinModels()[i].get() == &model) return *Neighbours()[i];
+  }
+  FUZZ_CHECK(false, "no neighbour for model '%s'", model.metadata().name.c_str());
+  __builtin_unreachable();
 }
 
 void CheckNeighbour(const std::string& model, const InferOutputs& result) {
@@ -236,6 +250,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // Invalid UTF-8 in a string field is a parse failure the fuzzer finds every
   // few runs; protobuf's log line for each would drown the report.
   google::protobuf::SetLogHandler(nullptr);
+  gemmserve::fuzz::MakeNeighbours();
   return 0;
 }
 

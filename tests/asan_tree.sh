@@ -5,6 +5,7 @@
 # targets). Configures it if needed and builds the targets given.
 #
 #   tests/asan_tree.sh TARGET...      # in build-asan/, or $ASAN_BUILD_DIR
+#                                     # (relative to the repository root)
 #
 # -O1 with line tables: fast enough to run the integration suite and to fuzz,
 # and stacks that name file and line. One tree for both uses: the fuzzers
@@ -25,7 +26,9 @@ if ! command -v clang++ >/dev/null || ! echo 'extern "C" int LLVMFuzzerTestOneIn
   exit 1
 fi
 
-CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" \
+# Compilers named explicitly: a tree once configured with gcc is reconfigured.
+cmake -S . -B "$BUILD_DIR" -DCMAKE_C_COMPILER="$(command -v clang)" \
+  -DCMAKE_CXX_COMPILER="$(command -v clang++)" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGEMMSERVE_SANITIZE=ON -DGEMMSERVE_FUZZ=ON \
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" >/dev/null

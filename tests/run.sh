@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 
 scripts/install_deps.sh --test
 BUILD_DIR=${BUILD_DIR:-build}
+if [[ "$BUILD_DIR" == build-asan || "$BUILD_DIR" == build-tsan ]]; then
+  echo "tests/run.sh: $BUILD_DIR is a sanitizer stage's tree; pick another BUILD_DIR" >&2
+  exit 2
+fi
 # shellcheck disable=SC2086
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j"$(nproc)"

@@ -15,6 +15,10 @@ import tempfile
 import threading
 import time
 
+# What ASan, LeakSanitizer, UBSan and TSan print when they find something, in
+# a server built with them (tests/asan.sh).
+_SANITIZER_REPORT = re.compile(rb"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error: |"
+                               rb"WARNING: ThreadSanitizer")
 _READY_LINE = re.compile(rb"^gemmserve listening on 127\.0\.0\.1:(\d+)\r?\n$")
 _METRICS_LINE = re.compile(rb"^gemmserve metrics on 127\.0\.0\.1:(\d+)\r?\n$")
 
@@ -37,6 +41,12 @@ def _with_parent_death_signal(argv):
     pool); without preexec_fn subprocess spawns with vfork, which runs no fork handlers."""
     setpriv = shutil.which("setpriv")
     return [setpriv, "--pdeathsig", "KILL", *argv] if setpriv else list(argv)
+
+
+class SanitizerReport(Exception):
+    """The server's stderr holds a sanitizer's report. Not an AssertionError, so a
+    test that expects the server to fail (assertRaises(AssertionError)) cannot
+    take it for the failure it expected."""
 
 
 class ServerProcess:
@@ -122,6 +132,19 @@ class ServerProcess:
         for _ in self.proc.stdout:
             pass
 
+    def check_sanitizers(self):
+        """Raises SanitizerReport if a sanitizer reported anything so far."""
+        if self._stderr is None:
+            return
+        self._stderr.flush()
+        self._stderr.seek(0)
+        text = self._stderr.read()
+        found = _SANITIZER_REPORT.search(text)
+        if found:
+            start = max(0, text.rfind(b"\n", 0, found.start()) + 1)
+            raise SanitizerReport(f"gemmserve {' '.join(self.flags)}: sanitizer report:\n" +
+                                  text[start:start + 8000].decode("utf-8", "replace"))
+
     def stderr_text(self, limit=8000):
         if self._stderr is None:
             return ""
@@ -150,6 +173,7 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait()
                 raise AssertionError(message + self.stderr_text()) from None
+            self.check_sanitizers()
             if code != 0:
                 raise AssertionError(f"gemmserve exited with code {code} after SIGTERM; "
                                      f"stderr:\n{self.stderr_text()}")
@@ -160,7 +184,10 @@ class ServerProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self._close()
+        try:
+            self.check_sanitizers()
+        finally:
+            self._close()
 
     def _close(self):
         if self._drainer is not None:
