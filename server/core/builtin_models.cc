@@ -1,10 +1,10 @@
 #include "server/core/builtin_models.h"
 
-#include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/allocation.h"
 #include "server/common/status_macros.h"
 #include "server/ops/gemm_problems.h"
 #include "server/ops/grouped_matmul.h"
@@ -20,13 +20,10 @@ const std::vector<DataType> kMatMulTypes = {DataType::kFP32,  DataType::kFP64,  
                                             DataType::kUINT32, DataType::kUINT64};
 const std::vector<DataType> kIndexTypes = {DataType::kINT64, DataType::kINT32};
 
-// Bytes of `elements` values of `type`, saturating: an output too large to
-// count is over every limit.
-int64_t SaturatingBytes(int64_t elements, DataType type) {
-  int64_t bytes;
-  if (__builtin_mul_overflow(elements, DataTypeSize(type), &bytes)) {
-    return std::numeric_limits<int64_t>::max();
-  }
+// What the request's inputs take once copied into aligned tensors.
+int64_t InputBytes(const BoundInputs& inputs) {
+  int64_t bytes = 0;
+  for (const BoundInput& b : inputs) bytes = SaturatingAdd(bytes, b.byte_size);
   return bytes;
 }
 
@@ -61,9 +58,15 @@ std::vector<InferOutputs> RunStagedBatch(absl::Span<PreparedInference* const> ba
   std::vector<absl::Status> stage_status(batch.size());
   std::vector<GemmProblem> problems;
   for (size_t i = 0; i < batch.size(); ++i) {
-    stage_status[i] = static_cast<const PreparedBuiltin*>(batch[i])->Stage(&staged[i]);
-    if (stage_status[i].ok()) {
+    const size_t listed = problems.size();
+    stage_status[i] = CatchAllocationFailure("the request's tensors and problem list", [&] {
+      GEMMSERVE_RETURN_IF_ERROR(static_cast<const PreparedBuiltin*>(batch[i])->Stage(&staged[i]));
       problems.insert(problems.end(), staged[i].problems.begin(), staged[i].problems.end());
+      return absl::OkStatus();
+    });
+    if (!stage_status[i].ok()) {  // none of its problems run; its memory goes at once
+      problems.resize(listed);
+      staged[i] = Staged();
     }
   }
   const absl::Status run = RunGemmProblems(problems, threads);
@@ -91,7 +94,11 @@ class PreparedMatMul final : public PreparedBuiltin {
     return {{"Y", plan_.output_shape}};
   }
   int64_t flops() const override { return plan_.flops; }
-  int64_t rows() const override { return plan_.batch_count * plan_.m; }
+  int64_t rows() const override { return SaturatingMul(plan_.batch_count, plan_.m); }
+  int64_t held_bytes(int threads) const override {
+    return SaturatingAdd(SaturatingAdd(SaturatingAdd(a_.byte_size, b_.byte_size), output_bytes()),
+                         MatMulWorkBytes(plan_, a_.type, threads));
+  }
 
   absl::Status Stage(Staged* staged) const override {
     GEMMSERVE_ASSIGN_OR_RETURN(Tensor a, a_.Materialize());
@@ -152,6 +159,10 @@ class PreparedGroupedMatMul final : public PreparedBuiltin {
   }
   int64_t flops() const override { return plan_.flops; }
   int64_t rows() const override { return plan_.m; }
+  int64_t held_bytes(int threads) const override {
+    return SaturatingAdd(SaturatingAdd(InputBytes(inputs_), output_bytes()),
+                         GroupedMatMulWorkBytes(plan_, inputs_[0].type, threads));
+  }
 
   absl::Status Stage(Staged* staged) const override {
     // Indices first: nothing else is copied or read for an invalid request.

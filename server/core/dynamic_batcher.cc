@@ -15,10 +15,10 @@ DynamicBatcher::DynamicBatcher(BatchingOptions options, Clock* clock, Executor e
       executor_(std::move(executor)),
       wake_timer_(std::move(wake_timer)) {
   std::lock_guard<std::mutex> lock(mu_);
-  levels_.resize(std::max(options_.priority_levels, 1));
+  levels_.resize(std::clamp(options_.priority_levels, 1, kMaxPriorityLevels));
 }
 
-absl::Status DynamicBatcher::Enqueue(std::unique_ptr<BatchTask> task, uint64_t priority,
+absl::Status DynamicBatcher::Enqueue(std::unique_ptr<BatchTask>& task, uint64_t priority,
                                      absl::Time deadline, absl::Duration timeout) {
   int level = 0;
   if (options_.priority_levels > 0) {
@@ -45,8 +45,17 @@ absl::Status DynamicBatcher::Enqueue(std::unique_ptr<BatchTask> task, uint64_t p
       return QueueFullError(absl::StrCat("queue full (", queued_,
                                          " requests waiting); retry later"));
     }
-    levels_[level].push_back(Entry{std::move(task), rows, now, deadline});
-    if (deadline != absl::InfiniteFuture()) deadlines_.insert(deadline);
+    // Allocation first (either may throw), the task moved last: on a throw
+    // the queue is as it was and the task still the caller's.
+    std::multiset<absl::Time>::iterator tracked = deadlines_.end();
+    if (deadline != absl::InfiniteFuture()) tracked = deadlines_.insert(deadline);
+    try {
+      levels_[level].push_back(Entry{nullptr, rows, now, deadline});
+    } catch (...) {
+      if (tracked != deadlines_.end()) deadlines_.erase(tracked);
+      throw;
+    }
+    levels_[level].back().task = std::move(task);
     ++queued_;
     ++arrived_since_idle_;
     queued_rows_ += rows;
@@ -133,12 +142,17 @@ void DynamicBatcher::CollectDue(absl::Time now, std::vector<Batch>* batches,
     if (e.task->IsCancelled()) return absl::CancelledError("request cancelled while queued");
     return absl::OkStatus();
   };
+  // Takes an entry out of the queue. The only allocation (the rejection's
+  // slot) comes first, so a throw leaves the entry queued and counted.
   auto remove = [&](std::deque<Entry>& level, std::deque<Entry>::iterator it,
                     absl::Status status) {
+    if (!status.ok()) {
+      rejected->emplace_back();
+      rejected->back() = Rejection{std::move(it->task), std::move(status)};
+    }
     --queued_;
     queued_rows_ -= it->rows;
     if (it->deadline != absl::InfiniteFuture()) deadlines_.erase(deadlines_.find(it->deadline));
-    if (!status.ok()) rejected->push_back({std::move(it->task), std::move(status)});
     return level.erase(it);
   };
   if (!deadlines_.empty() && *deadlines_.begin() <= now) {
@@ -192,9 +206,12 @@ void DynamicBatcher::CollectDue(absl::Time now, std::vector<Batch>* batches,
       if (!level.empty()) break;
     }
     if (batch.empty()) continue;  // everything left had gone
-    ++in_flight_;
-    last_batch_requests_ = static_cast<int64_t>(batch.size());
+    // On a throw the batch (its tasks out of the queue) is destroyed
+    // unanswered-but-answering, and no batch slot is taken for it.
+    const int64_t size = static_cast<int64_t>(batch.size());
     batches->push_back(std::move(batch));
+    ++in_flight_;
+    last_batch_requests_ = size;
   }
 }
 

@@ -6,8 +6,12 @@
 //   - Enqueue never blocks and never computes. It takes ownership of the task
 //     and returns OK, or returns UNAVAILABLE at once when the queue holds
 //     `max_queue_size` requests (or the batcher is closed), in which case the
-//     task is destroyed without being answered: the caller answers with the
+//     task is left with the caller, unanswered: the caller answers with the
 //     returned status.
+//   - Memory running out inside the batcher (a queue node, a batch's list)
+//     leaves its state consistent: the exception propagates, and a task it
+//     was moving is destroyed with the container that held it (a task must
+//     answer itself when destroyed unanswered).
 //   - Every task accepted is answered exactly once: either it is handed to
 //     the executor inside a batch, or it is rejected without compute
 //     (DEADLINE_EXCEEDED when its deadline or queue timeout passes while
@@ -65,6 +69,10 @@
 
 namespace gemmserve {
 
+// The most priority levels a batcher has (a queue each); config.pbtxt refuses
+// more (README: model configuration limits).
+inline constexpr int kMaxPriorityLevels = 256;
+
 struct BatchingOptions {
   absl::Duration max_queue_delay = absl::Microseconds(100);
   int64_t max_batch_rows = 0;  // 0: no limit
@@ -95,6 +103,7 @@ class DynamicBatcher {
 
   // `clock` must outlive the batcher. `wake_timer` (may be empty) is called,
   // outside the lock, when the next time Poll() is due moves earlier.
+  // `options` must be in range (priority_levels <= kMaxPriorityLevels).
   DynamicBatcher(BatchingOptions options, Clock* clock, Executor executor,
                  absl::AnyInvocable<void()> wake_timer = nullptr);
   DynamicBatcher(const DynamicBatcher&) = delete;
@@ -105,7 +114,8 @@ class DynamicBatcher {
   // `deadline` is the client's (absl::InfiniteFuture() for none); the
   // request's queue timeout (`timeout`, or the model's default) is applied
   // here. UNAVAILABLE when full or closed.
-  absl::Status Enqueue(std::unique_ptr<BatchTask> task, uint64_t priority, absl::Time deadline,
+  // On OK `task` has been taken (it is null); on an error it is untouched.
+  absl::Status Enqueue(std::unique_ptr<BatchTask>& task, uint64_t priority, absl::Time deadline,
                        absl::Duration timeout = absl::ZeroDuration());
 
   // The executor's batch has finished.

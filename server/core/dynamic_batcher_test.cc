@@ -67,8 +67,12 @@ class BatcherTest : public ::testing::Test {
   absl::Status Add(const std::string& name, int64_t rows, uint64_t priority = 0,
                    absl::Time deadline = absl::InfiniteFuture(),
                    absl::Duration timeout = absl::ZeroDuration(), bool* cancelled = nullptr) {
-    return batcher_->Enqueue(std::make_unique<FakeTask>(name, rows, &outcome_, cancelled),
-                             priority, deadline, timeout);
+    std::unique_ptr<BatchTask> task =
+        std::make_unique<FakeTask>(name, rows, &outcome_, cancelled);
+    absl::Status status = batcher_->Enqueue(task, priority, deadline, timeout);
+    // Taken on success, left with the caller on a refusal.
+    EXPECT_EQ(status.ok(), task == nullptr) << status;
+    return status;
   }
 
   FakeClock clock_;
@@ -354,8 +358,9 @@ TEST(BatcherThreadsTest, ConcurrentProducersAndWorkersAnswerEveryRequestOnce) {
         const bool cancelled = rng() % 10 == 0;
         const absl::Time deadline =
             rng() % 10 == 0 ? absl::Now() + absl::Microseconds(rng() % 300) : absl::InfiniteFuture();
-        auto task = std::make_unique<CountingTask>(&answers, &dropped, 1 + rng() % 4, cancelled);
-        if (batcher->Enqueue(std::move(task), 0, deadline).ok()) accepted.fetch_add(1);
+        std::unique_ptr<BatchTask> task =
+            std::make_unique<CountingTask>(&answers, &dropped, 1 + rng() % 4, cancelled);
+        if (batcher->Enqueue(task, 0, deadline).ok()) accepted.fetch_add(1);
       }
     });
   }

@@ -1,17 +1,36 @@
 #include "server/core/inference_engine.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <new>
+#include <stdexcept>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/allocation.h"
 #include "server/common/client_text.h"
+#include "server/common/logging.h"
+#include "server/common/model_name.h"
 #include "server/common/status_macros.h"
 #include "server/core/input_binding.h"
 #include "server/core/overload.h"
 
 namespace gemmserve {
 namespace {
+
+// What a request's own objects take beside its tensors: the view, the bound
+// inputs, the prepared plan, the queue entry, the answer's envelope.
+constexpr int64_t kRequestBookkeepingBytes = 4096;
+
+void SaturatingIncrement(std::atomic<uint64_t>& counter, uint64_t n) {
+  uint64_t now = counter.load(std::memory_order_relaxed);
+  uint64_t next;
+  do {
+    next = now > UINT64_MAX - n ? UINT64_MAX : now + n;
+  } while (!counter.compare_exchange_weak(now, next, std::memory_order_relaxed));
+}
 
 // Room for the response's envelope (model name and version, output names,
 // datatypes and shapes, field tags) beside the tensor bytes and the echoed id.
@@ -67,13 +86,17 @@ ModelStatistics ServedModel::statistics() const {
   return s;
 }
 
-// One accepted request: everything needed to compute and answer it.
+// One accepted request: everything needed to compute and answer it. It is
+// answered exactly once: by compute or rejection through Answer(), or, if it
+// is destroyed unanswered (an allocation failure dropped the container that
+// held it), by its destructor. Disarm() is for a request the batcher refused
+// before it was ever accepted: Submit returns that refusal instead.
 class InferenceEngine::Pending final : public BatchTask {
  public:
   Pending(ServedModel* served, Clock* clock, std::unique_ptr<InferRequestView> request,
           std::unique_ptr<PreparedInference> prepared, std::function<bool()> is_cancelled,
           DoneCallback done, absl::Time arrival, DataType type, int64_t input_bytes,
-          std::atomic<int64_t>* inflight_bytes, int64_t cost)
+          std::atomic<int64_t>* inflight_bytes, Metrics* metrics, int64_t cost)
       : type_(type),
         input_bytes_(input_bytes),
         served_(served),
@@ -84,9 +107,16 @@ class InferenceEngine::Pending final : public BatchTask {
         done_(std::move(done)),
         arrival_(arrival),
         inflight_bytes_(inflight_bytes),
+        metrics_(metrics),
         cost_(cost) {}
-  // A task dropped unanswered (the batcher refused it) releases its bytes too.
-  ~Pending() override { Release(); }
+  ~Pending() override {
+    if (done_) {
+      GEMMSERVE_LOG(ERROR) << "a request to model '" << served_->metadata().name
+                           << "' was dropped unanswered (out of memory); answering it now";
+      Answer(AllocationFailure("this request"));
+    }
+    Release();
+  }
 
   int64_t rows() const override { return prepared_->rows(); }
   bool IsCancelled() const override { return is_cancelled_ && is_cancelled_(); }
@@ -99,8 +129,16 @@ class InferenceEngine::Pending final : public BatchTask {
 
   void Answer(absl::StatusOr<InferResult> result) {
     Release();
-    if (done_) std::move(done_)(std::move(result));
+    if (!done_) return;
+    DoneCallback done = std::move(done_);
     done_ = nullptr;
+    std::move(done)(std::move(result));
+  }
+  bool answered() const { return !done_; }
+  // Refused before acceptance: no answer; Submit returns the refusal.
+  void Disarm() {
+    done_ = nullptr;
+    Release();
   }
 
   const InferRequestView& request() const { return *request_; }
@@ -118,10 +156,14 @@ class InferenceEngine::Pending final : public BatchTask {
   DoneCallback done_;
   absl::Time arrival_;
   std::atomic<int64_t>* inflight_bytes_;
+  Metrics* metrics_;
   int64_t cost_;
 
   void Release() {
-    if (cost_ > 0) inflight_bytes_->fetch_sub(cost_, std::memory_order_relaxed);
+    if (cost_ > 0) {
+      inflight_bytes_->fetch_sub(cost_, std::memory_order_relaxed);
+      if (metrics_) metrics_->AddInflightBytes(-cost_);
+    }
     cost_ = 0;
   }
 };
@@ -149,25 +191,12 @@ void InferenceEngine::Install(std::unique_ptr<Model> model,
                               std::optional<BatchingOptions> batching) {
   auto served = std::make_shared<ServedModel>(std::move(model), batching);
   if (options_.metrics) served->metrics_ = options_.metrics->ForModel(served->metadata().name);
+  // The batcher's executor; also answers the batch if it cannot be handed on.
   if (batching) {
     std::weak_ptr<ServedModel> weak = served;
     served->batcher_ = std::make_shared<DynamicBatcher>(
         *batching, clock_,
-        [this, weak](DynamicBatcher::Batch batch) {
-          std::shared_ptr<ServedModel> self = weak.lock();
-          std::vector<std::unique_ptr<Pending>> pending;
-          pending.reserve(batch.size());
-          for (auto& task : batch) pending.emplace_back(static_cast<Pending*>(task.release()));
-          if (!self) {  // cannot happen while a batcher of it runs; answer anyway
-            for (auto& p : pending) p->Answer(absl::UnavailableError("model was unloaded"));
-            return;
-          }
-          if (self->metrics_) self->metrics_->SetQueueDepth(self->batcher_->queued());
-          pool_.Schedule([this, self, pending = std::move(pending)](int threads) mutable {
-            RunBatch(self, std::move(pending), threads);
-            self->batcher_->BatchDone();
-          });
-        },
+        [this, weak](DynamicBatcher::Batch batch) { ScheduleBatch(weak, std::move(batch)); },
         [this] { timer_.Wake(); });
     timer_.Register(served->batcher_);
   }
@@ -209,9 +238,31 @@ absl::Status InferenceEngine::Remove(absl::string_view name, absl::string_view r
   return absl::OkStatus();
 }
 
+absl::Status InferenceEngine::Forget(absl::string_view name) {
+  std::shared_ptr<ServedModel> old;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = models_.find(name);
+    auto gone = unavailable_.find(name);
+    if (it == models_.end() && gone == unavailable_.end()) {
+      return absl::NotFoundError(absl::StrCat("model '", ClientText(name), "' is not known"));
+    }
+    if (gone != unavailable_.end()) unavailable_.erase(gone);
+    if (it != models_.end()) {
+      old = std::move(it->second);
+      models_.erase(it);
+    }
+  }
+  if (old && old->batcher_) {
+    old->batcher_->Close();
+    old->batcher_->Poll();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<ServedModel>> InferenceEngine::Find(
     absl::string_view name, absl::string_view version) const {
-  if (name.empty()) return absl::InvalidArgumentError("model name is empty");
+  GEMMSERVE_RETURN_IF_ERROR(ValidateModelName(name));
   std::shared_ptr<ServedModel> served;
   {
     absl::MutexLock lock(&mu_);
@@ -240,7 +291,7 @@ absl::StatusOr<std::shared_ptr<const ServedModel>> InferenceEngine::FindModel(
   return std::shared_ptr<const ServedModel>(std::move(served));
 }
 
-ModelMetrics* InferenceEngine::MetricsFor(absl::string_view model_name) const {
+std::shared_ptr<ModelMetrics> InferenceEngine::MetricsFor(absl::string_view model_name) const {
   if (options_.metrics == nullptr) return nullptr;
   absl::MutexLock lock(&mu_);
   auto it = models_.find(model_name);
@@ -256,6 +307,25 @@ std::vector<std::shared_ptr<const ServedModel>> InferenceEngine::models() const 
 
 absl::Status InferenceEngine::Submit(InferRequestView request_view,
                                      std::function<bool()> is_cancelled, DoneCallback done) {
+  std::shared_ptr<ServedModel> served;
+  std::unique_ptr<Pending> pending;
+  GEMMSERVE_RETURN_IF_ERROR(CatchAllocationFailure("the request's bookkeeping", [&] {
+    return Admit(std::move(request_view), std::move(is_cancelled), done, &served, &pending);
+  }));
+  // `pending` owns `done` now: from here every path answers it once.
+  try {
+    return Dispatch(served, std::move(pending));
+  } catch (const std::exception& e) {
+    // Whatever held the request was destroyed, and so answered it.
+    GEMMSERVE_LOG(ERROR) << "accepting a request failed: " << e.what();
+    return absl::OkStatus();
+  }
+}
+
+absl::Status InferenceEngine::Admit(InferRequestView request_view,
+                                    std::function<bool()> is_cancelled, DoneCallback& done,
+                                    std::shared_ptr<ServedModel>* served_out,
+                                    std::unique_ptr<Pending>* pending) {
   const absl::Time arrival = clock_->Now();
   // On the heap, so the bound inputs' pointers into it survive the moves below.
   auto request = std::make_unique<InferRequestView>(std::move(request_view));
@@ -277,55 +347,135 @@ absl::Status InferenceEngine::Submit(InferRequestView request_view,
   GEMMSERVE_RETURN_IF_ERROR(
       CheckOutputLimits(*prepared, static_cast<int64_t>(request->id.size()), options_));
   int64_t input_bytes = 0;
-  for (const BoundInput& b : bound) input_bytes += b.byte_size;
+  for (const BoundInput& b : bound) input_bytes = SaturatingAdd(input_bytes, b.byte_size);
   const DataType type = bound.empty() ? DataType::kFP32 : bound.front().type;
-  // Inputs are copied into aligned tensors and outputs allocated: this much
-  // memory is held until the request is answered.
-  const int64_t cost = input_bytes + prepared->output_bytes();
+  // Everything the request holds until it is answered: the front end's
+  // message, what the model computes with, and the response it is copied into.
+  int64_t cost = SaturatingAdd(request->message_bytes,
+                               prepared->held_bytes(options_.compute_threads));
+  cost = SaturatingAdd(SaturatingAdd(cost, prepared->output_bytes()), kRequestBookkeepingBytes);
+  if (cost > options_.max_inflight_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the request would hold ", cost, " bytes (its message, input copies, outputs, "
+        "bookkeeping and scratch), over the server's limit of ", options_.max_inflight_bytes,
+        " (raise it with --max_inflight_bytes)"));
+  }
   const int64_t held = inflight_bytes_.fetch_add(cost, std::memory_order_relaxed);
-  if (held + cost > options_.max_inflight_bytes && held > 0) {
+  if (held > options_.max_inflight_bytes - cost) {
     inflight_bytes_.fetch_sub(cost, std::memory_order_relaxed);
     return QueueFullError(absl::StrCat(
         "queue full: the server holds ", held, " bytes of accepted requests and this one needs ",
         cost, " more, over --max_inflight_bytes=", options_.max_inflight_bytes,
         "; retry later"));
   }
+  // Reserved: the Pending releases it. Until it exists, this does.
+  struct Reservation {
+    std::atomic<int64_t>* bytes;
+    int64_t cost;
+    ~Reservation() {
+      if (cost > 0) bytes->fetch_sub(cost, std::memory_order_relaxed);
+    }
+  } reservation{&inflight_bytes_, cost};
+  *pending = std::make_unique<Pending>(served.get(), clock_, std::move(request),
+                                       std::move(prepared), std::move(is_cancelled),
+                                       std::move(done), arrival, type, input_bytes,
+                                       &inflight_bytes_, options_.metrics, cost);
+  reservation.cost = 0;
+  if (options_.metrics) options_.metrics->AddInflightBytes(cost);
+  if (served->metrics_) served->metrics_->RecordAdmitted(cost);
+  *served_out = std::move(served);
+  return absl::OkStatus();
+}
 
-  const uint64_t priority = request->priority;
+absl::Status InferenceEngine::Dispatch(const std::shared_ptr<ServedModel>& served,
+                                       std::unique_ptr<Pending> pending) {
+  const uint64_t priority = pending->request().priority;
   const absl::Duration timeout = absl::Microseconds(static_cast<int64_t>(
-      std::min<uint64_t>(request->timeout_us, uint64_t{1} << 62)));
-  const absl::Time deadline = request->deadline;
-  const bool tiny = prepared->flops() <= options_.inline_max_flops;
-  auto pending = std::make_unique<Pending>(served.get(), clock_, std::move(request),
-                                           std::move(prepared), std::move(is_cancelled),
-                                           std::move(done), arrival, type, input_bytes,
-                                           &inflight_bytes_, cost);
+      std::min<uint64_t>(pending->request().timeout_us, uint64_t{1} << 62)));
+  const absl::Time deadline = pending->request().deadline;
+  const bool tiny = pending->prepared()->flops() <= options_.inline_max_flops;
   if (tiny && (!served->batcher_ || served->batcher_->TryBeginInline())) {
-    std::vector<std::unique_ptr<Pending>> batch;
+    // The batcher counts this as a running batch until BatchDone, whatever
+    // happens to the request.
+    struct InlineBatch {
+      DynamicBatcher* batcher;
+      ~InlineBatch() {
+        if (batcher) batcher->BatchDone();
+      }
+    } inline_batch{served->batcher_.get()};
+    PendingBatch batch;
     batch.push_back(std::move(pending));
     RunBatch(served, std::move(batch), /*threads=*/1);
-    if (served->batcher_) served->batcher_->BatchDone();
     return absl::OkStatus();
   }
   if (served->batcher_) {
-    absl::Status queued = served->batcher_->Enqueue(std::move(pending), priority, deadline, timeout);
+    std::unique_ptr<BatchTask> task = std::move(pending);
+    absl::Status queued = served->batcher_->Enqueue(task, priority, deadline, timeout);
     if (served->metrics_) served->metrics_->SetQueueDepth(served->batcher_->queued());
+    if (!queued.ok()) static_cast<Pending*>(task.get())->Disarm();
     return queued;
   }
   pool_.Schedule([this, served, pending = std::move(pending)](int threads) mutable {
-    std::vector<std::unique_ptr<Pending>> batch;
+    PendingBatch batch;
     batch.push_back(std::move(pending));
     RunBatch(served, std::move(batch), threads);
   });
   return absl::OkStatus();
 }
 
-void InferenceEngine::RunBatch(const std::shared_ptr<ServedModel>& served,
-                               std::vector<std::unique_ptr<Pending>> batch, int threads) {
+void InferenceEngine::ScheduleBatch(const std::weak_ptr<ServedModel>& weak,
+                                    DynamicBatcher::Batch batch) {
+  std::shared_ptr<ServedModel> self = weak.lock();
+  if (!self) {  // cannot happen while a batcher of it runs; answer anyway
+    for (auto& task : batch) {
+      static_cast<Pending*>(task.get())->Answer(absl::UnavailableError("model was unloaded"));
+    }
+    return;
+  }
+  try {
+    PendingBatch pending;
+    pending.reserve(batch.size());
+    for (auto& task : batch) pending.emplace_back(static_cast<Pending*>(task.release()));
+    if (self->metrics_) self->metrics_->SetQueueDepth(self->batcher_->queued());
+    pool_.Schedule([this, self, pending = std::move(pending)](int threads) mutable {
+      RunBatch(self, std::move(pending), threads);
+      self->batcher_->BatchDone();
+    });
+  } catch (const std::exception& e) {
+    // The requests were destroyed with the containers, and so answered; the
+    // batch will not run, so its slot is free again.
+    GEMMSERVE_LOG(ERROR) << "handing a batch of model '" << self->metadata().name
+                         << "' to the workers failed: " << e.what();
+    self->batcher_->BatchDone();
+  }
+}
+
+void InferenceEngine::RunBatch(const std::shared_ptr<ServedModel>& served, PendingBatch batch,
+                               int threads) {
+  try {
+    RunBatchOrThrow(*served, batch, threads);
+  } catch (const std::exception& e) {
+    const bool memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
+                        dynamic_cast<const std::length_error*>(&e) != nullptr;
+    GEMMSERVE_LOG(ERROR) << "a batch of model '" << served->metadata().name
+                         << "' failed: " << e.what();
+    const absl::Status status =
+        memory ? AllocationFailure("the batch")
+               : absl::InternalError("the batch failed; see the server log");
+    for (auto& p : batch) {
+      if (p && !p->answered()) {
+        served->fail_.Add(clock_->Now() - p->arrival());
+        p->Answer(status);
+      }
+    }
+  }
+}
+
+void InferenceEngine::RunBatchOrThrow(ServedModel& served, PendingBatch& batch, int threads) {
   const absl::Time start = clock_->Now();
-  ModelMetrics* const metrics = served->metrics_;
+  ModelMetrics* const metrics = served.metrics_.get();
   // Requests whose client has gone, or whose deadline passed, are not computed.
-  std::vector<std::unique_ptr<Pending>> live;
+  std::vector<Pending*> live;
   for (auto& p : batch) {
     absl::Status drop;
     if (p->IsCancelled()) {
@@ -334,45 +484,49 @@ void InferenceEngine::RunBatch(const std::shared_ptr<ServedModel>& served,
       drop = absl::DeadlineExceededError("deadline passed before compute; not computed");
     }
     if (drop.ok()) {
-      live.push_back(std::move(p));
+      live.push_back(p.get());
     } else {
-      served->fail_.Add(start - p->arrival());
+      served.fail_.Add(start - p->arrival());
       p->Answer(std::move(drop));
     }
   }
   if (live.empty()) return;
   std::vector<PreparedInference*> prepared;
-  for (auto& p : live) prepared.push_back(p->prepared());
-  std::vector<InferOutputs> results = served->model().RunBatch(prepared, threads);
+  for (Pending* p : live) prepared.push_back(p->prepared());
+  std::vector<InferOutputs> results = served.model().RunBatch(prepared, threads);
+  if (results.size() != live.size()) {
+    results.clear();
+    results.resize(live.size());
+    for (InferOutputs& r : results) r = absl::InternalError("the model answered a batch wrongly");
+  }
   const absl::Time end = clock_->Now();
+  int64_t rows = 0;
+  for (Pending* p : live) rows = SaturatingAdd(rows, p->rows());
   if (metrics) {
-    int64_t rows = 0;
-    for (auto& p : live) rows += p->rows();
     metrics->RecordBatch(static_cast<int64_t>(live.size()), rows, end - start);
-    if (served->batcher_) metrics->SetQueueDepth(served->batcher_->queued());
+    if (served.batcher_) metrics->SetQueueDepth(served.batcher_->queued());
   }
 
-  served->execution_count_.fetch_add(1, std::memory_order_relaxed);
-  served->last_inference_ms_.store(static_cast<uint64_t>(absl::ToUnixMillis(end)));
-  const ModelMetadata& metadata = served->metadata();
+  served.execution_count_.fetch_add(1, std::memory_order_relaxed);
+  served.last_inference_ms_.store(static_cast<uint64_t>(absl::ToUnixMillis(end)));
+  const ModelMetadata& metadata = served.metadata();
   for (size_t i = 0; i < live.size(); ++i) {
     Pending& p = *live[i];
-    served->queue_.Add(start - p.arrival());
+    served.queue_.Add(start - p.arrival());
     if (metrics) metrics->RecordQueue(start - p.arrival());
-    served->compute_infer_.Add(end - start);
+    served.compute_infer_.Add(end - start);
     InferOutputs& outputs = results[i];
     if (!outputs.ok()) {
-      served->fail_.Add(end - p.arrival());
+      served.fail_.Add(end - p.arrival());
       p.Answer(outputs.status());
       continue;
     }
-    served->inference_count_.fetch_add(static_cast<uint64_t>(p.rows()),
-                                       std::memory_order_relaxed);
+    SaturatingIncrement(served.inference_count_, static_cast<uint64_t>(p.rows()));
     if (metrics) {
       metrics->RecordFlops(p.type_, p.prepared()->flops());
       metrics->RecordBytes(p.input_bytes_, p.prepared()->output_bytes());
     }
-    served->success_.Add(end - p.arrival());
+    served.success_.Add(end - p.arrival());
     InferResult result{metadata.name, metadata.versions.front(), {}};
     const auto& wanted = p.request().requested_outputs;
     for (NamedTensor& t : *outputs) {

@@ -5,12 +5,22 @@
 // own, and computes on the worker pool.
 //
 // Contract of Submit:
-//   - On a validation error, or UNAVAILABLE when the model's queue is full,
-//     it returns that status and never calls `done`.
+//   - On a validation error, RESOURCE_EXHAUSTED for a request that alone
+//     would hold more than --max_inflight_bytes, or UNAVAILABLE when the
+//     model's queue is full or the accepted requests hold the limit, it
+//     returns that status and never calls `done`.
 //   - Otherwise it returns OK at once (scheduling never blocks) and calls
 //     `done` exactly once, on a worker or timer thread, with the result; a
 //     tiny request (options.inline_max_flops) to an idle model is computed,
 //     and `done` called, on the caller's thread before Submit returns.
+//   - What a request holds is counted before any of it is allocated: the
+//     request message, every copy, output, list and scratch buffer its model
+//     reports (PreparedInference::held_bytes) and the response message.
+//   - No exception escapes: an allocation failure anywhere (the caller's
+//     thread, a worker, batch assembly) answers the requests it touched with
+//     RESOURCE_EXHAUSTED, and the model goes on serving. A request that is
+//     dropped unanswered on any path is answered as it is destroyed, so no
+//     client (and no graceful shutdown) ever waits on a lost completion.
 //   - The tensor bytes the request points to must stay valid until `done`
 //     has been called (the engine keeps the view itself).
 //   - `is_cancelled` is polled while the request waits and before compute;
@@ -63,9 +73,10 @@ struct EngineOptions {
   // model is idle (--inline_max_flops): a hand-off to a worker and back costs
   // tens of microseconds, more than such a request computes.
   int64_t inline_max_flops = 65536;
-  // Bytes of accepted, unanswered requests (their inputs and outputs) the
+  // Bytes of accepted, unanswered requests (everything Submit counts) the
   // engine holds at most (--max_inflight_bytes); a request that would pass it
-  // gets UNAVAILABLE at once. Bounds memory under overload.
+  // gets UNAVAILABLE at once, one that alone is larger RESOURCE_EXHAUSTED.
+  // Bounds memory under overload.
   int64_t max_inflight_bytes = int64_t{8} << 30;
   // Where the engine records queueing, batches, flops and bytes; may be null.
   Metrics* metrics = nullptr;
@@ -105,7 +116,7 @@ class ServedModel {
   std::unique_ptr<Model> model_;
   std::optional<BatchingOptions> batching_;
   std::shared_ptr<DynamicBatcher> batcher_;
-  ModelMetrics* metrics_ = nullptr;  // null when the engine records none
+  std::shared_ptr<ModelMetrics> metrics_;  // null when the engine records none
   std::atomic<uint64_t> last_inference_ms_{0}, inference_count_{0}, execution_count_{0};
   Stat success_, fail_, queue_, compute_infer_;
 };
@@ -123,20 +134,23 @@ class InferenceEngine {
   // NOT_FOUND if no model of that name is served. `reason` is what requests
   // for the name get from now on (UNAVAILABLE), until a model is installed.
   absl::Status Remove(absl::string_view name, absl::string_view reason = "unloaded");
+  // Removes the model of that name, if any, and what requests for the name
+  // were told: they get NOT_FOUND from now on. NOT_FOUND if neither existed.
+  absl::Status Forget(absl::string_view name);
   // A name that is known but not served (its load failed, or it is loading):
   // requests get UNAVAILABLE with the reason rather than NOT_FOUND.
   void MarkUnavailable(absl::string_view name, absl::string_view reason);
 
   // NOT_FOUND for an unknown name or a version the model does not have;
   // UNAVAILABLE for a model that is unloaded, loading or failed to load;
-  // INVALID_ARGUMENT for an empty name.
+  // INVALID_ARGUMENT for a name no model can have (ValidateModelName).
   absl::StatusOr<std::shared_ptr<const ServedModel>> FindModel(absl::string_view name,
                                                                absl::string_view version) const;
   std::vector<std::shared_ptr<const ServedModel>> models() const;
 
   // The metrics a response for `model_name` counts under: the served model's,
   // or the "_unknown" label's. Null when the engine records no metrics.
-  ModelMetrics* MetricsFor(absl::string_view model_name) const;
+  std::shared_ptr<ModelMetrics> MetricsFor(absl::string_view model_name) const;
 
   absl::Status Submit(InferRequestView request, std::function<bool()> is_cancelled,
                       DoneCallback done);
@@ -146,11 +160,23 @@ class InferenceEngine {
 
  private:
   class Pending;
+  using PendingBatch = std::vector<std::unique_ptr<Pending>>;
   absl::StatusOr<std::shared_ptr<ServedModel>> Find(absl::string_view name,
                                                     absl::string_view version) const;
-  // Computes a batch on a worker and answers every request in it.
-  void RunBatch(const std::shared_ptr<ServedModel>& served,
-                std::vector<std::unique_ptr<Pending>> batch, int threads);
+  // Validates the request and counts what it will hold; on success *pending
+  // owns it and `done`.
+  absl::Status Admit(InferRequestView request, std::function<bool()> is_cancelled,
+                     DoneCallback& done, std::shared_ptr<ServedModel>* served,
+                     std::unique_ptr<Pending>* pending);
+  // Runs it inline, queues it or schedules it; an error only when the
+  // batcher refused it (the request is then dropped without an answer).
+  absl::Status Dispatch(const std::shared_ptr<ServedModel>& served,
+                        std::unique_ptr<Pending> pending);
+  // Hands a batch the batcher cut to the pool.
+  void ScheduleBatch(const std::weak_ptr<ServedModel>& weak, DynamicBatcher::Batch batch);
+  // Computes a batch and answers every request in it, whatever happens.
+  void RunBatch(const std::shared_ptr<ServedModel>& served, PendingBatch batch, int threads);
+  void RunBatchOrThrow(ServedModel& served, PendingBatch& batch, int threads);
 
   const EngineOptions options_;
   Clock* const clock_;

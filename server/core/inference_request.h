@@ -59,6 +59,9 @@ struct InferRequestView {
   uint64_t timeout_us = 0;
   // The client's deadline (gRPC's), or absl::InfiniteFuture().
   absl::Time deadline = absl::InfiniteFuture();
+  // Bytes the front end holds for the request until it is answered (the
+  // decoded message's tensor contents): counted like the engine's own.
+  int64_t message_bytes = 0;
 };
 
 struct NamedTensor {

@@ -60,6 +60,28 @@ std::string TypeNames(const std::vector<DataType>& types) {
   return absl::StrJoin(names, ", ");
 }
 
+// The shape against the model's signature: the rank, unless the model takes
+// any rank, and every dimension the model fixes. A resident model sizes its
+// buffers from its own signature, so a request must match it exactly.
+absl::Status CheckSignature(const TensorSpec& spec, absl::string_view name,
+                            absl::Span<const int64_t> shape) {
+  if (spec.variable_rank) return absl::OkStatus();
+  if (shape.size() != spec.shape.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", name, "': expected rank ",
+                                                   spec.shape.size(), " (shape ",
+                                                   ShapeToString(spec.shape), "), got ",
+                                                   ShapeToString(shape)));
+  }
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (spec.shape[d] >= 0 && shape[d] != spec.shape[d]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", name, "': expected dimension ", d, " to be ", spec.shape[d], " (shape ",
+          ShapeToString(spec.shape), "), got ", ShapeToString(shape)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckContents(const BoundInput& bound, int64_t elements) {
   const InputTensorView& view = *bound.view;
   const absl::string_view type_name = DataTypeName(bound.type);
@@ -127,7 +149,7 @@ absl::StatusOr<BoundInputs> BindInputs(const ModelMetadata& metadata,
     BoundInput& slot = bound[it - metadata.inputs.begin()];
     if (slot.spec != nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat("input '", view.name, "' is given more than once"));
+          absl::StrCat("input '", it->name, "' is given more than once"));
     }
     slot.spec = &*it;
     slot.view = &view;
@@ -148,6 +170,7 @@ absl::StatusOr<BoundInputs> BindInputs(const ModelMetadata& metadata,
       const absl::Status& error = elements.ok() ? bytes.status() : elements.status();
       return absl::InvalidArgumentError(absl::StrCat("input '", view.name, "': ", error.message()));
     }
+    GEMMSERVE_RETURN_IF_ERROR(CheckSignature(*it, it->name, view.shape));
     slot.shape.assign(view.shape.begin(), view.shape.end());
     slot.byte_size = *bytes;
     GEMMSERVE_RETURN_IF_ERROR(CheckContents(slot, *elements));

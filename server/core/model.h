@@ -70,6 +70,13 @@ class PreparedInference {
   virtual std::vector<std::pair<std::string, Shape>> output_shapes() const = 0;
   // Multiply-adds times two.
   virtual int64_t flops() const = 0;
+  // Every byte computing the request makes the server hold, computed with
+  // up to `threads` threads, as an upper bound known before any of it is
+  // allocated: copies of the inputs, the outputs (with any per-request copy
+  // a batch makes of them), and the kernels' bookkeeping and scratch. It
+  // adds up: a batch of requests holds at most the sum of theirs. The engine
+  // counts it against --max_inflight_bytes before accepting the request.
+  virtual int64_t held_bytes(int threads) const = 0;
   // Rows the request adds to a batch: tokens (M) of a GroupedMatMul, rows of
   // A (batch dimensions folded) of a MatMul.
   virtual int64_t rows() const = 0;

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/allocation.h"
 #include "server/common/status_macros.h"
 #include "server/ops/gemm_problems.h"
 #include "server/ops/grouped_matmul.h"
@@ -17,32 +18,43 @@ namespace {
 
 constexpr char kResidentPlatform[] = "gemmserve_onnx";
 
-int64_t SaturatingBytes(int64_t elements, DataType type) {
-  int64_t bytes;
-  if (__builtin_mul_overflow(elements, DataTypeSize(type), &bytes)) {
-    return std::numeric_limits<int64_t>::max();
-  }
-  return bytes;
-}
-
 // Hands request i its own consecutive rows of `all` (row_bytes per row),
-// shaped as it planned: parts[i] = (rows, output shape).
-absl::Status SplitRows(const Tensor& all, int64_t row_bytes,
+// shaped as it planned: parts[i] = (rows, output shape). The rows were sized
+// from the same plans, so a part that does not fit is a fault of ours
+// (INTERNAL), never a read past `all`. A lone request takes `all` itself.
+absl::Status SplitRows(Tensor all, int64_t row_bytes,
                        const std::vector<std::pair<int64_t, Shape>>& parts,
                        const std::string& output_name, std::vector<InferOutputs>* results) {
+  if (parts.size() == 1) {
+    GEMMSERVE_RETURN_IF_ERROR(all.Reshape(parts[0].second));
+    std::vector<NamedTensor> outputs;
+    outputs.push_back({output_name, std::move(all)});
+    (*results)[0] = std::move(outputs);
+    return absl::OkStatus();
+  }
   int64_t at = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     GEMMSERVE_ASSIGN_OR_RETURN(Tensor out, Tensor::Allocate(all.type(), parts[i].second));
+    if (out.byte_size() != SaturatingMul(parts[i].first, row_bytes) ||
+        out.byte_size() > all.byte_size() - at) {
+      return absl::InternalError("resident model: a request's rows differ from its plan");
+    }
     if (out.byte_size() > 0) {
-      std::memcpy(out.raw_data(), static_cast<const uint8_t*>(all.raw_data()) + at * row_bytes,
+      std::memcpy(out.raw_data(), static_cast<const uint8_t*>(all.raw_data()) + at,
                   static_cast<size_t>(out.byte_size()));
     }
-    at += parts[i].first;
+    at += out.byte_size();
     std::vector<NamedTensor> outputs;
     outputs.push_back({output_name, std::move(out)});
     (*results)[i] = std::move(outputs);
   }
   return absl::OkStatus();
+}
+
+// A request against a resident weight: its own rows of the input, of the
+// concatenated input of a batch, and of the output, and its copy of that.
+int64_t ResidentHeldBytes(int64_t input_bytes, int64_t output_bytes, int64_t work_bytes) {
+  return SaturatingAdd(SaturatingAdd(input_bytes, SaturatingMul(output_bytes, 2)), work_bytes);
 }
 
 // ---------------------------------------------------------------- MatMul
@@ -56,7 +68,18 @@ class PreparedResidentMatMul final : public PreparedInference {
     return {{output_name_, plan_.output_shape}};
   }
   int64_t flops() const override { return plan_.flops; }
-  int64_t rows() const override { return plan_.batch_count * plan_.m; }
+  int64_t rows() const override { return SaturatingMul(plan_.batch_count, plan_.m); }
+  int64_t held_bytes(int threads) const override {
+    // One problem of all the batch's rows; its bound grows with the rows no
+    // faster than linearly, so this request's share is its own bound.
+    GemmWorkShape work;
+    work.type = a_.type;
+    work.problems = 1;
+    work.rows = work.min_rows = work.max_rows = rows();
+    work.k = plan_.k;
+    work.n = plan_.n;
+    return ResidentHeldBytes(a_.byte_size, output_bytes(), GemmWorkBytes(work, threads));
+  }
   const BoundInput& a() const { return a_; }
   const MatMulPlan& plan() const { return plan_; }
 
@@ -85,11 +108,15 @@ class ResidentMatMulModel final : public Model {
   absl::StatusOr<std::unique_ptr<PreparedInference>> Prepare(
       const BoundInputs& inputs) const override {
     const BoundInput& a = inputs[0];
+    // BindInputs held A to the signature; the rows are sized from it, so
+    // what they depend on is checked here again.
     const int64_t k = spec_.b.shape()[0];
-    if (a.shape.empty() || a.shape.back() != k) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", spec_.a.name,
-                                                     "': expected last dimension K=", k,
-                                                     ", got ", ShapeToString(a.shape)));
+    if (a.type != spec_.b.type() || a.shape.size() != spec_.a.shape.size() ||
+        a.shape.back() != k) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", spec_.a.name, "': expected ", DataTypeName(spec_.b.type()), " of shape ",
+          ShapeToString(spec_.a.shape), " (K=", k, "), got ", DataTypeName(a.type), " ",
+          ShapeToString(a.shape)));
     }
     GEMMSERVE_ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a.shape, spec_.b.shape()));
     return std::make_unique<PreparedResidentMatMul>(std::move(plan), a, spec_.output_name);
@@ -98,7 +125,8 @@ class ResidentMatMulModel final : public Model {
   std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
                                      int threads) const override {
     std::vector<InferOutputs> results(batch.size());
-    absl::Status status = RunTogether(batch, threads, &results);
+    absl::Status status = CatchAllocationFailure(
+        "the batch's rows", [&] { return RunTogether(batch, threads, &results); });
     if (!status.ok()) {
       for (InferOutputs& r : results) r = status;
     }
@@ -111,11 +139,17 @@ class ResidentMatMulModel final : public Model {
                            std::vector<InferOutputs>* results) const {
     const DataType type = spec_.b.type();
     const int64_t k = spec_.b.shape()[0], n = spec_.b.shape()[1];
+    const int64_t es = DataTypeSize(type);
     int64_t rows = 0;
-    for (PreparedInference* p : batch) rows += p->rows();
+    for (PreparedInference* p : batch) {
+      const auto* r = static_cast<const PreparedResidentMatMul*>(p);
+      if (r->a().byte_size != SaturatingMul(SaturatingMul(r->rows(), k), es)) {
+        return absl::InternalError("resident MatMul: a request's rows differ from its plan");
+      }
+      GEMMSERVE_ASSIGN_OR_RETURN(rows, CheckedAdd(rows, r->rows()));
+    }
     GEMMSERVE_ASSIGN_OR_RETURN(Tensor a, Tensor::Allocate(type, {rows, k}));
     GEMMSERVE_ASSIGN_OR_RETURN(Tensor y, Tensor::Allocate(type, {rows, n}));
-    const int64_t es = DataTypeSize(type);
     int64_t at = 0;
     for (PreparedInference* p : batch) {
       const auto* r = static_cast<const PreparedResidentMatMul*>(p);
@@ -139,7 +173,7 @@ class ResidentMatMulModel final : public Model {
       const auto* r = static_cast<const PreparedResidentMatMul*>(p);
       parts.emplace_back(r->rows(), r->plan().output_shape);
     }
-    return SplitRows(y, n * es, parts, spec_.output_name, results);
+    return SplitRows(std::move(y), n * es, parts, spec_.output_name, results);
   }
 
   ResidentMatMulSpec spec_;
@@ -164,6 +198,13 @@ class PreparedResidentGrouped final : public PreparedInference {
   }
   int64_t flops() const override { return plan_.flops; }
   int64_t rows() const override { return plan_.m; }
+  int64_t held_bytes(int threads) const override {
+    // Its rows of the batch's input and int64 indices, its output rows and
+    // their copy, and its share of the merged problems (GemmWorkBytes adds up).
+    const int64_t indices = SaturatingMul(SaturatingMul(plan_.m, plan_.s), sizeof(int64_t));
+    return ResidentHeldBytes(SaturatingAdd(input_.byte_size, indices), output_bytes(),
+                             GroupedMatMulWorkBytes(plan_, input_.type, threads));
+  }
   const GroupedMatMulPlan& plan() const { return plan_; }
   const BoundInput& input() const { return input_; }
   const BoundInput& indices() const { return indices_; }
@@ -174,9 +215,19 @@ class PreparedResidentGrouped final : public PreparedInference {
   std::string output_name_;
 };
 
-template <typename Index>
-void WidenIndices(const Index* in, int64_t count, int64_t* out) {
-  for (int64_t i = 0; i < count; ++i) out[i] = static_cast<int64_t>(in[i]);
+// The request's indices, INT32 or INT64 at any alignment on the wire, as
+// int64 at `dst` (count of them).
+void WidenIndices(const BoundInput& indices, int64_t count, int64_t* dst) {
+  if (indices.type == DataType::kINT64) {
+    indices.CopyTo(dst);
+    return;
+  }
+  const auto* src = static_cast<const uint8_t*>(indices.view->data);
+  for (int64_t i = 0; i < count; ++i) {
+    int32_t v;
+    std::memcpy(&v, src + i * sizeof v, sizeof v);
+    dst[i] = v;
+  }
 }
 
 class ResidentGroupedModel final : public Model {
@@ -204,68 +255,95 @@ class ResidentGroupedModel final : public Model {
 
   absl::StatusOr<std::unique_ptr<PreparedInference>> Prepare(
       const BoundInputs& inputs) const override {
+    const BoundInput& input = inputs[0];
+    const BoundInput& indices = inputs[1];
+    // BindInputs held both to the signature; the batch's buffers are sized
+    // from the model's K and S, so those are checked here again.
+    const int64_t k = spec_.weights.shape()[1], s = spec_.group_indices.shape[1];
+    if (input.type != spec_.weights.type() || input.shape.size() != 2 || input.shape[1] != k) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", spec_.input.name, "': expected ", DataTypeName(spec_.weights.type()),
+          " of shape [M, ", k, "], got ", DataTypeName(input.type), " ",
+          ShapeToString(input.shape)));
+    }
+    if (indices.shape.size() != 2 || indices.shape[1] != s) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", spec_.group_indices.name,
+                                                     "': expected shape [M, ", s, "], got ",
+                                                     ShapeToString(indices.shape)));
+    }
+    if (indices.shape[0] != input.shape[0]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", spec_.group_indices.name, "': expected first dimension M=", input.shape[0],
+          " like '", spec_.input.name, "' ", ShapeToString(input.shape), ", got ",
+          ShapeToString(indices.shape)));
+    }
     const Shape* bias_shape = spec_.bias ? &spec_.bias->shape() : nullptr;
     GEMMSERVE_ASSIGN_OR_RETURN(
         GroupedMatMulPlan plan,
-        PlanGroupedMatMul(inputs[0].shape, spec_.weights.shape(), inputs[1].shape, bias_shape));
-    return std::make_unique<PreparedResidentGrouped>(std::move(plan), inputs[0], inputs[1],
+        PlanGroupedMatMul(input.shape, spec_.weights.shape(), indices.shape, bias_shape));
+    return std::make_unique<PreparedResidentGrouped>(std::move(plan), input, indices,
                                                      spec_.output_name);
   }
 
   std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
                                      int threads) const override {
     std::vector<InferOutputs> results(batch.size());
-    // A request whose indices are out of range fails alone, before anything
-    // is computed; the others run together.
-    std::vector<const PreparedResidentGrouped*> valid;
-    std::vector<size_t> slot;
-    std::vector<Tensor> indices;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const auto* r = static_cast<const PreparedResidentGrouped*>(batch[i]);
-      absl::StatusOr<Tensor> idx = r->indices().Materialize();
-      absl::Status s = idx.ok() ? ValidateGroupIndices(*idx, r->plan().g) : idx.status();
-      if (!s.ok()) {
-        results[i] = s;
-        continue;
+    absl::Status status = CatchAllocationFailure(
+        "the batch's rows", [&] { return RunTogether(batch, threads, &results); });
+    if (!status.ok()) {
+      for (InferOutputs& r : results) {
+        if (r.ok()) r = status;  // a request that failed on its own keeps its error
       }
-      valid.push_back(r);
-      slot.push_back(i);
-      indices.push_back(*std::move(idx));
-    }
-    if (valid.empty()) return results;
-    std::vector<InferOutputs> ran(valid.size());
-    absl::Status status = RunTogether(valid, indices, threads, &ran);
-    for (size_t v = 0; v < valid.size(); ++v) {
-      results[slot[v]] = status.ok() ? std::move(ran[v]) : InferOutputs(status);
     }
     return results;
   }
 
  private:
-  // Token rows and index rows concatenated along M: one fused call.
-  absl::Status RunTogether(const std::vector<const PreparedResidentGrouped*>& batch,
-                           const std::vector<Tensor>& indices, int threads,
+  // Token rows and index rows concatenated along M: one fused call. The
+  // indices are validated in the batch's own copy, so what is checked is
+  // what is used; a request whose indices are out of range fails alone and
+  // its rows are overwritten by the next request's.
+  absl::Status RunTogether(absl::Span<PreparedInference* const> batch, int threads,
                            std::vector<InferOutputs>* results) const {
     const DataType type = spec_.weights.type();
     const Shape& w = spec_.weights.shape();
     const int64_t k = w[1], n = w[2], s = spec_.group_indices.shape[1];
-    int64_t rows = 0;
-    for (const auto* r : batch) rows += r->rows();
-    GEMMSERVE_ASSIGN_OR_RETURN(Tensor input, Tensor::Allocate(type, {rows, k}));
-    GEMMSERVE_ASSIGN_OR_RETURN(Tensor idx, Tensor::Allocate(DataType::kINT64, {rows, s}));
     const int64_t es = DataTypeSize(type);
-    int64_t at = 0;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const auto* r = batch[i];
-      r->input().CopyTo(static_cast<uint8_t*>(input.raw_data()) + at * k * es);
-      int64_t* dst = idx.data<int64_t>() + at * s;
-      if (indices[i].type() == DataType::kINT32) {
-        WidenIndices(indices[i].data<int32_t>(), indices[i].num_elements(), dst);
-      } else {
-        WidenIndices(indices[i].data<int64_t>(), indices[i].num_elements(), dst);
+    int64_t capacity = 0;
+    for (PreparedInference* p : batch) {
+      const auto* r = static_cast<const PreparedResidentGrouped*>(p);
+      const GroupedMatMulPlan& plan = r->plan();
+      if (plan.s != s || plan.k != k ||
+          r->input().byte_size != SaturatingMul(SaturatingMul(plan.m, k), es) ||
+          r->indices().byte_size !=
+              SaturatingMul(SaturatingMul(plan.m, s), DataTypeSize(r->indices().type))) {
+        return absl::InternalError("resident GroupedMatMul: a request differs from its plan");
       }
-      at += r->rows();
+      GEMMSERVE_ASSIGN_OR_RETURN(capacity, CheckedAdd(capacity, plan.m));
     }
+    GEMMSERVE_ASSIGN_OR_RETURN(Tensor input, Tensor::Allocate(type, {capacity, k}));
+    GEMMSERVE_ASSIGN_OR_RETURN(Tensor idx, Tensor::Allocate(DataType::kINT64, {capacity, s}));
+    std::vector<size_t> ran;  // positions in `batch` of the requests computed
+    std::vector<std::pair<int64_t, Shape>> parts;
+    int64_t rows = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const auto* r = static_cast<const PreparedResidentGrouped*>(batch[i]);
+      const int64_t m = r->plan().m;
+      int64_t* dst = idx.data<int64_t>() + rows * s;
+      WidenIndices(r->indices(), m * s, dst);
+      absl::Status valid = ValidateGroupIndices(absl::MakeConstSpan(dst, m * s), s, w[0]);
+      if (!valid.ok()) {
+        (*results)[i] = valid;
+        continue;
+      }
+      r->input().CopyTo(static_cast<uint8_t*>(input.raw_data()) + rows * k * es);
+      rows += m;
+      ran.push_back(i);
+      parts.emplace_back(m, r->plan().output_shape);
+    }
+    if (ran.empty()) return absl::OkStatus();
+    GEMMSERVE_RETURN_IF_ERROR(input.Truncate({rows, k}));
+    GEMMSERVE_RETURN_IF_ERROR(idx.Truncate({rows, s}));
     const Shape* bias_shape = spec_.bias ? &spec_.bias->shape() : nullptr;
     GEMMSERVE_ASSIGN_OR_RETURN(GroupedMatMulPlan plan,
                                PlanGroupedMatMul({rows, k}, w, {rows, s}, bias_shape));
@@ -275,9 +353,11 @@ class ResidentGroupedModel final : public Model {
         BuildGroupedMatMulWork(plan, input, spec_.weights, idx,
                                spec_.bias ? &*spec_.bias : nullptr, &output));
     GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems(work.problems, threads));
-    std::vector<std::pair<int64_t, Shape>> parts;
-    for (const auto* r : batch) parts.emplace_back(r->rows(), r->plan().output_shape);
-    return SplitRows(output, s * n * es, parts, spec_.output_name, results);
+    std::vector<InferOutputs> computed(ran.size());
+    GEMMSERVE_RETURN_IF_ERROR(
+        SplitRows(std::move(output), s * n * es, parts, spec_.output_name, &computed));
+    for (size_t j = 0; j < ran.size(); ++j) (*results)[ran[j]] = std::move(computed[j]);
+    return absl::OkStatus();
   }
 
   ResidentGroupedMatMulSpec spec_;
@@ -339,6 +419,16 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
     return absl::InvalidArgumentError(absl::StrCat("input '", spec.group_indices.name,
                                                    "': expected rank 2 [M, S] with a fixed S, got ",
                                                    ShapeToString(spec.group_indices.shape)));
+  }
+  const int64_t m_input = spec.input.shape[0], m_indices = spec.group_indices.shape[0];
+  if (m_input >= 0 && m_indices >= 0 && m_input != m_indices) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", spec.group_indices.name, "': first dimension ", m_indices, " differs from M=",
+        m_input, " of input '", spec.input.name, "'"));
+  }
+  if (spec.group_indices.datatypes.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", spec.group_indices.name, "': no datatype"));
   }
   for (DataType t : spec.group_indices.datatypes) {
     if (t != DataType::kINT32 && t != DataType::kINT64) {

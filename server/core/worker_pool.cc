@@ -1,7 +1,10 @@
 #include "server/core/worker_pool.h"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
+
+#include "server/common/logging.h"
 
 namespace gemmserve {
 
@@ -42,7 +45,13 @@ void WorkerPool::WorkerLoop() {
       cores = std::max(1, free_cores - std::min(waiting, free_cores - 1));
       cores_in_use_ += cores;
     }
-    std::move(task)(cores);
+    // A task answers its own requests, whatever happens inside it; what
+    // escapes here was not an answer's business, and must not end the thread.
+    try {
+      std::move(task)(cores);
+    } catch (const std::exception& e) {
+      GEMMSERVE_LOG(ERROR) << "a compute task failed: " << e.what();
+    }
     absl::MutexLock lock(&mu_);
     cores_in_use_ -= cores;
   }

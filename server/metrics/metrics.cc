@@ -1,6 +1,7 @@
 #include "server/metrics/metrics.h"
 
 #include <prometheus/counter.h>
+#include <prometheus/family.h>
 #include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -13,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/common/model_name.h"
 
 namespace gemmserve {
 namespace {
@@ -78,6 +80,10 @@ void ModelMetrics::SetQueueDepth(int64_t depth) {
   queue_depth_->Set(static_cast<double>(depth));
 }
 
+void ModelMetrics::RecordAdmitted(int64_t bytes) {
+  if (bytes > 0) admitted_bytes_->Increment(static_cast<double>(bytes));
+}
+
 absl::StatusOr<std::vector<double>> Metrics::ParseBuckets(absl::string_view text) {
   std::vector<double> out;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
@@ -91,24 +97,94 @@ absl::StatusOr<std::vector<double>> Metrics::ParseBuckets(absl::string_view text
   return out;
 }
 
+// Every family, registered once at Start; a model's series are Add()ed to
+// them and Remove()d when its ModelMetrics goes.
+struct Metrics::Families {
+  prometheus::Family<prometheus::Counter>* requests;
+  prometheus::Family<prometheus::Histogram>* request_duration;
+  prometheus::Family<prometheus::Histogram>* queue_duration;
+  prometheus::Family<prometheus::Histogram>* compute_duration;
+  prometheus::Family<prometheus::Histogram>* batch_requests;
+  prometheus::Family<prometheus::Histogram>* batch_rows;
+  prometheus::Family<prometheus::Gauge>* queue_depth;
+  prometheus::Family<prometheus::Counter>* flops;
+  prometheus::Family<prometheus::Counter>* bytes;
+  prometheus::Family<prometheus::Counter>* rejected;
+  prometheus::Family<prometheus::Counter>* admitted_bytes;
+};
+
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& bind_address,
                                                         MetricsOptions options) {
   std::unique_ptr<Metrics> m(new Metrics);
   if (options.latency_buckets.empty()) options.latency_buckets = DefaultLatencyBuckets();
   m->options_ = std::move(options);
   m->registry_ = std::make_shared<prometheus::Registry>();
+  prometheus::Registry& r = *m->registry_;
   prometheus::BuildGauge()
       .Name("gemmserve_build_info")
       .Help("Build of the running server; the value is 1.")
-      .Register(*m->registry_)
+      .Register(r)
       .Add({{"version", m->options_.version}})
       .Set(1);
   m->inflight_ = &prometheus::BuildGauge()
                       .Name("gemmserve_inflight_requests")
                       .Help("Inference requests accepted and not yet answered.")
-                      .Register(*m->registry_)
+                      .Register(r)
                       .Add({});
-  m->unknown_ = m->ForModel("_unknown");
+  m->inflight_bytes_ = &prometheus::BuildGauge()
+                            .Name("gemmserve_inflight_bytes")
+                            .Help("Bytes that accepted, unanswered requests hold, as counted "
+                                  "against --max_inflight_bytes.")
+                            .Register(r)
+                            .Add({});
+  m->families_ = std::make_unique<Families>(Families{
+      &prometheus::BuildCounter()
+           .Name("gemmserve_requests_total")
+           .Help("Inference requests answered, by gRPC status code.")
+           .Register(r),
+      &prometheus::BuildHistogram()
+           .Name("gemmserve_request_duration_seconds")
+           .Help("Arrival to response of inference requests, server side.")
+           .Register(r),
+      &prometheus::BuildHistogram()
+           .Name("gemmserve_queue_duration_seconds")
+           .Help("Arrival to the start of the request's kernel call.")
+           .Register(r),
+      &prometheus::BuildHistogram()
+           .Name("gemmserve_compute_duration_seconds")
+           .Help("Duration of each kernel call (one batch).")
+           .Register(r),
+      &prometheus::BuildHistogram()
+           .Name("gemmserve_batch_requests")
+           .Help("Requests per kernel call.")
+           .Register(r),
+      &prometheus::BuildHistogram()
+           .Name("gemmserve_batch_rows")
+           .Help("Rows (tokens) per kernel call.")
+           .Register(r),
+      &prometheus::BuildGauge()
+           .Name("gemmserve_queue_depth")
+           .Help("Requests waiting in the model's batcher.")
+           .Register(r),
+      &prometheus::BuildCounter()
+           .Name("gemmserve_flops_total")
+           .Help("Floating-point (or integer) operations computed, 2*M*N*K.")
+           .Register(r),
+      &prometheus::BuildCounter()
+           .Name("gemmserve_bytes_total")
+           .Help("Tensor bytes received (in) and sent (out).")
+           .Register(r),
+      &prometheus::BuildCounter()
+           .Name("gemmserve_rejected_total")
+           .Help("Requests refused or dropped, by reason.")
+           .Register(r),
+      &prometheus::BuildCounter()
+           .Name("gemmserve_admitted_bytes_total")
+           .Help("Bytes accepted requests were counted at against --max_inflight_bytes "
+                 "(inputs, outputs, bookkeeping and scratch).")
+           .Register(r),
+  });
+  m->unknown_ = m->ForModel(kUnknownModelLabel);
   if (!bind_address.empty()) {
     try {
       m->exposer_ = std::make_unique<prometheus::Exposer>(bind_address);
@@ -123,82 +199,82 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& bind_
   return m;
 }
 
-Metrics::~Metrics() = default;
+Metrics::Metrics() = default;
+
+Metrics::~Metrics() {
+  // Series of names still held elsewhere are dropped with the registry.
+  unknown_.reset();
+}
 
 void Metrics::AddInflight(int64_t delta) { inflight_->Increment(static_cast<double>(delta)); }
 
-ModelMetrics* Metrics::ForModel(absl::string_view model) {
+void Metrics::AddInflightBytes(int64_t delta) {
+  inflight_bytes_->Increment(static_cast<double>(delta));
+}
+
+size_t Metrics::model_label_count() const {
+  absl::MutexLock lock(&mu_);
+  return models_.size();
+}
+
+std::shared_ptr<ModelMetrics> Metrics::ForModel(absl::string_view model) {
   absl::MutexLock lock(&mu_);
   auto it = models_.find(model);
-  if (it != models_.end()) return it->second.get();
+  if (it != models_.end()) {
+    if (std::shared_ptr<ModelMetrics> alive = it->second.metrics.lock()) return alive;
+  }
+  // New, or its last holder is letting go right now: Add() below hands back
+  // the series it still has, and its Release leaves them to this one.
   auto mm = std::make_unique<ModelMetrics>();
-  const std::string name(model);
-  prometheus::Registry& r = *registry_;
-  // Families are looked up by name: Build*().Register returns the existing
-  // family when the name was registered before with the same help.
-  auto& requests = prometheus::BuildCounter()
-                       .Name("gemmserve_requests_total")
-                       .Help("Inference requests answered, by gRPC status code.")
-                       .Register(r);
+  mm->name_ = std::string(model);
+  const std::string& name = mm->name_;
+  Families& f = *families_;
   for (int c = 0; c < ModelMetrics::kCodes; ++c) {
-    mm->requests_[c] = &requests.Add(
+    mm->requests_[c] = &f.requests->Add(
         {{"model", name}, {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(c))}});
   }
   const auto& lat = options_.latency_buckets;
-  mm->request_duration_ = &prometheus::BuildHistogram()
-                               .Name("gemmserve_request_duration_seconds")
-                               .Help("Arrival to response of inference requests, server side.")
-                               .Register(r)
-                               .Add({{"model", name}}, lat);
-  mm->queue_duration_ = &prometheus::BuildHistogram()
-                             .Name("gemmserve_queue_duration_seconds")
-                             .Help("Arrival to the start of the request's kernel call.")
-                             .Register(r)
-                             .Add({{"model", name}}, lat);
-  mm->compute_duration_ = &prometheus::BuildHistogram()
-                               .Name("gemmserve_compute_duration_seconds")
-                               .Help("Duration of each kernel call (one batch).")
-                               .Register(r)
-                               .Add({{"model", name}}, lat);
-  mm->batch_requests_ = &prometheus::BuildHistogram()
-                             .Name("gemmserve_batch_requests")
-                             .Help("Requests per kernel call.")
-                             .Register(r)
-                             .Add({{"model", name}}, PowersOfTwo(1024));
-  mm->batch_rows_ = &prometheus::BuildHistogram()
-                         .Name("gemmserve_batch_rows")
-                         .Help("Rows (tokens) per kernel call.")
-                         .Register(r)
-                         .Add({{"model", name}}, PowersOfTwo(65536));
-  mm->queue_depth_ = &prometheus::BuildGauge()
-                          .Name("gemmserve_queue_depth")
-                          .Help("Requests waiting in the model's batcher.")
-                          .Register(r)
-                          .Add({{"model", name}});
-  auto& flops = prometheus::BuildCounter()
-                    .Name("gemmserve_flops_total")
-                    .Help("Floating-point (or integer) operations computed, 2*M*N*K.")
-                    .Register(r);
+  mm->request_duration_ = &f.request_duration->Add({{"model", name}}, lat);
+  mm->queue_duration_ = &f.queue_duration->Add({{"model", name}}, lat);
+  mm->compute_duration_ = &f.compute_duration->Add({{"model", name}}, lat);
+  mm->batch_requests_ = &f.batch_requests->Add({{"model", name}}, PowersOfTwo(1024));
+  mm->batch_rows_ = &f.batch_rows->Add({{"model", name}}, PowersOfTwo(65536));
+  mm->queue_depth_ = &f.queue_depth->Add({{"model", name}});
   for (DataType t : kAllDataTypes) {
     mm->flops_[static_cast<int>(t)] =
-        &flops.Add({{"model", name}, {"datatype", std::string(DataTypeName(t))}});
+        &f.flops->Add({{"model", name}, {"datatype", std::string(DataTypeName(t))}});
   }
-  auto& bytes = prometheus::BuildCounter()
-                    .Name("gemmserve_bytes_total")
-                    .Help("Tensor bytes received (in) and sent (out).")
-                    .Register(r);
-  mm->bytes_in_ = &bytes.Add({{"model", name}, {"direction", "in"}});
-  mm->bytes_out_ = &bytes.Add({{"model", name}, {"direction", "out"}});
-  auto& rejected = prometheus::BuildCounter()
-                       .Name("gemmserve_rejected_total")
-                       .Help("Requests refused or dropped, by reason.")
-                       .Register(r);
+  mm->bytes_in_ = &f.bytes->Add({{"model", name}, {"direction", "in"}});
+  mm->bytes_out_ = &f.bytes->Add({{"model", name}, {"direction", "out"}});
   for (int i = 0; i < ModelMetrics::kReasons; ++i) {
-    mm->rejected_[i] = &rejected.Add({{"model", name}, {"reason", kReasonNames[i]}});
+    mm->rejected_[i] = &f.rejected->Add({{"model", name}, {"reason", kReasonNames[i]}});
   }
-  ModelMetrics* out = mm.get();
-  models_.emplace(name, std::move(mm));
-  return out;
+  mm->admitted_bytes_ = &f.admitted_bytes->Add({{"model", name}});
+  ModelMetrics* raw = mm.get();
+  std::shared_ptr<ModelMetrics> shared(mm.release(), [this](ModelMetrics* p) { Release(p); });
+  models_[raw->name_] = Entry{shared, raw};
+  return shared;
+}
+
+void Metrics::Release(ModelMetrics* m) {
+  std::unique_ptr<ModelMetrics> owned(m);
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(m->name_);
+  if (it == models_.end() || it->second.raw != m) return;  // the name lives on in another
+  models_.erase(it);
+  Families& f = *families_;
+  for (prometheus::Counter* c : m->requests_) f.requests->Remove(c);
+  f.request_duration->Remove(m->request_duration_);
+  f.queue_duration->Remove(m->queue_duration_);
+  f.compute_duration->Remove(m->compute_duration_);
+  f.batch_requests->Remove(m->batch_requests_);
+  f.batch_rows->Remove(m->batch_rows_);
+  f.queue_depth->Remove(m->queue_depth_);
+  for (prometheus::Counter* c : m->flops_) f.flops->Remove(c);
+  f.bytes->Remove(m->bytes_in_);
+  f.bytes->Remove(m->bytes_out_);
+  for (prometheus::Counter* c : m->rejected_) f.rejected->Remove(c);
+  f.admitted_bytes->Remove(m->admitted_bytes_);
 }
 
 }  // namespace gemmserve

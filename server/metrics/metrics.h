@@ -18,13 +18,19 @@
 //   gemmserve_bytes_total{model,direction}         counter, tensor bytes in and out
 //   gemmserve_rejected_total{model,reason}         counter, queue_full, deadline, cancelled,
 //                                                  invalid, over_limit
+//   gemmserve_admitted_bytes_total{model}          counter, what accepted requests were
+//                                                  counted at against --max_inflight_bytes
+//   gemmserve_inflight_bytes                       gauge, bytes accepted requests hold now
 //   gemmserve_build_info{version}                  gauge, 1
 //
 // The model label is a served model's name; requests naming no served model
-// are counted under model="_unknown", so a client cannot grow the label set.
+// are counted under model="_unknown" (a reserved name), so a client cannot
+// grow the label set. A model's series go when its last user lets go of its
+// ModelMetrics (it was unloaded and its last request answered), so loading
+// and unloading many names does not grow a scrape either.
 //
 //   GEMMSERVE_ASSIGN_OR_RETURN(auto metrics, Metrics::Start("0.0.0.0:8002", {}));
-//   ModelMetrics* m = metrics->ForModel("matmul");
+//   std::shared_ptr<ModelMetrics> m = metrics->ForModel("matmul");
 //   m->RecordQueue(absl::Microseconds(40));
 #ifndef GEMMSERVE_SERVER_METRICS_METRICS_H_
 #define GEMMSERVE_SERVER_METRICS_METRICS_H_
@@ -69,9 +75,11 @@ class ModelMetrics {
   void RecordBytes(int64_t in, int64_t out);
   void RecordRejected(RejectReason reason);
   void SetQueueDepth(int64_t depth);
+  void RecordAdmitted(int64_t bytes);
 
  private:
   friend class Metrics;
+  std::string name_;
   static constexpr int kCodes = 17;
   static constexpr int kDataTypes = 8;
   static constexpr int kReasons = 5;
@@ -86,6 +94,7 @@ class ModelMetrics {
   prometheus::Counter* bytes_in_ = nullptr;
   prometheus::Counter* bytes_out_ = nullptr;
   std::array<prometheus::Counter*, kReasons> rejected_{};
+  prometheus::Counter* admitted_bytes_ = nullptr;
 };
 
 struct MetricsOptions {
@@ -107,28 +116,45 @@ class Metrics {
   int port() const { return port_; }
 
   // The metrics of a model label, created on first use (under a lock: call
-  // it when a model is installed, not per request) and kept for the life of
-  // the process.
-  ModelMetrics* ForModel(absl::string_view model);
-  // For requests naming no served model.
-  ModelMetrics* Unknown() { return unknown_; }
+  // it when a model is installed, not per request) and shared by every
+  // holder of the name; its series are removed from /metrics when the last
+  // holder lets go. The Metrics must outlive every ModelMetrics.
+  std::shared_ptr<ModelMetrics> ForModel(absl::string_view model);
+  // For requests naming no served model; lives as long as the Metrics.
+  const std::shared_ptr<ModelMetrics>& Unknown() const { return unknown_; }
+  // Model labels with series now (the "_unknown" one included).
+  size_t model_label_count() const;
 
   void AddInflight(int64_t delta);
+  void AddInflightBytes(int64_t delta);
+
+  // What a scrape would show now, for tests.
+  const prometheus::Registry& registry() const { return *registry_; }
 
   // Parses --latency_buckets: comma-separated increasing seconds.
   static absl::StatusOr<std::vector<double>> ParseBuckets(absl::string_view text);
 
  private:
-  Metrics() = default;
+  Metrics();
+  // The deleter of a ModelMetrics: removes its series unless the name has
+  // been taken up again meanwhile (the series are then the new holder's).
+  void Release(ModelMetrics* metrics);
+  struct Families;
 
   std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<Families> families_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
   MetricsOptions options_;
-  absl::Mutex mu_;
-  std::map<std::string, std::unique_ptr<ModelMetrics>, std::less<>> models_ ABSL_GUARDED_BY(mu_);
-  ModelMetrics* unknown_ = nullptr;
+  mutable absl::Mutex mu_;
+  struct Entry {
+    std::weak_ptr<ModelMetrics> metrics;
+    ModelMetrics* raw;  // which object the entry is, once `metrics` expired
+  };
+  std::map<std::string, Entry, std::less<>> models_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<ModelMetrics> unknown_;
   prometheus::Gauge* inflight_ = nullptr;
+  prometheus::Gauge* inflight_bytes_ = nullptr;
 };
 
 }  // namespace gemmserve

@@ -7,10 +7,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "server/common/allocation.h"
 #include "server/common/status_macros.h"
 #include "server/ops/kernels/gemm.h"
 #include "server/ops/kernels/streaming_gemm.h"
 #include "server/tensor/half.h"
+#include "server/tensor/shape.h"
 #include "server/tensor/tensor.h"
 
 namespace gemmserve {
@@ -154,13 +156,10 @@ struct Lane {
   AlignedBuffer rows, result;
 };
 
-absl::Status RunOnePacked(const GemmProblem& p, Lane& lane, int threads) {
-  if (IsDirect(p)) {
-    return GemmRowMajor(p.type, p.m, p.n, p.k, p.a, p.lda, p.b, p.ldb, p.c, p.ldc, threads);
-  }
-  if (!IsFloatingPoint(p.type)) {
-    return absl::InternalError("gather/scatter GEMM problem of an integer type");
-  }
+// One block of at most kGatherBlockRows rows of a problem that gathers or
+// scatters: its rows to FP32/FP64 in the lane's scratch, one GEMM, the rows
+// out to C.
+void RunGatheredBlock(const GemmProblem& p, Lane& lane, int threads) {
   if (IsHalfPrecision(p.type)) {
     // Rows gathered and widened inside BLIS's packing step.
     HalfPackedGemm(p.type, p.m, p.n, p.k, static_cast<const uint16_t*>(p.a), p.lda, p.a_rows,
@@ -178,6 +177,25 @@ absl::Status RunOnePacked(const GemmProblem& p, Lane& lane, int threads) {
                   p.n, threads);
   }
   StoreRows(p, lane.result.data());
+}
+
+absl::Status RunOnePacked(const GemmProblem& p, Lane& lane, int threads) {
+  if (IsDirect(p)) {
+    return GemmRowMajor(p.type, p.m, p.n, p.k, p.a, p.lda, p.b, p.ldb, p.c, p.ldc, threads);
+  }
+  if (!IsFloatingPoint(p.type)) {
+    return absl::InternalError("gather/scatter GEMM problem of an integer type");
+  }
+  for (int64_t i0 = 0; i0 < p.m; i0 += kGatherBlockRows) {
+    GemmProblem block = p;
+    block.m = std::min(kGatherBlockRows, p.m - i0);
+    // A gathered problem has both row lists, or a bias and rows in order.
+    block.a_rows = p.a_rows ? p.a_rows + i0 : nullptr;
+    block.c_rows = p.c_rows ? p.c_rows + i0 : nullptr;
+    if (!p.a_rows) block.a = static_cast<const uint8_t*>(p.a) + i0 * p.lda * DataTypeSize(p.type);
+    if (!p.c_rows) block.c = static_cast<uint8_t*>(p.c) + i0 * p.ldc * DataTypeSize(p.type);
+    RunGatheredBlock(block, lane, threads);
+  }
   return absl::OkStatus();
 }
 
@@ -220,8 +238,9 @@ absl::Status RunPacked(const std::vector<const GemmProblem*>& problems, int thre
   for (const GemmProblem& p : tiles) {
     if (IsDirect(p)) continue;
     const int64_t acc = AccSize(p.type);
-    if (!IsHalfPrecision(p.type)) rows_bytes = std::max(rows_bytes, p.m * p.k * acc);
-    result_bytes = std::max(result_bytes, p.m * p.n * acc);
+    const int64_t block = std::min(p.m, kGatherBlockRows);
+    if (!IsHalfPrecision(p.type)) rows_bytes = std::max(rows_bytes, block * p.k * acc);
+    result_bytes = std::max(result_bytes, block * p.n * acc);
   }
   std::vector<Lane> lane(lanes);
   for (Lane& l : lane) {
@@ -241,9 +260,53 @@ absl::Status RunPacked(const std::vector<const GemmProblem*>& problems, int thre
   return absl::OkStatus();
 }
 
+// Bookkeeping of one problem, over its whole life: the GemmProblem in the
+// caller's list and in a batch's merged list (with vector slack), the pointer
+// lists and work items or column tiles of the scheduler, their statuses, and
+// up to a cache line of padding in each scratch region.
+constexpr int64_t kProblemBookkeepingBytes = 1024;
+
 }  // namespace
 
-absl::Status RunGemmProblems(absl::Span<const GemmProblem> problems, int threads) {
+int64_t GemmWorkBytes(const GemmWorkShape& w, int threads) {
+  const int64_t t = std::max(threads, 1);
+  if (w.problems <= 0 || w.rows <= 0 || w.n <= 0) return SaturatingMul(w.problems, kProblemBookkeepingBytes);
+  const int64_t acc = AccSize(w.type);
+  // The per-problem bookkeeping, and the items or tiles beyond one per
+  // problem that splitting for `t` threads adds (at most 2t).
+  int64_t bytes = SaturatingMul(SaturatingAdd(w.problems, 2 * t), kProblemBookkeepingBytes);
+  if (IsFloatingPoint(w.type) && w.min_rows <= kStreamingMaxRows) {
+    // Streaming problems (at most kStreamingMaxRows rows each): their rows
+    // widened, and partial sums per K slice. Slices per problem are
+    // ceil(2t / problems) at most, so partials hold at most the rows' own
+    // results plus 4t * kStreamingMaxRows rows more.
+    const int64_t rows =
+        std::min(w.rows, SaturatingMul(w.problems, kStreamingMaxRows));
+    bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingMul(rows, w.k), acc));
+    const int64_t partial_rows = SaturatingAdd(rows, 4 * t * kStreamingMaxRows);
+    bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingMul(partial_rows, w.n), acc));
+  }
+  if (!IsFloatingPoint(w.type) || w.max_rows > kStreamingMaxRows) {
+    // Packed problems: each of up to t lanes holds one block of gathered rows
+    // and its results (gathered problems), or the FP32 results of a block of
+    // a half-precision GEMM (HalfGemmRowMajor); direct FP32, FP64 and integer
+    // GEMMs run in place, with BLIS's own pooled packing buffers.
+    int64_t block_bytes = 0;
+    if (w.gathered) {
+      block_bytes = SaturatingMul(
+          std::min(w.max_rows, kGatherBlockRows),
+          SaturatingMul(SaturatingAdd(IsHalfPrecision(w.type) ? 0 : w.k, w.n), acc));
+    } else if (IsHalfPrecision(w.type)) {
+      block_bytes = SaturatingMul(std::min(w.max_rows, kHalfGemmRowBlock), SaturatingMul(w.n, 4));
+    }
+    bytes = SaturatingAdd(bytes, SaturatingMul(block_bytes, t));
+  }
+  return bytes;
+}
+
+namespace {
+
+absl::Status RunGemmProblemsOrThrow(absl::Span<const GemmProblem> problems, int threads) {
   threads = std::max(threads, 1);
   std::vector<const GemmProblem*> streaming, packed;
   for (const GemmProblem& p : problems) {
@@ -254,6 +317,15 @@ absl::Status RunGemmProblems(absl::Span<const GemmProblem> problems, int threads
   if (!streaming.empty()) GEMMSERVE_RETURN_IF_ERROR(RunStreaming(streaming, threads));
   if (!packed.empty()) GEMMSERVE_RETURN_IF_ERROR(RunPacked(packed, threads));
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunGemmProblems(absl::Span<const GemmProblem> problems, int threads) {
+  // The scheduler's lists are standard containers; nothing inside its
+  // parallel regions allocates.
+  return CatchAllocationFailure("the GEMM scheduler's work lists",
+                                [&] { return RunGemmProblemsOrThrow(problems, threads); });
 }
 
 }  // namespace gemmserve

@@ -53,9 +53,34 @@ struct GemmProblem {
 // accumulators in L1/L2 rather than registers (docs/performance.md).
 inline constexpr int64_t kStreamingMaxRows = 16;
 
+// Gathered problems above kStreamingMaxRows run this many rows at a time, so
+// a thread's scratch (gathered rows, FP32 results) stays bounded however many
+// tokens chose one expert; B is repacked per block, a small cost against
+// 2 * kGatherBlockRows flops per element of B.
+inline constexpr int64_t kGatherBlockRows = 512;
+
 // Runs every problem with up to `threads` threads. The problems' outputs must
 // not overlap. RESOURCE_EXHAUSTED if scratch memory is denied.
 absl::Status RunGemmProblems(absl::Span<const GemmProblem> problems, int threads);
+
+// What a list of problems looks like, as far as its memory goes, before it
+// is built (a GroupedMatMul's rows per expert are known only once its indices
+// are read): `problems` problems of one type, `rows` rows in all, each with
+// between `min_rows` and `max_rows` rows, all with the same K and N.
+struct GemmWorkShape {
+  DataType type = DataType::kFP32;
+  int64_t problems = 0;
+  int64_t rows = 0;
+  int64_t min_rows = 0, max_rows = 0;
+  int64_t k = 0, n = 0;
+  bool gathered = false;  // rows gathered, scattered or given a bias
+};
+
+// Bytes RunGemmProblems holds for such a list beyond its operands (its
+// bookkeeping and scratch), and the bytes the caller's list of GemmProblem
+// takes: an upper bound that adds up, so a merged list of several requests'
+// problems is covered by the sum of their own bounds. Saturates at INT64_MAX.
+int64_t GemmWorkBytes(const GemmWorkShape& work, int threads);
 
 }  // namespace gemmserve
 

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/allocation.h"
 #include "server/common/status_macros.h"
 #include "server/ops/gemm_problems.h"
 
@@ -142,6 +143,12 @@ absl::Status ValidateGroupIndices(const Tensor& indices, int64_t g) {
   }
 }
 
+absl::Status ValidateGroupIndices(absl::Span<const int64_t> indices, int64_t s, int64_t g) {
+  if (indices.empty()) return absl::OkStatus();
+  return CheckIndices(indices.data(), static_cast<int64_t>(indices.size()), std::max<int64_t>(s, 1),
+                      g);
+}
+
 absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan& plan,
                                                          const Tensor& input,
                                                          const Tensor& weights,
@@ -153,9 +160,39 @@ absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan
         DataTypeName(input.type())));
   }
   if (plan.output_elements == 0) return GroupedMatMulWork{};
-  return indices.type() == DataType::kINT32
-             ? BuildProblems(plan, indices.data<int32_t>(), input, weights, bias, output)
-             : BuildProblems(plan, indices.data<int64_t>(), input, weights, bias, output);
+  if (indices.num_elements() != SaturatingMul(plan.m, plan.s) ||
+      input.num_elements() != SaturatingMul(plan.m, plan.k) ||
+      weights.num_elements() != SaturatingMul(SaturatingMul(plan.g, plan.k), plan.n) ||
+      (bias != nullptr && bias->num_elements() != SaturatingMul(plan.g, plan.n)) ||
+      output->num_elements() != plan.output_elements) {
+    return absl::InternalError("GroupedMatMul: tensors differ from the plan");
+  }
+  return CatchAllocationFailure("GroupedMatMul's sorted (token, slot) pairs",
+                                [&]() -> absl::StatusOr<GroupedMatMulWork> {
+                                  if (indices.type() == DataType::kINT32) {
+                                    return BuildProblems(plan, indices.data<int32_t>(), input,
+                                                         weights, bias, output);
+                                  }
+                                  return BuildProblems(plan, indices.data<int64_t>(), input,
+                                                       weights, bias, output);
+                                });
+}
+
+int64_t GroupedMatMulWorkBytes(const GroupedMatMulPlan& plan, DataType type, int threads) {
+  if (plan.output_elements == 0) return 0;  // BuildGroupedMatMulWork builds nothing
+  const int64_t pairs = SaturatingMul(plan.m, plan.s);
+  GemmWorkShape work;
+  work.type = type;
+  work.problems = std::min(plan.g, pairs);
+  work.rows = pairs;
+  work.min_rows = 1;
+  work.max_rows = pairs;
+  work.k = plan.k;
+  work.n = plan.n;
+  work.gathered = true;
+  // Per pair: its (group, pair) key while sorting, and its two row indices.
+  constexpr int64_t kPairBytes = sizeof(std::pair<int64_t, int64_t>) + 2 * sizeof(int64_t);
+  return SaturatingAdd(SaturatingMul(pairs, kPairBytes), GemmWorkBytes(work, threads));
 }
 
 absl::Status RunGroupedMatMul(const GroupedMatMulPlan& plan, const Tensor& input,

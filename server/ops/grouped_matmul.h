@@ -50,6 +50,8 @@ absl::StatusOr<GroupedMatMulPlan> PlanGroupedMatMul(absl::Span<const int64_t> in
 // INVALID_ARGUMENT for the first index outside [0, g), naming its position.
 // `indices` must be INT32 or INT64.
 absl::Status ValidateGroupIndices(const Tensor& indices, int64_t g);
+// The same for indices already widened to int64, `s` per row.
+absl::Status ValidateGroupIndices(absl::Span<const int64_t> indices, int64_t s, int64_t g);
 
 // The (token, slot) pairs p = m*S + s sorted by group, as GEMM problems: one
 // per group in use, its rows gathered from the pairs' tokens and scattered to
@@ -63,12 +65,19 @@ struct GroupedMatMulWork {
 
 // The problems of one GroupedMatMul, to run alone or merged with others'
 // (the batcher runs several requests' problems in one RunGemmProblems call).
-// Same preconditions as RunGroupedMatMul.
+// Same preconditions as RunGroupedMatMul. RESOURCE_EXHAUSTED if the lists
+// cannot be allocated.
 absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan& plan,
                                                          const Tensor& input,
                                                          const Tensor& weights,
                                                          const Tensor& indices,
                                                          const Tensor* bias, Tensor* output);
+
+// Bytes BuildGroupedMatMulWork and running its problems hold beyond the
+// tensors (the sorted pairs, the row lists, the problems and the scheduler's
+// scratch, GemmWorkBytes), known before the indices are read: every token may
+// choose one expert, or each its own.
+int64_t GroupedMatMulWorkBytes(const GroupedMatMulPlan& plan, DataType type, int threads);
 
 // Tensors must match the plan; `bias` may be null. Indices must have passed
 // ValidateGroupIndices. RESOURCE_EXHAUSTED if scratch memory is denied.

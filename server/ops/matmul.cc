@@ -1,5 +1,6 @@
 #include "server/ops/matmul.h"
 
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -9,6 +10,18 @@
 #include "server/ops/gemm_problems.h"
 
 namespace gemmserve {
+
+namespace {
+
+// Every batch entry multiplies by the same B.
+bool BShared(const MatMulPlan& plan) {
+  for (int64_t d : plan.b_batch) {
+    if (d != 1) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 absl::StatusOr<MatMulPlan> PlanMatMul(absl::Span<const int64_t> a_shape,
                                       absl::Span<const int64_t> b_shape) {
@@ -70,6 +83,10 @@ absl::Status AppendMatMulProblems(const MatMulPlan& plan, const Tensor& a, const
     return absl::InternalError("RunMatMul: operand datatypes differ");
   }
   if (plan.output_elements == 0) return absl::OkStatus();
+  if (plan.k == 0) {  // empty sums
+    std::memset(y->raw_data(), 0, static_cast<size_t>(y->byte_size()));
+    return absl::OkStatus();
+  }
   std::vector<GemmProblem>& problems = *out;
   const int64_t es = DataTypeSize(type);
   const int64_t m = plan.m, n = plan.n, k = plan.k;
@@ -77,8 +94,7 @@ absl::Status AppendMatMulProblems(const MatMulPlan& plan, const Tensor& a, const
   const auto* b_bytes = static_cast<const uint8_t*>(b.raw_data());
   auto* y_bytes = static_cast<uint8_t*>(y->raw_data());
 
-  bool b_shared = true;
-  for (int64_t d : plan.b_batch) b_shared &= (d == 1);
+  const bool b_shared = BShared(plan);
   auto add = [&](int64_t rows, int64_t a_off, int64_t b_off, int64_t entry) {
     GemmProblem p;
     p.type = type;
@@ -125,6 +141,23 @@ absl::Status AppendMatMulProblems(const MatMulPlan& plan, const Tensor& a, const
     }
   }
   return absl::OkStatus();
+}
+
+int64_t MatMulWorkBytes(const MatMulPlan& plan, DataType type, int threads) {
+  GemmWorkShape work;
+  work.type = type;
+  work.k = plan.k;
+  work.n = plan.n;
+  if (plan.output_elements == 0 || plan.k == 0) return 0;  // no problem at all
+  work.rows = SaturatingMul(plan.batch_count, plan.m);
+  if (BShared(plan)) {
+    work.problems = 1;
+    work.min_rows = work.max_rows = work.rows;
+  } else {
+    work.problems = plan.batch_count;
+    work.min_rows = work.max_rows = plan.m;
+  }
+  return GemmWorkBytes(work, threads);
 }
 
 }  // namespace gemmserve

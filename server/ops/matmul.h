@@ -47,9 +47,14 @@ absl::Status RunMatMul(const MatMulPlan& plan, const Tensor& a, const Tensor& b,
 
 // The GEMM problems RunMatMul would run, appended to `problems`, so the
 // batcher can run several requests' problems in one call. They point into the
-// tensors, which must outlive them.
+// tensors, which must outlive them. K = 0 needs no problem: `y` is zeroed.
 absl::Status AppendMatMulProblems(const MatMulPlan& plan, const Tensor& a, const Tensor& b,
                                   Tensor* y, std::vector<GemmProblem>* problems);
+
+// Bytes the problems of `plan` hold while they run beyond A, B and Y (their
+// list and the scheduler's scratch, GemmWorkBytes), known before anything is
+// allocated: a batch of 2^29 empty matrices is 2^29 problems.
+int64_t MatMulWorkBytes(const MatMulPlan& plan, DataType type, int threads);
 
 }  // namespace gemmserve
 

@@ -1,11 +1,7 @@
 #include "server/repository/model_repository.h"
 
-#include <stdlib.h>
-
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include <google/protobuf/io/tokenizer.h>
@@ -15,8 +11,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/client_text.h"
+#include "server/common/allocation.h"
 #include "server/common/logging.h"
+#include "server/common/model_name.h"
 #include "server/common/status_macros.h"
+#include "server/repository/model_files.h"
 #include "server/repository/onnx_model_loader.h"
 
 namespace gemmserve {
@@ -38,49 +37,42 @@ class CollectErrors final : public google::protobuf::io::ErrorCollector {
   std::string first_;
 };
 
-// A model or file name from a client: one plain path component or a
-// relative path without "..".
-bool SafeRelativePath(const std::string& path) {
-  if (path.empty()) return false;
-  const fs::path p(path);
-  if (p.is_absolute()) return false;
-  for (const auto& part : p) {
-    if (part == ".." || part == "." || part.empty()) return false;
+// config.pbtxt is a few lines; anything far larger is not one.
+constexpr int64_t kMaxConfigBytes = int64_t{1} << 20;
+// Loads waiting for the loader thread (each may hold uploaded files).
+constexpr size_t kMaxQueuedLoads = 16;
+
+// The limits of config.pbtxt's numeric fields (README: model configuration).
+constexpr uint64_t kMaxQueueDelayUs = 10'000'000;          // 10 s
+constexpr uint64_t kMaxBatchRows = uint64_t{1} << 24;
+constexpr uint64_t kMaxQueueSize = 1'000'000;
+constexpr uint64_t kMaxDefaultTimeoutUs = 3'600'000'000;   // 1 h
+constexpr uint32_t kMaxConcurrentBatches = 64;
+constexpr size_t kMaxModelFilenameLength = 255;
+
+absl::Status OverLimit(const char* field, uint64_t value, uint64_t limit) {
+  return absl::InvalidArgumentError(absl::StrCat("config.pbtxt: dynamic_batching.", field, " ",
+                                                 value, " is over the limit of ", limit));
+}
+
+absl::StatusOr<std::string> ReadConfigText(const ModelFiles& files) {
+  GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<ModelFile> file, files.Open("", kConfigFile));
+  if (file->size() > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("config.pbtxt: ", file->size(),
+                                                   " bytes, over the limit of ", kMaxConfigBytes));
   }
-  return true;
-}
-
-bool SafeModelName(const std::string& name) {
-  return SafeRelativePath(name) && name.find('/') == std::string::npos;
-}
-
-// The highest numeric version directory holding `file`.
-std::optional<std::string> LatestVersion(const fs::path& model_dir, const std::string& file) {
-  std::optional<int64_t> best;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(model_dir, ec)) {
-    int64_t v;
-    if (!entry.is_directory() || !absl::SimpleAtoi(entry.path().filename().string(), &v) || v < 0) {
-      continue;
-    }
-    if (!fs::exists(entry.path() / file)) continue;
-    if (!best || v > *best) best = v;
-  }
-  if (!best) return std::nullopt;
-  return absl::StrCat(*best);
-}
-
-absl::StatusOr<std::string> ReadText(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError("cannot read");
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+  std::string text(static_cast<size_t>(file->size()), '\0');
+  GEMMSERVE_RETURN_IF_ERROR(file->Read(0, file->size(), text.data()));
+  return text;
 }
 
 }  // namespace
 
 absl::StatusOr<config::ModelConfigFile> ParseModelConfigFile(absl::string_view text) {
+  if (static_cast<int64_t>(text.size()) > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("config.pbtxt: ", text.size(),
+                                                   " bytes, over the limit of ", kMaxConfigBytes));
+  }
   config::ModelConfigFile config;
   google::protobuf::TextFormat::Parser parser;
   CollectErrors errors;
@@ -95,16 +87,33 @@ absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
     const config::ModelConfigFile& config) {
   if (!config.has_dynamic_batching()) return std::optional<BatchingOptions>();
   const config::DynamicBatching& db = config.dynamic_batching();
-  constexpr uint64_t kMax = uint64_t{1} << 40;
-  if (db.max_queue_delay_microseconds() > kMax || db.default_timeout_microseconds() > kMax ||
-      db.max_batch_rows() > kMax || db.max_queue_size() > kMax) {
-    return absl::InvalidArgumentError("config.pbtxt: dynamic_batching value out of range");
+  if (db.max_queue_delay_microseconds() > kMaxQueueDelayUs) {
+    return OverLimit("max_queue_delay_microseconds", db.max_queue_delay_microseconds(),
+                     kMaxQueueDelayUs);
+  }
+  if (db.max_batch_rows() > kMaxBatchRows) {
+    return OverLimit("max_batch_rows", db.max_batch_rows(), kMaxBatchRows);
+  }
+  if (db.max_queue_size() > kMaxQueueSize) {
+    return OverLimit("max_queue_size", db.max_queue_size(), kMaxQueueSize);
+  }
+  if (db.default_timeout_microseconds() > kMaxDefaultTimeoutUs) {
+    return OverLimit("default_timeout_microseconds", db.default_timeout_microseconds(),
+                     kMaxDefaultTimeoutUs);
+  }
+  if (db.priority_levels() > static_cast<uint32_t>(kMaxPriorityLevels)) {
+    return OverLimit("priority_levels", db.priority_levels(), kMaxPriorityLevels);
   }
   if (db.default_priority_level() > db.priority_levels()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "config.pbtxt: default_priority_level ", db.default_priority_level(),
+        "config.pbtxt: dynamic_batching.default_priority_level ", db.default_priority_level(),
         " is above priority_levels ", db.priority_levels()));
   }
+  if (db.max_concurrent_batches() > kMaxConcurrentBatches) {
+    return OverLimit("max_concurrent_batches", db.max_concurrent_batches(),
+                     kMaxConcurrentBatches);
+  }
+  // Every value is now small enough for the types it goes into.
   BatchingOptions o;
   o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(db.max_queue_delay_microseconds()));
   o.max_batch_rows = static_cast<int64_t>(db.max_batch_rows());
@@ -114,9 +123,6 @@ absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
                           : absl::Microseconds(static_cast<int64_t>(db.default_timeout_microseconds()));
   o.priority_levels = static_cast<int>(db.priority_levels());
   o.default_priority_level = static_cast<int>(db.default_priority_level());
-  if (db.max_concurrent_batches() > 64) {
-    return absl::InvalidArgumentError("config.pbtxt: max_concurrent_batches above 64");
-  }
   o.max_concurrent_batches = std::max<int>(1, static_cast<int>(db.max_concurrent_batches()));
   return std::optional<BatchingOptions>(o);
 }
@@ -159,7 +165,7 @@ void ModelRepository::LoadAll() {
   std::error_code ec;
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(root_, ec)) {
-    if (entry.is_directory()) names.push_back(entry.path().filename().string());
+    if (entry.is_directory(ec)) names.push_back(entry.path().filename().string());
   }
   if (ec) {
     GEMMSERVE_LOG(ERROR) << "cannot list the model repository " << root_ << ": " << ec.message();
@@ -167,6 +173,10 @@ void ModelRepository::LoadAll() {
   }
   std::sort(names.begin(), names.end());
   for (const std::string& name : names) {
+    if (absl::Status valid = ValidateModelName(name); !valid.ok()) {
+      GEMMSERVE_LOG(ERROR) << "model directory skipped: " << valid.message();
+      continue;
+    }
     absl::Status s = Load(name, {});
     if (s.ok()) {
       GEMMSERVE_LOG(INFO) << "loaded model '" << name << "'";
@@ -183,13 +193,13 @@ void ModelRepository::Record(const std::string& name, ModelIndexEntry entry,
   if (config) configs_[name] = *std::move(config);
 }
 
-absl::Status ModelRepository::LoadFrom(const std::string& name, const std::string& model_dir,
+absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles& files,
                                        const std::optional<std::string>& config_text) {
   config::ModelConfigFile config;
   if (config_text) {
     GEMMSERVE_ASSIGN_OR_RETURN(config, ParseModelConfigFile(*config_text));
-  } else if (fs::exists(fs::path(model_dir) / kConfigFile)) {
-    GEMMSERVE_ASSIGN_OR_RETURN(std::string text, ReadText(fs::path(model_dir) / kConfigFile));
+  } else if (files.Exists("", kConfigFile)) {
+    GEMMSERVE_ASSIGN_OR_RETURN(std::string text, ReadConfigText(files));
     GEMMSERVE_ASSIGN_OR_RETURN(config, ParseModelConfigFile(text));
   }
   if (!config.name().empty() && config.name() != name) {
@@ -201,34 +211,50 @@ absl::Status ModelRepository::LoadFrom(const std::string& name, const std::strin
   GEMMSERVE_ASSIGN_OR_RETURN(std::optional<BatchingOptions> batching, BatchingFromConfig(config));
   const std::string file =
       config.default_model_filename().empty() ? kDefaultModelFile : config.default_model_filename();
-  if (!SafeRelativePath(file)) {
-    return absl::InvalidArgumentError("config.pbtxt: default_model_filename must be a relative path");
+  if (!IsPlainRelativePath(file) || file.size() > kMaxModelFilenameLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.pbtxt: default_model_filename must be a relative path of at most ",
+        kMaxModelFilenameLength, " characters without '.' or '..' components"));
   }
-  std::optional<std::string> version = LatestVersion(model_dir, file);
+  std::optional<int64_t> version = files.LatestVersion(file);
   if (!version) {
     return absl::NotFoundError(absl::StrCat("model '", name, "': no numeric version directory holds ",
-                                            file));
+                                            ClientText(file)));
   }
-  GEMMSERVE_ASSIGN_OR_RETURN(
-      std::unique_ptr<Model> model,
-      LoadOnnxModel(name, *version, (fs::path(model_dir) / *version).string(), file));
+  const std::string version_name = absl::StrCat(*version);
+  GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                             LoadOnnxModel(name, version_name, files, file));
   engine_->Install(std::move(model), batching);
-  Record(name, ModelIndexEntry{name, *version, "READY", ""}, std::move(config));
+  Record(name, ModelIndexEntry{name, version_name, "READY", ""}, std::move(config));
   return absl::OkStatus();
 }
 
-absl::Status ModelRepository::Load(const std::string& name, const ModelLoadRequest& request) {
-  if (!SafeModelName(name)) {
-    return absl::InvalidArgumentError("model name must be one plain path component");
+absl::Status ModelRepository::LoadOrThrow(const std::string& name,
+                                          const ModelLoadRequest& request) {
+  if (!request.files.empty()) {
+    // Triton's convention: uploaded files come with their config. They are
+    // read from memory: nothing is written to disk.
+    if (!request.config) {
+      return absl::InvalidArgumentError("parameter 'config' is required with 'file:' parameters");
+    }
+    GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<ModelFiles> files,
+                               ModelFiles::InMemory(request.files));
+    return LoadFrom(name, *files, request.config);
   }
+  GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<ModelFiles> files,
+                             ModelFiles::InDirectory(root_, name));
+  return LoadFrom(name, *files, request.config);
+}
+
+absl::Status ModelRepository::Load(const std::string& name, const ModelLoadRequest& request) {
+  GEMMSERVE_RETURN_IF_ERROR(ValidateModelName(name));
   if (std::find(builtin_.begin(), builtin_.end(), name) != builtin_.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", name, "' is a built-in model; it is always loaded"));
   }
-  if (request.files.empty() &&
-      (root_.empty() || !fs::is_directory(fs::path(root_) / name))) {
-    return absl::NotFoundError(absl::StrCat("no model '", ClientText(name),
-                                            "' in the model repository"));
+  std::error_code ec;
+  if (request.files.empty() && (root_.empty() || !fs::is_directory(fs::path(root_) / name, ec))) {
+    return absl::NotFoundError(absl::StrCat("no model '", name, "' in the model repository"));
   }
   absl::MutexLock serial(&load_mu_);
   {
@@ -240,38 +266,11 @@ absl::Status ModelRepository::Load(const std::string& name, const ModelLoadReque
     }
   }
   absl::Status status;
-  if (!request.files.empty()) {
-    // Triton's convention: uploaded files come with their config.
-    if (!request.config) {
-      status = absl::InvalidArgumentError("parameter 'config' is required with 'file:' parameters");
-    }
-    std::string tmp = (fs::temp_directory_path() / "gemmserve-load-XXXXXX").string();
-    if (status.ok() && ::mkdtemp(tmp.data()) == nullptr) {
-      status = absl::InternalError("cannot create a temporary directory for the upload");
-    }
-    if (status.ok()) {
-      const fs::path dir = fs::path(tmp) / name;
-      for (const auto& [path, bytes] : request.files) {
-        if (!SafeRelativePath(path)) {
-          status = absl::InvalidArgumentError(absl::StrCat(
-              "parameter 'file:", ClientText(path), "': must be a relative path without '..'"));
-          break;
-        }
-        std::error_code ec;
-        fs::create_directories((dir / path).parent_path(), ec);
-        std::ofstream out(dir / path, std::ios::binary);
-        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        if (!out) {
-          status = absl::InternalError("cannot write an uploaded file to the temporary directory");
-          break;
-        }
-      }
-      if (status.ok()) status = LoadFrom(name, dir.string(), request.config);
-      std::error_code ec;
-      fs::remove_all(tmp, ec);
-    }
-  } else {
-    status = LoadFrom(name, (fs::path(root_) / name).string(), request.config);
+  try {
+    status = CatchAllocationFailure("loading the model", [&] { return LoadOrThrow(name, request); });
+  } catch (const std::exception& e) {
+    GEMMSERVE_LOG(ERROR) << "loading model '" << name << "' failed: " << e.what();
+    status = absl::InternalError("loading the model failed; see the server log");
   }
   if (!status.ok()) {
     absl::MutexLock lock(&mu_);
@@ -291,27 +290,37 @@ absl::Status ModelRepository::Load(const std::string& name, const ModelLoadReque
 
 void ModelRepository::LoadAsync(std::string name, ModelLoadRequest request,
                                 absl::AnyInvocable<void(absl::Status) &&> done) {
-  absl::MutexLock lock(&mu_);
-  jobs_.push_back([this, name = std::move(name), request = std::move(request),
-                   done = std::move(done)]() mutable { std::move(done)(Load(name, request)); });
+  {
+    absl::MutexLock lock(&mu_);
+    if (jobs_.size() < kMaxQueuedLoads) {
+      jobs_.push_back([this, name = std::move(name), request = std::move(request),
+                       done = std::move(done)]() mutable { std::move(done)(Load(name, request)); });
+      return;
+    }
+  }
+  std::move(done)(absl::UnavailableError(absl::StrCat(
+      "too many model loads waiting (", kMaxQueuedLoads, "); retry later")));
 }
 
 absl::Status ModelRepository::Unload(const std::string& name) {
+  GEMMSERVE_RETURN_IF_ERROR(ValidateModelName(name));
   if (std::find(builtin_.begin(), builtin_.end(), name) != builtin_.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", name, "' is a built-in model and cannot be unloaded"));
   }
   absl::MutexLock serial(&load_mu_);
-  absl::Status removed = engine_->Remove(name);
+  // A model of the repository's directory stays known (UNAVAILABLE,
+  // "unloaded"); an uploaded one, or a failed load's name, leaves nothing.
+  std::error_code ec;
+  const bool in_directory = !root_.empty() && fs::is_directory(fs::path(root_) / name, ec);
+  absl::Status removed = in_directory ? engine_->Remove(name) : engine_->Forget(name);
   absl::MutexLock lock(&mu_);
   auto it = index_.find(name);
   if (!removed.ok() && it == index_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown model '", ClientText(name), "'"));
+    return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
   }
-  if (it != index_.end()) {
-    it->second.state = "UNAVAILABLE";
-    it->second.reason = "unloaded";
-  }
+  if (it != index_.end()) index_.erase(it);
+  configs_.erase(name);
   return absl::OkStatus();
 }
 
@@ -324,7 +333,8 @@ std::vector<ModelIndexEntry> ModelRepository::Index() const {
     std::error_code ec;
     for (const auto& dir : fs::directory_iterator(root_, ec)) {
       const std::string name = dir.path().filename().string();
-      if (dir.is_directory() && index_.find(name) == index_.end()) {
+      if (dir.is_directory(ec) && ValidateModelName(name).ok() &&
+          index_.find(name) == index_.end()) {
         out.push_back(ModelIndexEntry{name, "", "UNAVAILABLE", "not loaded"});
       }
     }

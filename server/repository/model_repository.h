@@ -10,8 +10,11 @@
 // caller's: LoadAsync returns at once and reports through its callback.
 //
 // A load may bring its own config text and files (Triton's RepositoryModelLoad
-// parameters "config" and "file:<path>"): they are written to a private
-// temporary directory, loaded from there, and removed.
+// parameters "config" and "file:<path>"): they are loaded from memory, with
+// the same path rules as a directory (ModelFiles). Model names follow
+// ValidateModelName everywhere; config.pbtxt's numeric fields are
+// range-checked (BatchingFromConfig). Unloading a model removes its index
+// entry; a model of the repository's directory is then listed as not loaded.
 //
 //   ModelRepository repo("/models", &engine);
 //   repo.LoadAll();
@@ -34,6 +37,7 @@
 #include "gemmserve_config.pb.h"
 #include "server/core/dynamic_batcher.h"
 #include "server/core/inference_engine.h"
+#include "server/repository/model_files.h"
 
 namespace gemmserve {
 
@@ -51,6 +55,7 @@ struct ModelLoadRequest {
 // Parses config.pbtxt text. INVALID_ARGUMENT with the parser's line and column.
 absl::StatusOr<config::ModelConfigFile> ParseModelConfigFile(absl::string_view text);
 // The batcher options of a config; nullopt without a dynamic_batching block.
+// INVALID_ARGUMENT naming the field for a value over its limit (README).
 absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
     const config::ModelConfigFile& config);
 
@@ -67,6 +72,7 @@ class ModelRepository {
   // NOT_FOUND: no such model directory; INVALID_ARGUMENT: a model file or
   // config error (the previous version, if any, keeps serving).
   absl::Status Load(const std::string& name, const ModelLoadRequest& request);
+  // UNAVAILABLE at once (through `done`) when too many loads wait.
   void LoadAsync(std::string name, ModelLoadRequest request,
                  absl::AnyInvocable<void(absl::Status) &&> done);
   absl::Status Unload(const std::string& name);
@@ -78,7 +84,8 @@ class ModelRepository {
 
  private:
   void WorkerLoop();
-  absl::Status LoadFrom(const std::string& name, const std::string& model_dir,
+  absl::Status LoadOrThrow(const std::string& name, const ModelLoadRequest& request);
+  absl::Status LoadFrom(const std::string& name, const ModelFiles& files,
                         const std::optional<std::string>& config_text);
   void Record(const std::string& name, ModelIndexEntry entry,
               std::optional<config::ModelConfigFile> config);

@@ -1,6 +1,7 @@
 // The ONNX loader and the repository, on model files written by the test.
 #include "server/repository/model_repository.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -8,12 +9,16 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
+#include "server/common/client_text.h"
+#include "server/core/input_binding.h"
 #include "server/repository/onnx_model_loader.h"
 
 namespace gemmserve {
@@ -98,18 +103,95 @@ std::vector<float> Iota(int64_t count) {
   return v;
 }
 
+// The temporary directory as a model directory (the repository is its parent).
+std::unique_ptr<ModelFiles> FilesOf(const TempDir& dir) {
+  auto files = ModelFiles::InDirectory(dir.path().parent_path().string(),
+                                       dir.path().filename().string());
+  EXPECT_TRUE(files.ok()) << files.status();
+  return files.ok() ? *std::move(files) : nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const TempDir& dir, const std::string& file,
+                                                 const std::string& version = "1") {
+  std::unique_ptr<ModelFiles> files = FilesOf(dir);
+  if (!files) return absl::InternalError("no model directory");
+  return LoadOnnxModel("m", version, *files, file);
+}
+
 absl::Status LoadFile(const TempDir& dir, const onnx::ModelProto& m) {
   Write(dir.path() / "1" / "model.onnx", m);
-  return LoadOnnxModel("m", "1", (dir.path() / "1").string(), "model.onnx").status();
+  return LoadModel(dir, "model.onnx").status();
+}
+
+// One request through the model's own path (bind, prepare, run): the values
+// the loaded weights give.
+template <typename Out, typename... Inputs>
+std::vector<Out> RunModel(const Model& model, const Inputs&... inputs) {
+  struct Owned {
+    std::string name, datatype;
+    Shape shape;
+    std::string bytes;
+  };
+  std::vector<Owned> owned;
+  auto add = [&](const auto& in) {
+    const auto& [name, datatype, shape, values] = in;
+    std::string bytes(values.size() * sizeof(values[0]), '\0');
+    if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
+    owned.push_back({name, datatype, shape, std::move(bytes)});
+  };
+  (add(inputs), ...);
+  InferRequestView view;
+  for (const Owned& o : owned) {
+    view.inputs.push_back({o.name, o.datatype, o.shape, ContentsKind::kRaw, o.bytes.data(),
+                           static_cast<int64_t>(o.bytes.size())});
+  }
+  absl::StatusOr<BoundInputs> bound = BindInputs(model.metadata(), view);
+  EXPECT_TRUE(bound.ok()) << bound.status();
+  if (!bound.ok()) return {};
+  auto prepared = model.Prepare(*bound);
+  EXPECT_TRUE(prepared.ok()) << prepared.status();
+  if (!prepared.ok()) return {};
+  PreparedInference* p = prepared->get();
+  std::vector<InferOutputs> out = model.RunBatch({&p, 1}, 1);
+  EXPECT_TRUE(out.size() == 1 && out[0].ok()) << (out.empty() ? absl::OkStatus() : out[0].status());
+  if (out.size() != 1 || !out[0].ok()) return {};
+  const Tensor& t = (*out[0])[0].tensor;
+  return std::vector<Out>(t.data<Out>(), t.data<Out>() + t.num_elements());
+}
+
+template <typename T>
+std::tuple<std::string, std::string, Shape, std::vector<T>> In(std::string name,
+                                                                std::string datatype, Shape shape,
+                                                                std::vector<T> values) {
+  return {std::move(name), std::move(datatype), std::move(shape), std::move(values)};
+}
+
+// The grouped reference: y[m, s, :] = x[m, :] @ w[idx[m, s]] (+ bias).
+std::vector<float> GroupedReference(const std::vector<float>& x, const std::vector<float>& w,
+                                    const std::vector<int64_t>& idx, int64_t k, int64_t n,
+                                    int64_t s, const std::vector<float>* bias = nullptr) {
+  const int64_t m = static_cast<int64_t>(x.size()) / k;
+  std::vector<float> y(m * s * n);
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t j = 0; j < s; ++j) {
+      const int64_t g = idx[t * s + j];
+      for (int64_t c = 0; c < n; ++c) {
+        double acc = bias ? (*bias)[g * n + c] : 0.0;
+        for (int64_t kk = 0; kk < k; ++kk) acc += double(x[t * k + kk]) * w[(g * k + kk) * n + c];
+        y[(t * s + j) * n + c] = static_cast<float>(acc);
+      }
+    }
+  }
+  return y;
 }
 
 TEST(OnnxModelLoaderTest, GroupedModelTakesNamesAndShapesFromTheGraph) {
   TempDir dir;
   Write(dir.path() / "1" / "model.onnx", GroupedModel(4, 3, 5, 2, Iota(4 * 3 * 5)));
-  auto model = LoadOnnxModel("moe", "1", (dir.path() / "1").string(), "model.onnx");
+  auto model = LoadModel(dir, "model.onnx");
   ASSERT_TRUE(model.ok()) << model.status();
   const ModelMetadata& md = (*model)->metadata();
-  EXPECT_EQ(md.name, "moe");
+  EXPECT_EQ(md.name, "m");
   ASSERT_EQ(md.inputs.size(), 2u);
   EXPECT_EQ(md.inputs[0].name, "x");
   EXPECT_EQ(md.inputs[0].shape, (Shape{-1, 3}));
@@ -120,8 +202,55 @@ TEST(OnnxModelLoaderTest, GroupedModelTakesNamesAndShapesFromTheGraph) {
                                                                           std::string("4"))));
 }
 
-TEST(OnnxModelLoaderTest, ExternalDataLoadsAndMustStayInsideTheDirectory) {
+// Weights and bias in one external file, each at its own non-zero offset
+// (as ONNX writers align them): the values served are the ones at those
+// offsets, and no other bytes of the file.
+TEST(OnnxModelLoaderTest, ExternalDataAtNonZeroOffsetsServesThoseBytes) {
   TempDir dir;
+  constexpr int64_t g = 2, k = 3, n = 4, s = 2;
+  std::vector<float> w = Iota(g * k * n);
+  for (float& v : w) v += 0.25f;
+  const std::vector<float> bias = {1, -2, 3, -4, 5, -6, 7, -8};
+  onnx::ModelProto m = GroupedModel(g, k, n, s, w);
+  auto* graph = m.mutable_graph();
+  graph->mutable_node(0)->add_input("bias");
+  AddFloatInitializer(graph, "bias", {g, n}, bias);
+  auto external = [](onnx::TensorProto* init, int64_t offset, int64_t length) {
+    init->clear_raw_data();
+    init->set_data_location(onnx::TensorProto::EXTERNAL);
+    for (const auto& [key, value] : {std::pair<std::string, std::string>{"location", "weights.bin"},
+                                     {"offset", std::to_string(offset)},
+                                     {"length", std::to_string(length)}}) {
+      auto* e = init->add_external_data();
+      e->set_key(key);
+      e->set_value(value);
+    }
+  };
+  const int64_t w_offset = 64, bias_offset = 64 + 128;
+  external(graph->mutable_initializer(0), w_offset, w.size() * 4);
+  external(graph->mutable_initializer(1), bias_offset, bias.size() * 4);
+  fs::create_directories(dir.path() / "1");
+  {
+    // Filled with NaN bytes around the two ranges: reading from the wrong
+    // offset would show.
+    std::string file(bias_offset + bias.size() * 4 + 64, '\xff');
+    std::memcpy(file.data() + w_offset, w.data(), w.size() * 4);
+    std::memcpy(file.data() + bias_offset, bias.data(), bias.size() * 4);
+    std::ofstream bin(dir.path() / "1" / "weights.bin", std::ios::binary);
+    bin.write(file.data(), static_cast<std::streamsize>(file.size()));
+  }
+  Write(dir.path() / "1" / "model.onnx", m);
+  auto model = LoadModel(dir, "model.onnx");
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<float> x = {1, 2, 3, -1, 0.5f, 2};
+  const std::vector<int64_t> idx = {1, 0, 0, 1};
+  const std::vector<float> y = RunModel<float>(**model, In<float>("x", "FP32", {2, k}, x),
+                                          In<int64_t>("route", "INT64", {2, s}, idx));
+  EXPECT_EQ(y, GroupedReference(x, w, idx, k, n, s, &bias));
+}
+
+TEST(OnnxModelLoaderTest, ExternalDataMustStayInsideTheVersionDirectory) {
+  TempDir dir, elsewhere;
   const std::vector<float> w = Iota(2 * 3 * 4);
   onnx::ModelProto m = GroupedModel(2, 3, 4, 1, w);
   auto* init = m.mutable_graph()->mutable_initializer(0);
@@ -135,18 +264,46 @@ TEST(OnnxModelLoaderTest, ExternalDataLoadsAndMustStayInsideTheDirectory) {
   add("location", "weights.bin");
   add("offset", "16");
   add("length", std::to_string(w.size() * 4));
-  fs::create_directories(dir.path() / "1");
-  {
-    std::ofstream bin(dir.path() / "1" / "weights.bin", std::ios::binary);
+  auto write_weights = [&](const fs::path& path) {
+    std::ofstream bin(path, std::ios::binary);
     bin.write("0123456789abcdef", 16);
     bin.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size() * 4));
-  }
+  };
+  fs::create_directories(dir.path() / "1");
+  write_weights(dir.path() / "1" / "weights.bin");
   EXPECT_TRUE(LoadFile(dir, m).ok());
 
-  init->mutable_external_data(0)->set_value("../weights.bin");
-  absl::Status escape = LoadFile(dir, m);
-  EXPECT_EQ(escape.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(escape.message()), HasSubstr("inside the version directory"));
+  auto expect_outside = [&](const std::string& location, const char* what) {
+    init->mutable_external_data(0)->set_value(location);
+    absl::Status s = LoadFile(dir, m);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("leads outside")) << what;
+    EXPECT_THAT(std::string(s.message()), ::testing::Not(HasSubstr(elsewhere.path().string())));
+  };
+  expect_outside("../weights.bin", "..");
+  expect_outside((dir.path() / "1" / "weights.bin").string(), "absolute");
+  // Links are followed, and where they lead is what counts.
+  write_weights(elsewhere.path() / "secret.bin");
+  fs::create_symlink(elsewhere.path() / "secret.bin", dir.path() / "1" / "link.bin");
+  expect_outside("link.bin", "a symlink to a file elsewhere");
+  fs::create_directory_symlink(elsewhere.path(), dir.path() / "1" / "sub");
+  expect_outside("sub/secret.bin", "a symlink to a directory elsewhere");
+  write_weights(dir.path() / "outside_version.bin");  // in the model directory, not the version
+  fs::create_symlink(dir.path() / "outside_version.bin", dir.path() / "1" / "up.bin");
+  expect_outside("up.bin", "a symlink out of the version directory");
+  fs::create_symlink("weights.bin", dir.path() / "1" / "alias.bin");
+  init->mutable_external_data(0)->set_value("alias.bin");
+  EXPECT_TRUE(LoadFile(dir, m).ok()) << "a link that stays inside is followed";
+
+  // Not a regular file: refused, and a FIFO without a writer never blocks.
+  ASSERT_EQ(::mkfifo((dir.path() / "1" / "fifo.bin").c_str(), 0600), 0);
+  init->mutable_external_data(0)->set_value("fifo.bin");
+  absl::Status fifo = LoadFile(dir, m);
+  EXPECT_EQ(fifo.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(fifo.message()), HasSubstr("not a regular file"));
+  fs::create_directories(dir.path() / "1" / "adir");
+  init->mutable_external_data(0)->set_value("adir");
+  EXPECT_EQ(LoadFile(dir, m).code(), absl::StatusCode::kInvalidArgument);
 
   init->mutable_external_data(0)->set_value("missing.bin");
   EXPECT_EQ(LoadFile(dir, m).code(), absl::StatusCode::kNotFound);
@@ -156,6 +313,20 @@ TEST(OnnxModelLoaderTest, ExternalDataLoadsAndMustStayInsideTheDirectory) {
   absl::Status past = LoadFile(dir, m);
   EXPECT_EQ(past.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(past.message()), HasSubstr("beyond the end"));
+}
+
+TEST(OnnxModelLoaderTest, TheModelFileItselfMustBeARegularFileInside) {
+  TempDir dir, elsewhere;
+  Write(elsewhere.path() / "model.onnx", GroupedModel(2, 3, 4, 1, Iota(24)));
+  fs::create_directories(dir.path() / "1");
+  fs::create_symlink(elsewhere.path() / "model.onnx", dir.path() / "1" / "model.onnx");
+  absl::Status linked = LoadModel(dir, "model.onnx").status();
+  EXPECT_EQ(linked.code(), absl::StatusCode::kInvalidArgument) << linked;
+  fs::create_directory_symlink(elsewhere.path(), dir.path() / "2");
+  absl::Status version_link = LoadModel(dir, "model.onnx", "2").status();
+  EXPECT_EQ(version_link.code(), absl::StatusCode::kInvalidArgument) << version_link;
+  ASSERT_EQ(::mkfifo((dir.path() / "1" / "fifo.onnx").c_str(), 0600), 0);
+  EXPECT_EQ(LoadModel(dir, "fifo.onnx").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(OnnxModelLoaderTest, EveryModelFileErrorIsNamed) {
@@ -199,18 +370,17 @@ TEST(OnnxModelLoaderTest, EveryModelFileErrorIsNamed) {
     EXPECT_THAT(std::string(s.message()), HasSubstr("model 'm' (1/model.onnx)")) << c.what;
     EXPECT_THAT(std::string(s.message()), ::testing::Not(HasSubstr(dir.path().string())));
   }
-  absl::Status missing = LoadOnnxModel("m", "1", (dir.path() / "2").string(), "model.onnx").status();
+  absl::Status missing = LoadModel(dir, "model.onnx", "2").status();
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
   {
     std::ofstream junk(dir.path() / "1" / "junk.onnx");
     junk << "not a protobuf at all \xff\xff\xff";
   }
-  absl::Status junk = LoadOnnxModel("m", "1", (dir.path() / "1").string(), "junk.onnx").status();
+  absl::Status junk = LoadModel(dir, "junk.onnx").status();
   EXPECT_EQ(junk.code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(OnnxModelLoaderTest, TypedInitializerFieldsLoadLikeRawData) {
-  TempDir dir;
+onnx::ModelProto MatMulModelWithTypedB(int elem, int64_t k, int64_t n) {
   onnx::ModelProto m;
   auto* graph = m.mutable_graph();
   auto* node = graph->add_node();
@@ -218,17 +388,73 @@ TEST(OnnxModelLoaderTest, TypedInitializerFieldsLoadLikeRawData) {
   node->add_input("a");
   node->add_input("b");
   node->add_output("c");
-  AddInput(graph, "a", onnx::TensorProto::INT64, {-1, 2});
+  AddInput(graph, "a", elem, {-1, k});
   auto* b = graph->add_initializer();
   b->set_name("b");
-  b->set_data_type(onnx::TensorProto::INT64);
-  b->add_dims(2);
-  b->add_dims(3);
-  for (int i = 0; i < 6; ++i) b->add_int64_data(i);
-  ASSERT_TRUE(LoadFile(dir, m).ok());
-  b->add_int64_data(7);  // one element too many
-  absl::Status s = LoadFile(dir, m);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("needs 6 elements, the file holds 7"));
+  b->set_data_type(elem);
+  b->add_dims(k);
+  b->add_dims(n);
+  return m;
+}
+
+TEST(OnnxModelLoaderTest, TypedInitializerFieldsServeTheirValues) {
+  TempDir dir;
+  {
+    onnx::ModelProto m = MatMulModelWithTypedB(onnx::TensorProto::INT64, 2, 3);
+    auto* b = m.mutable_graph()->mutable_initializer(0);
+    const std::vector<int64_t> values = {1, -2, 3, int64_t{1} << 40, 5, -6};
+    for (int64_t v : values) b->add_int64_data(v);
+    Write(dir.path() / "1" / "model.onnx", m);
+    auto model = LoadModel(dir, "model.onnx");
+    ASSERT_TRUE(model.ok()) << model.status();
+    // [1, 2] @ B and [0, 1] @ B: each row of B, exactly.
+    EXPECT_EQ(RunModel<int64_t>(**model, In<int64_t>("a", "INT64", {2, 2}, {1, 0, 0, 1})), values);
+    b->add_int64_data(7);  // one element too many
+    absl::Status s = LoadFile(dir, m);
+    EXPECT_THAT(std::string(s.message()), HasSubstr("needs 6 elements, the file holds 7"));
+  }
+  {
+    onnx::ModelProto m = MatMulModelWithTypedB(onnx::TensorProto::FLOAT, 3, 2);
+    auto* b = m.mutable_graph()->mutable_initializer(0);
+    const std::vector<float> values = {0.5f, -1.25f, 3, 1e-3f, -7, 2};
+    for (float v : values) b->add_float_data(v);
+    Write(dir.path() / "1" / "model.onnx", m);
+    auto model = LoadModel(dir, "model.onnx");
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ(RunModel<float>(**model, In<float>("a", "FP32", {3, 3}, {1, 0, 0, 0, 1, 0, 0, 0, 1})),
+              values);
+  }
+}
+
+// Dimensions are checked before the initializer is allocated: a tiny file
+// declaring an enormous tensor allocates nothing.
+TEST(OnnxModelLoaderTest, AnInitializerLargerThanItsDataIsRefusedBeforeAllocation) {
+  TempDir dir;
+  onnx::ModelProto m = MatMulModelWithTypedB(onnx::TensorProto::FLOAT, 2, 3);
+  auto* b = m.mutable_graph()->mutable_initializer(0);
+  b->set_dims(0, int64_t{1} << 40);
+  b->set_raw_data(std::string(24, '\0'));
+  absl::Status huge = LoadFile(dir, m);
+  EXPECT_EQ(huge.code(), absl::StatusCode::kInvalidArgument) << huge;
+  EXPECT_THAT(std::string(huge.message()), HasSubstr("the file holds 24"));
+  b->set_dims(0, int64_t{1} << 62);
+  EXPECT_THAT(std::string(LoadFile(dir, m).message()), HasSubstr("overflows"));
+  b->set_dims(0, -2);
+  EXPECT_EQ(LoadFile(dir, m).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(OnnxModelLoaderTest, NamesFromTheFileAreCheckedAndEscaped) {
+  TempDir dir;
+  onnx::ModelProto m = GroupedModel(2, 3, 4, 1, Iota(24));
+  m.mutable_graph()->mutable_node(0)->set_op_type("Bad\x1b[31mOp");
+  absl::Status op = LoadFile(dir, m);
+  EXPECT_THAT(std::string(op.message()), HasSubstr("unknown op 'Bad\\x1b[31mOp'"));
+  m = GroupedModel(2, 3, 4, 1, Iota(24));
+  m.mutable_graph()->mutable_input(0)->set_name("x\n");
+  m.mutable_graph()->mutable_node(0)->set_input(0, "x\n");
+  absl::Status input = LoadFile(dir, m);
+  EXPECT_EQ(input.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(input.message()), HasSubstr("tensor name 'x\\n' is not valid"));
 }
 
 TEST(ModelConfigFileTest, ParsesDynamicBatchingAndReportsErrorsWithTheLine) {
@@ -251,6 +477,50 @@ TEST(ModelConfigFileTest, ParsesDynamicBatchingAndReportsErrorsWithTheLine) {
   auto bad = ParseModelConfigFile("dynamic_batching {\n  max_batch_size: 4\n}\n");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("line 2"));
+}
+
+// The limits of README's table, each at its edge and one past it.
+TEST(ModelConfigFileTest, EveryNumericFieldIsRangeChecked) {
+  struct Field {
+    const char* name;
+    uint64_t limit;
+  };
+  const Field fields[] = {{"max_queue_delay_microseconds", 10'000'000},
+                          {"max_batch_rows", uint64_t{1} << 24},
+                          {"max_queue_size", 1'000'000},
+                          {"default_timeout_microseconds", 3'600'000'000},
+                          {"priority_levels", 256},
+                          {"max_concurrent_batches", 64}};
+  for (const Field& f : fields) {
+    for (uint64_t value : {f.limit, f.limit + 1}) {
+      const std::string text = absl::StrCat("dynamic_batching { ", f.name, ": ", value, " }");
+      auto config = ParseModelConfigFile(text);
+      ASSERT_TRUE(config.ok()) << text << ": " << config.status();
+      absl::StatusOr<std::optional<BatchingOptions>> batching = BatchingFromConfig(*config);
+      if (value == f.limit) {
+        EXPECT_TRUE(batching.ok()) << text << ": " << batching.status();
+      } else {
+        EXPECT_EQ(batching.status().code(), absl::StatusCode::kInvalidArgument) << text;
+        EXPECT_THAT(std::string(batching.status().message()),
+                    HasSubstr(absl::StrCat(f.name, " ", value, " is over the limit of ", f.limit)));
+      }
+    }
+  }
+  // uint32 fields past 2^32 - 1 do not parse; within it, the limit holds.
+  for (const char* text : {"dynamic_batching { priority_levels: 2147483647 }",
+                           "dynamic_batching { priority_levels: 2147483648 }",
+                           "dynamic_batching { priority_levels: 4294967295 }",
+                           "dynamic_batching { priority_levels: 1000000000 }",
+                           "dynamic_batching { priority_levels: 4294967296 }",
+                           "dynamic_batching { max_queue_size: -1 }",
+                           "dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
+                           "dynamic_batching { default_priority_level: 1 }"}) {
+    auto config = ParseModelConfigFile(text);
+    const absl::Status status = config.ok() ? BatchingFromConfig(*config).status() : config.status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << text;
+  }
+  EXPECT_EQ(ParseModelConfigFile(std::string((1 << 20) + 1, ' ')).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ModelRepositoryTest, LoadsTheLatestVersionAndListsFailuresWithoutStopping) {
@@ -277,9 +547,79 @@ TEST(ModelRepositoryTest, LoadsTheLatestVersionAndListsFailuresWithoutStopping) 
   EXPECT_EQ(repo.Load("absent", {}).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(repo.Load("../etc", {}).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(repo.Unload("moe").ok());
-  EXPECT_FALSE(engine.FindModel("moe", "").ok());
+  // A directory model stays known: UNAVAILABLE, listed as not loaded.
+  EXPECT_EQ(engine.FindModel("moe", "").status().code(), absl::StatusCode::kUnavailable);
+  index = repo.Index();
+  ASSERT_EQ(index.size(), 2u);
+  EXPECT_EQ(index[1].name, "moe");
+  EXPECT_EQ(index[1].state, "UNAVAILABLE");
   ASSERT_TRUE(repo.Load("moe", {}).ok());
   EXPECT_TRUE(engine.FindModel("moe", "").ok());
+}
+
+TEST(ModelRepositoryTest, AModelDirectoryLinkedFromOutsideIsRefused) {
+  TempDir dir, elsewhere;
+  Write(elsewhere.path() / "1" / "model.onnx", GroupedModel(2, 3, 4, 1, Iota(24)));
+  fs::create_directory_symlink(elsewhere.path(), dir.path() / "linked");
+  InferenceEngine engine(EngineOptions{});
+  ModelRepository repo(dir.path().string(), &engine, {});
+  absl::Status s = repo.Load("linked", {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("leads outside the model repository"));
+}
+
+TEST(ModelRepositoryTest, NamesFollowOneRuleEverywhere) {
+  TempDir dir;
+  InferenceEngine engine(EngineOptions{});
+  ModelRepository repo(dir.path().string(), &engine, {});
+  std::string bytes;
+  ASSERT_TRUE(GroupedModel(2, 3, 4, 1, Iota(24)).SerializeToString(&bytes));
+  ModelLoadRequest upload;
+  upload.config = "";
+  upload.files["1/model.onnx"] = bytes;
+  for (const std::string& bad :
+       {std::string("with\0nul", 8), std::string("ctrl\x01"), std::string("a/b"),
+        std::string(".."), std::string(".hidden"), std::string(129, 'x'), std::string("_unknown"),
+        std::string("")}) {
+    for (absl::Status s : {repo.Load(bad, upload), repo.Unload(bad),
+                           engine.FindModel(bad, "").status()}) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << ClientText(bad) << ": " << s;
+      EXPECT_EQ(std::string(s.message()).find_first_of(std::string("\0\x01", 2)),
+                std::string::npos);
+    }
+  }
+  EXPECT_TRUE(repo.Load(std::string(128, 'x'), upload).ok());
+  EXPECT_TRUE(repo.Load("Model-1.v2_b", upload).ok());
+}
+
+TEST(ModelRepositoryTest, UnloadingAnUploadedOrFailedModelLeavesNothingBehind) {
+  TempDir dir;
+  InferenceEngine engine(EngineOptions{});
+  ModelRepository repo(dir.path().string(), &engine, {});
+  std::string bytes;
+  ASSERT_TRUE(GroupedModel(2, 3, 4, 1, Iota(24)).SerializeToString(&bytes));
+  ModelLoadRequest good, bad;
+  good.config = bad.config = "";
+  good.files["1/model.onnx"] = bytes;
+  bad.files["1/model.onnx"] = "junk";
+  for (int i = 0; i < 100; ++i) {
+    const std::string name = "up" + std::to_string(i);
+    ASSERT_TRUE(repo.Load(name, good).ok());
+    ASSERT_EQ(repo.Index().size(), 1u);
+    ASSERT_TRUE(repo.Unload(name).ok());
+    EXPECT_EQ(engine.FindModel(name, "").status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(repo.Load(name, bad).code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_EQ(repo.Index().size(), 1u);  // the failed load is listed
+    EXPECT_EQ(engine.FindModel(name, "").status().code(), absl::StatusCode::kUnavailable);
+    ASSERT_TRUE(repo.Unload(name).ok());
+    ASSERT_EQ(repo.Index().size(), 0u);
+  }
+  EXPECT_EQ(repo.Unload("never").code(), absl::StatusCode::kNotFound);
+  // A failed load's entry is replaced by the next good load.
+  ASSERT_EQ(repo.Load("x", bad).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(repo.Load("x", good).ok());
+  ASSERT_EQ(repo.Index().size(), 1u);
+  EXPECT_EQ(repo.Index()[0].state, "READY");
 }
 
 TEST(ModelRepositoryTest, UploadedFilesNeedAConfigAndSafePaths) {
@@ -299,6 +639,28 @@ TEST(ModelRepositoryTest, UploadedFilesNeedAConfigAndSafePaths) {
   EXPECT_EQ((*up)->batching()->max_queue_delay, absl::Microseconds(50));
   upload.files["../../evil"] = "x";
   EXPECT_EQ(repo.Load("up2", upload).code(), absl::StatusCode::kInvalidArgument);
+  upload.files.erase("../../evil");
+  upload.files["1/./model.onnx"] = "x";
+  EXPECT_EQ(repo.Load("up2", upload).code(), absl::StatusCode::kInvalidArgument);
+  upload.files.erase("1/./model.onnx");
+  // An uploaded model's external data is read from the upload.
+  onnx::ModelProto external = GroupedModel(2, 3, 4, 1, Iota(24));
+  auto* init = external.mutable_graph()->mutable_initializer(0);
+  const std::string raw = init->raw_data();
+  init->clear_raw_data();
+  init->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* loc = init->add_external_data();
+  loc->set_key("location");
+  loc->set_value("w.bin");
+  ASSERT_TRUE(external.SerializeToString(&bytes));
+  upload.files["1/model.onnx"] = bytes;
+  EXPECT_EQ(repo.Load("up3", upload).code(), absl::StatusCode::kNotFound);
+  upload.files["1/w.bin"] = raw;
+  EXPECT_TRUE(repo.Load("up3", upload).ok());
+  loc->set_value("../1/w.bin");
+  ASSERT_TRUE(external.SerializeToString(&bytes));
+  upload.files["1/model.onnx"] = bytes;
+  EXPECT_EQ(repo.Load("up4", upload).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(repo.Unload("matmul").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(repo.Load("matmul", {}).code(), absl::StatusCode::kInvalidArgument);
 }

@@ -5,8 +5,6 @@
 
 #include <climits>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <utility>
@@ -20,14 +18,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/common/client_text.h"
+#include "server/common/model_name.h"
 #include "server/common/status_macros.h"
 #include "server/core/resident_models.h"
 #include "server/tensor/shape.h"
 
 namespace gemmserve {
 namespace {
-
-namespace fs = std::filesystem;
 
 // ONNX TensorProto.DataType values gemmserve serves.
 absl::StatusOr<DataType> FromOnnxType(int32_t t) {
@@ -52,66 +50,55 @@ class Context {
   absl::Status Invalid(absl::string_view what) const {
     return absl::InvalidArgumentError(absl::StrCat("model '", model_, "' (", file_, "): ", what));
   }
-  absl::Status NotFound(absl::string_view what) const {
-    return absl::NotFoundError(absl::StrCat("model '", model_, "' (", file_, "): ", what));
-  }
+  const std::string& model() const { return model_; }
 
  private:
   std::string model_, file_;
 };
 
-absl::StatusOr<onnx::ModelProto> ReadModelProto(const fs::path& path, const Context& ctx) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ctx.NotFound("cannot open the model file");
-  onnx::ModelProto model;
-  bool ok;
-  {
-    google::protobuf::io::FileInputStream file(fd);
-    google::protobuf::io::CodedInputStream coded(&file);
-    coded.SetTotalBytesLimit(INT_MAX);
-    ok = model.ParseFromCodedStream(&coded) && coded.ConsumedEntireMessage();
+absl::StatusOr<onnx::ModelProto> ReadModelProto(const ModelFiles& files,
+                                                const std::string& version,
+                                                const std::string& filename, const Context& ctx) {
+  absl::StatusOr<std::unique_ptr<ModelFile>> file = files.Open(version, filename);
+  if (!file.ok()) {
+    return absl::Status(file.status().code(),
+                        absl::StrCat("model '", ctx.model(), "': ", file.status().message()));
   }
-  ::close(fd);
-  if (!ok) return ctx.Invalid("not a valid ONNX model (protobuf parse failed)");
+  onnx::ModelProto model;
+  if (!(*file)->ParseInto(&model)) return ctx.Invalid("not a valid ONNX model (protobuf parse failed)");
   return model;
 }
 
-// An external data location, checked to stay inside `dir`.
-absl::StatusOr<fs::path> ExternalPath(const fs::path& dir, const std::string& location,
-                                      const std::string& tensor, const Context& ctx) {
-  const fs::path rel(location);
-  bool escapes = location.empty() || rel.is_absolute();
-  for (const auto& part : rel) escapes |= (part == "..");
-  if (escapes) {
-    return ctx.Invalid(absl::StrCat("initializer '", tensor,
-                                    "': external data location must be a relative path inside "
-                                    "the version directory"));
-  }
-  return dir / rel;
-}
-
-// Reads an initializer into an aligned tensor of its datatype.
-absl::StatusOr<Tensor> ReadInitializer(const onnx::TensorProto& proto, const fs::path& dir,
-                                       const Context& ctx) {
-  const std::string& name = proto.name();
+// Reads an initializer into an aligned tensor of its datatype. Its size is
+// computed from its dimensions and checked against the data the file holds
+// before the tensor is allocated.
+absl::StatusOr<Tensor> ReadInitializer(const onnx::TensorProto& proto, const ModelFiles& files,
+                                       const std::string& version, const Context& ctx) {
+  const std::string name = ClientText(proto.name());
   absl::StatusOr<DataType> type = FromOnnxType(proto.data_type());
   if (!type.ok()) return ctx.Invalid(absl::StrCat("initializer '", name, "': ", type.status().message()));
   Shape shape(proto.dims().begin(), proto.dims().end());
-  for (int64_t d : shape) {
-    if (d < 0) return ctx.Invalid(absl::StrCat("initializer '", name, "': negative dimension"));
+  const absl::StatusOr<int64_t> elements = ElementCount(shape);
+  const absl::StatusOr<int64_t> byte_size = ByteSize(shape, *type);
+  if (!elements.ok() || !byte_size.ok()) {
+    const absl::Status& e = elements.ok() ? byte_size.status() : elements.status();
+    return ctx.Invalid(absl::StrCat("initializer '", name, "': ", e.message()));
   }
-  absl::StatusOr<Tensor> allocated = Tensor::Allocate(*type, shape);
-  if (!allocated.ok()) {
-    return ctx.Invalid(absl::StrCat("initializer '", name, "': ", allocated.status().message()));
-  }
-  Tensor t = *std::move(allocated);
-  const int64_t bytes = t.byte_size();
-  const int64_t count = t.num_elements();
+  const int64_t bytes = *byte_size;
+  const int64_t count = *elements;
   auto size_error = [&](int64_t got, const char* unit) {
     return ctx.Invalid(absl::StrCat("initializer '", name, "': shape ", ShapeToString(shape),
                                     " of ", DataTypeName(*type), " needs ",
                                     std::strcmp(unit, "bytes") == 0 ? bytes : count, " ", unit,
                                     ", the file holds ", got));
+  };
+  auto allocate = [&]() -> absl::StatusOr<Tensor> {
+    absl::StatusOr<Tensor> t = Tensor::Allocate(*type, shape);
+    if (!t.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat("model '", ctx.model(), "': initializer '",
+                                                       name, "': ", t.status().message()));
+    }
+    return t;
   };
 
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
@@ -129,98 +116,91 @@ absl::StatusOr<Tensor> ReadInitializer(const onnx::TensorProto& proto, const fs:
         (kv.key() == "offset" ? offset : length) = v;
       }
     }
-    GEMMSERVE_ASSIGN_OR_RETURN(fs::path path, ExternalPath(dir, location, name, ctx));
-    std::error_code ec;
-    const uintmax_t file_size = fs::file_size(path, ec);
-    if (ec) {
-      return ctx.NotFound(absl::StrCat("initializer '", name,
-                                       "': cannot read its external data file '", location, "'"));
+    if (location.empty()) {
+      return ctx.Invalid(absl::StrCat("initializer '", name, "': external data has no location"));
     }
-    if (length < 0) length = static_cast<int64_t>(file_size) - std::min<int64_t>(offset, file_size);
+    absl::StatusOr<std::unique_ptr<ModelFile>> file = files.Open(version, location);
+    if (!file.ok()) {
+      return absl::Status(file.status().code(),
+                          absl::StrCat("model '", ctx.model(), "': initializer '", name,
+                                       "': external data: ", file.status().message()));
+    }
+    const int64_t file_size = (*file)->size();
+    if (length < 0) length = file_size - std::min(offset, file_size);
     if (length != bytes) return size_error(length, "bytes");
-    if (static_cast<uintmax_t>(offset) > file_size ||
-        static_cast<uintmax_t>(length) > file_size - static_cast<uintmax_t>(offset)) {
+    if (offset > file_size || length > file_size - offset) {
       return ctx.Invalid(absl::StrCat("initializer '", name, "': external data range [", offset,
                                       ", ", offset + length, ") is beyond the end of '",
-                                      location, "' (", file_size, " bytes)"));
+                                      ClientText(location), "' (", file_size, " bytes)"));
     }
-    std::ifstream in(path, std::ios::binary);
-    in.seekg(offset);
-    char* dst = static_cast<char*>(t.raw_data());
-    for (int64_t done = 0; done < bytes && in;) {
-      const int64_t chunk = std::min<int64_t>(bytes - done, int64_t{1} << 30);
-      in.read(dst + done, chunk);
-      done += in.gcount();
-      if (in.gcount() == 0) break;
-    }
-    if (!in && bytes > 0) {
-      return ctx.Invalid(absl::StrCat("initializer '", name, "': reading '", location, "' failed"));
-    }
+    GEMMSERVE_ASSIGN_OR_RETURN(Tensor t, allocate());
+    absl::Status read = (*file)->Read(offset, bytes, t.raw_data());
+    if (!read.ok()) return ctx.Invalid(absl::StrCat("initializer '", name, "': ", read.message()));
     return t;
   }
   if (proto.has_raw_data()) {
     if (static_cast<int64_t>(proto.raw_data().size()) != bytes) {
       return size_error(static_cast<int64_t>(proto.raw_data().size()), "bytes");
     }
+    GEMMSERVE_ASSIGN_OR_RETURN(Tensor t, allocate());
     if (bytes > 0) std::memcpy(t.raw_data(), proto.raw_data().data(), static_cast<size_t>(bytes));
     return t;
   }
   // The typed fields, as the ONNX spec stores each type.
-  auto copy = [&](const auto& field, auto convert) -> absl::Status {
+  auto copy = [&](const auto& field, auto convert) -> absl::StatusOr<Tensor> {
     if (static_cast<int64_t>(field.size()) != count) return size_error(field.size(), "elements");
+    GEMMSERVE_ASSIGN_OR_RETURN(Tensor t, allocate());
     using Out = decltype(convert(*field.begin()));
     Out* out = static_cast<Out*>(t.raw_data());
     int64_t i = 0;
     for (const auto& v : field) out[i++] = convert(v);
-    return absl::OkStatus();
+    return t;
   };
   switch (*type) {
-    case DataType::kFP32:
-      GEMMSERVE_RETURN_IF_ERROR(copy(proto.float_data(), [](float v) { return v; }));
-      break;
-    case DataType::kFP64:
-      GEMMSERVE_RETURN_IF_ERROR(copy(proto.double_data(), [](double v) { return v; }));
-      break;
+    case DataType::kFP32: return copy(proto.float_data(), [](float v) { return v; });
+    case DataType::kFP64: return copy(proto.double_data(), [](double v) { return v; });
     case DataType::kFP16:
     case DataType::kBF16:  // the 16 bits in each int32
-      GEMMSERVE_RETURN_IF_ERROR(
-          copy(proto.int32_data(), [](int32_t v) { return static_cast<uint16_t>(v); }));
-      break;
-    case DataType::kINT32:
-      GEMMSERVE_RETURN_IF_ERROR(copy(proto.int32_data(), [](int32_t v) { return v; }));
-      break;
-    case DataType::kINT64:
-      GEMMSERVE_RETURN_IF_ERROR(copy(proto.int64_data(), [](int64_t v) { return v; }));
-      break;
+      return copy(proto.int32_data(), [](int32_t v) { return static_cast<uint16_t>(v); });
+    case DataType::kINT32: return copy(proto.int32_data(), [](int32_t v) { return v; });
+    case DataType::kINT64: return copy(proto.int64_data(), [](int64_t v) { return v; });
     case DataType::kUINT32:
-      GEMMSERVE_RETURN_IF_ERROR(
-          copy(proto.uint64_data(), [](uint64_t v) { return static_cast<uint32_t>(v); }));
-      break;
-    case DataType::kUINT64:
-      GEMMSERVE_RETURN_IF_ERROR(copy(proto.uint64_data(), [](uint64_t v) { return v; }));
-      break;
+      return copy(proto.uint64_data(), [](uint64_t v) { return static_cast<uint32_t>(v); });
+    case DataType::kUINT64: return copy(proto.uint64_data(), [](uint64_t v) { return v; });
   }
-  return t;
+  return ctx.Invalid(absl::StrCat("initializer '", name, "': unknown datatype"));
 }
 
 // A graph input as the tensor spec requests must meet: its one datatype and
 // its dimensions (-1 where the graph leaves them symbolic).
 absl::StatusOr<TensorSpec> GraphInputSpec(const onnx::ValueInfoProto& info, const Context& ctx) {
+  const std::string name = ClientText(info.name());
+  if (absl::Status valid = ValidateTensorName(info.name()); !valid.ok()) {
+    return ctx.Invalid(absl::StrCat("graph input: ", valid.message()));
+  }
   if (!info.type().has_tensor_type()) {
-    return ctx.Invalid(absl::StrCat("graph input '", info.name(), "' is not a tensor"));
+    return ctx.Invalid(absl::StrCat("graph input '", name, "' is not a tensor"));
   }
   const auto& tt = info.type().tensor_type();
   absl::StatusOr<DataType> type = FromOnnxType(tt.elem_type());
   if (!type.ok()) {
-    return ctx.Invalid(absl::StrCat("graph input '", info.name(), "': ", type.status().message()));
+    return ctx.Invalid(absl::StrCat("graph input '", name, "': ", type.status().message()));
   }
   TensorSpec spec;
   spec.name = info.name();
   spec.datatypes = {*type};
   if (!tt.has_shape()) {
-    return ctx.Invalid(absl::StrCat("graph input '", info.name(), "' has no shape (rank)"));
+    return ctx.Invalid(absl::StrCat("graph input '", name, "' has no shape (rank)"));
+  }
+  if (tt.shape().dim_size() > kMaxRank) {
+    return ctx.Invalid(absl::StrCat("graph input '", name, "' has rank ", tt.shape().dim_size(),
+                                    ", over the maximum rank ", kMaxRank));
   }
   for (const auto& dim : tt.shape().dim()) {
+    if (dim.has_dim_value() && dim.dim_value() < 0) {
+      return ctx.Invalid(absl::StrCat("graph input '", name, "' has a negative dimension ",
+                                      dim.dim_value()));
+    }
     spec.shape.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
   }
   return spec;
@@ -230,11 +210,11 @@ absl::StatusOr<TensorSpec> GraphInputSpec(const onnx::ValueInfoProto& info, cons
 
 absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_name,
                                                      const std::string& version,
-                                                     const std::string& version_dir,
+                                                     const ModelFiles& files,
                                                      const std::string& filename) {
-  const Context ctx(model_name, absl::StrCat(version, "/", filename));
-  const fs::path dir(version_dir);
-  GEMMSERVE_ASSIGN_OR_RETURN(onnx::ModelProto proto, ReadModelProto(dir / filename, ctx));
+  const Context ctx(model_name, absl::StrCat(version, "/", ClientText(filename)));
+  GEMMSERVE_ASSIGN_OR_RETURN(onnx::ModelProto proto,
+                             ReadModelProto(files, version, filename, ctx));
   const onnx::GraphProto& graph = proto.graph();
   if (graph.node_size() != 1) {
     return ctx.Invalid(absl::StrCat("the graph has ", graph.node_size(),
@@ -242,17 +222,22 @@ absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_na
                                     "GroupedMatMul)"));
   }
   const onnx::NodeProto& node = graph.node(0);
+  const std::string node_name = ClientText(node.name());
   if (!node.domain().empty() && node.domain() != "ai.onnx") {
-    return ctx.Invalid(absl::StrCat("node '", node.name(), "' is in domain '", node.domain(),
+    return ctx.Invalid(absl::StrCat("node '", node_name, "' is in domain '",
+                                    ClientText(node.domain()),
                                     "'; only the default ONNX domain is served"));
   }
   const bool matmul = node.op_type() == "MatMul";
   if (!matmul && node.op_type() != "GroupedMatMul") {
-    return ctx.Invalid(absl::StrCat("unknown op '", node.op_type(),
+    return ctx.Invalid(absl::StrCat("unknown op '", ClientText(node.op_type()),
                                     "'; gemmserve serves MatMul and GroupedMatMul"));
   }
   if (node.output_size() != 1 || node.output(0).empty()) {
-    return ctx.Invalid(absl::StrCat("node '", node.name(), "' must have one output"));
+    return ctx.Invalid(absl::StrCat("node '", node_name, "' must have one output"));
+  }
+  if (absl::Status valid = ValidateTensorName(node.output(0)); !valid.ok()) {
+    return ctx.Invalid(absl::StrCat("node output: ", valid.message()));
   }
 
   std::map<std::string, const onnx::TensorProto*> initializers;
@@ -265,17 +250,17 @@ absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_na
     const std::string& name = node.input(i);
     auto it = initializers.find(name);
     if (it == initializers.end()) {
-      return ctx.Invalid(absl::StrCat(node.op_type(), " input ", i, " ('", name, "', ", role,
-                                      ") must be an initializer: it is the resident weight"));
+      return ctx.Invalid(absl::StrCat(node.op_type(), " input ", i, " ('", ClientText(name), "', ",
+                                      role, ") must be an initializer: it is the resident weight"));
     }
-    return ReadInitializer(*it->second, dir, ctx);
+    return ReadInitializer(*it->second, files, version, ctx);
   };
   auto sent = [&](int i, const char* role) -> absl::StatusOr<TensorSpec> {
     const std::string& name = node.input(i);
     auto it = graph_inputs.find(name);
     if (it == graph_inputs.end()) {
-      return ctx.Invalid(absl::StrCat(node.op_type(), " input ", i, " ('", name, "', ", role,
-                                      ") must be a graph input: requests send it"));
+      return ctx.Invalid(absl::StrCat(node.op_type(), " input ", i, " ('", ClientText(name), "', ",
+                                      role, ") must be a graph input: requests send it"));
     }
     return GraphInputSpec(*it->second, ctx);
   };

@@ -6,15 +6,20 @@
 //
 // Initializers may be stored inline (raw_data or the typed fields) or in
 // external data files beside the model (ONNX's external data: location,
-// offset, length), so weights beyond protobuf's 2 GB limit load. External
-// locations must stay inside the version directory.
+// offset, length), so weights beyond protobuf's 2 GB limit load. Files are
+// read through ModelFiles, which keeps every path inside the version
+// directory and refuses what is not a regular file; an initializer's size
+// is checked against the data the file holds before it is allocated. Every
+// name from the file is a tensor name (ValidateTensorName) or is escaped in
+// messages.
 //
 // Every problem is INVALID_ARGUMENT (NOT_FOUND for a missing file) with a
 // message that names the model, the file relative to the model directory and
 // what was wrong, never an absolute path:
 //
+//   GEMMSERVE_ASSIGN_OR_RETURN(auto files, ModelFiles::InDirectory("/models", "moe"));
 //   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> m,
-//                              LoadOnnxModel("moe", "1", "/models/moe/1", "model.onnx"));
+//                              LoadOnnxModel("moe", "1", *files, "model.onnx"));
 #ifndef GEMMSERVE_SERVER_REPOSITORY_ONNX_MODEL_LOADER_H_
 #define GEMMSERVE_SERVER_REPOSITORY_ONNX_MODEL_LOADER_H_
 
@@ -23,12 +28,15 @@
 
 #include "absl/status/statusor.h"
 #include "server/core/model.h"
+#include "server/repository/model_files.h"
 
 namespace gemmserve {
 
+// `version` is the version directory inside `files`; `filename` the model
+// file inside it.
 absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_name,
                                                      const std::string& version,
-                                                     const std::string& version_dir,
+                                                     const ModelFiles& files,
                                                      const std::string& filename);
 
 }  // namespace gemmserve

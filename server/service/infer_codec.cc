@@ -89,6 +89,7 @@ absl::StatusOr<InferRequestView> DecodeInferRequest(const inference::ModelInferR
       tensor.contents = ContentsKind::kRaw;
       tensor.data = raw.data();
       tensor.count = static_cast<int64_t>(raw.size());
+      view.message_bytes += tensor.count;
     } else if (typed.size() > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "input '", ClientText(input.name()), "' sets both ", ContentsKindName(typed[0].kind), " and ",
@@ -97,6 +98,7 @@ absl::StatusOr<InferRequestView> DecodeInferRequest(const inference::ModelInferR
       tensor.contents = typed[0].kind;
       tensor.data = typed[0].data;
       tensor.count = typed[0].count;
+      view.message_bytes += tensor.count * 8;  // at most 8 bytes an element in memory
     }
     view.inputs.push_back(tensor);
   }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
+#include "server/common/allocation.h"
 #include "server/common/client_text.h"
 #include "server/core/overload.h"
 #include "server/service/infer_codec.h"
@@ -120,10 +121,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   }
   if (metrics_) metrics_->AddInflight(1);
   absl::Status auth = auth_ != nullptr ? auth_->Check(context->client_metadata()) : absl::OkStatus();
-  ModelMetrics* model_metrics = engine_->MetricsFor(request->model_name());
+  std::shared_ptr<ModelMetrics> model_metrics = engine_->MetricsFor(request->model_name());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto finish = [this, reactor, model_metrics, arrival](const absl::Status& status) {
-    RecordAnswer(metrics_, model_metrics, arrival, status);
+    RecordAnswer(metrics_, model_metrics.get(), arrival, status);
     reactor->Finish(ToGrpcStatus(status));
     absl::MutexLock lock(&drain_mu_);
     --inflight_;
@@ -132,24 +133,32 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     finish(auth);
     return reactor;
   }
-  absl::StatusOr<InferRequestView> view = DecodeInferRequest(*request);
-  if (!view.ok()) {
-    finish(view.status());
-    return reactor;
-  }
-  const auto deadline = context->deadline();
-  if (deadline != std::chrono::system_clock::time_point::max()) {
-    view->deadline = absl::FromChrono(deadline);
-  }
-  // gRPC owns `request` and `response` until Finish, so the worker may read
-  // the one and fill the other.
-  absl::Status submitted = engine_->Submit(
-      *std::move(view), [context] { return context->IsCancelled(); },
-      [finish, request, response](absl::StatusOr<InferResult> result) {
-        if (result.ok()) EncodeInferResponse(*result, request->id(), response);
-        finish(result.status());
-      });
-  if (!submitted.ok()) finish(submitted);
+  // An error here means `done` was never called (Submit's contract); memory
+  // running out while decoding is one too.
+  absl::Status refused = CatchAllocationFailure("the request", [&]() -> absl::Status {
+    absl::StatusOr<InferRequestView> view = DecodeInferRequest(*request);
+    if (!view.ok()) return view.status();
+    const auto deadline = context->deadline();
+    if (deadline != std::chrono::system_clock::time_point::max()) {
+      view->deadline = absl::FromChrono(deadline);
+    }
+    // gRPC owns `request` and `response` until Finish, so the worker may read
+    // the one and fill the other.
+    return engine_->Submit(
+        *std::move(view), [context] { return context->IsCancelled(); },
+        [finish, request, response](absl::StatusOr<InferResult> result) {
+          absl::Status status = result.status();
+          if (result.ok()) {
+            status = CatchAllocationFailure("the response", [&] {
+              EncodeInferResponse(*result, request->id(), response);
+              return absl::OkStatus();
+            });
+            if (!status.ok()) response->Clear();
+          }
+          finish(status);
+        });
+  });
+  if (!refused.ok()) finish(refused);
   return reactor;
 }
 

@@ -28,6 +28,22 @@ absl::StatusOr<int64_t> CheckedAdd(int64_t a, int64_t b) {
   return out;
 }
 
+int64_t SaturatingMul(int64_t a, int64_t b) {
+  int64_t out;
+  if (__builtin_mul_overflow(a, b, &out)) return std::numeric_limits<int64_t>::max();
+  return out;
+}
+
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  int64_t out;
+  if (__builtin_add_overflow(a, b, &out)) return std::numeric_limits<int64_t>::max();
+  return out;
+}
+
+int64_t SaturatingBytes(int64_t elements, DataType t) {
+  return SaturatingMul(elements, DataTypeSize(t));
+}
+
 absl::StatusOr<int64_t> ElementCount(absl::Span<const int64_t> shape) {
   if (static_cast<int64_t>(shape.size()) > kMaxRank) {
     return absl::InvalidArgumentError(absl::StrCat(

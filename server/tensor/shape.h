@@ -28,6 +28,13 @@ inline constexpr int64_t kMaxRank = 32;
 absl::StatusOr<int64_t> CheckedMul(int64_t a, int64_t b);
 absl::StatusOr<int64_t> CheckedAdd(int64_t a, int64_t b);
 
+// a * b and a + b for non-negative operands, saturating at INT64_MAX: for
+// costs and counters, where a value too large to count is over every limit.
+int64_t SaturatingMul(int64_t a, int64_t b);
+int64_t SaturatingAdd(int64_t a, int64_t b);
+// SaturatingMul(elements, DataTypeSize(t)).
+int64_t SaturatingBytes(int64_t elements, DataType t);
+
 // Product of the dimensions. INVALID_ARGUMENT for a rank over kMaxRank, a
 // negative dimension or a product that overflows int64.
 absl::StatusOr<int64_t> ElementCount(absl::Span<const int64_t> shape);

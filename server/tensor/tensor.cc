@@ -37,6 +37,28 @@ absl::StatusOr<Tensor> Tensor::Allocate(DataType type, Shape shape) {
   return t;
 }
 
+absl::Status Tensor::Reshape(Shape shape) {
+  GEMMSERVE_ASSIGN_OR_RETURN(int64_t elements, ElementCount(shape));
+  if (elements != num_elements_) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", ShapeToString(shape_),
+                                                   " to ", ShapeToString(shape)));
+  }
+  shape_ = std::move(shape);
+  return absl::OkStatus();
+}
+
+absl::Status Tensor::Truncate(Shape shape) {
+  GEMMSERVE_ASSIGN_OR_RETURN(int64_t elements, ElementCount(shape));
+  if (elements > num_elements_) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot truncate ", ShapeToString(shape_),
+                                                   " to ", ShapeToString(shape)));
+  }
+  buffer_.Shrink(elements * DataTypeSize(type_));
+  num_elements_ = elements;
+  shape_ = std::move(shape);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Tensor> Tensor::Zeros(DataType type, Shape shape) {
   GEMMSERVE_ASSIGN_OR_RETURN(Tensor t, Allocate(type, std::move(shape)));
   if (t.byte_size() > 0) std::memset(t.raw_data(), 0, static_cast<size_t>(t.byte_size()));

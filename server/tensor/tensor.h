@@ -34,6 +34,8 @@ class AlignedBuffer {
   void* data() { return data_.get(); }
   const void* data() const { return data_.get(); }
   int64_t size() const { return size_; }
+  // Fewer bytes in use; the storage is kept. `bytes` must be at most size().
+  void Shrink(int64_t bytes) { size_ = bytes; }
 
  private:
   struct Free {
@@ -52,6 +54,13 @@ class Tensor {
   static absl::StatusOr<Tensor> Allocate(DataType type, Shape shape);
   // Zero-filled storage.
   static absl::StatusOr<Tensor> Zeros(DataType type, Shape shape);
+
+  // The same elements under another shape of equal element count (a view of
+  // rows as [M, S, N], say); INVALID_ARGUMENT otherwise.
+  absl::Status Reshape(Shape shape);
+  // The first elements under a shape of at most as many (the rows of a batch
+  // that are used); the storage is kept. INVALID_ARGUMENT for more elements.
+  absl::Status Truncate(Shape shape);
 
   DataType type() const { return type_; }
   const Shape& shape() const { return shape_; }

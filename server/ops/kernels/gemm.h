@@ -36,7 +36,9 @@ void IntGemmRowMajor(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
                      const T* b, int64_t ldb, T* c, int64_t ldc, int threads);
 
 // Half-precision GEMM (FP16 or BF16 bits), FP32 accumulation, one rounding.
-// Needs scratch memory: RESOURCE_EXHAUSTED if it cannot be had.
+// Computes kHalfGemmRowBlock rows of C at a time in FP32 scratch of
+// min(m, kHalfGemmRowBlock) * n floats: RESOURCE_EXHAUSTED if it cannot be had.
+inline constexpr int64_t kHalfGemmRowBlock = 512;
 absl::Status HalfGemmRowMajor(DataType type, int64_t m, int64_t n, int64_t k,
                               const uint16_t* a, int64_t lda, const uint16_t* b,
                               int64_t ldb, uint16_t* c, int64_t ldc, int threads);

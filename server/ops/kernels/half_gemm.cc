@@ -1,5 +1,5 @@
 // FP16 / BF16 GEMM: HalfPackedGemm (blis_half_gemm.cc) into an FP32 block of
-// kRowBlock rows of C, rounded once into C.
+// kHalfGemmRowBlock rows of C, rounded once into C.
 #include <algorithm>
 
 #include "server/common/status_macros.h"
@@ -9,14 +9,6 @@
 #include "server/tensor/tensor.h"
 
 namespace gemmserve {
-namespace {
-
-// Rows of C per step: bounds scratch to kRowBlock * n floats; B is repacked
-// once per step, a small cost against 2 * kRowBlock flops per element of B.
-constexpr int64_t kRowBlock = 512;
-
-}  // namespace
-
 void HalfToFloatBlock(DataType type, const uint16_t* in, float* out, int64_t count) {
   WidenToFloat(type, in, out, count);
 }
@@ -33,7 +25,9 @@ absl::Status HalfGemmRowMajor(DataType type, int64_t m, int64_t n, int64_t k,
                               const uint16_t* a, int64_t lda, const uint16_t* b,
                               int64_t ldb, uint16_t* c, int64_t ldc, int threads) {
   if (m <= 0 || n <= 0) return absl::OkStatus();
-  const int64_t rows = std::min(m, kRowBlock);
+  // Rows of C per step bound the scratch; B is repacked once per step, a
+  // small cost against 2 * kHalfGemmRowBlock flops per element of B.
+  const int64_t rows = std::min(m, kHalfGemmRowBlock);
   GEMMSERVE_ASSIGN_OR_RETURN(AlignedBuffer c32, AlignedBuffer::Allocate(rows * n * 4));
   float* cf = static_cast<float*>(c32.data());
   for (int64_t i0 = 0; i0 < m; i0 += rows) {
