@@ -534,10 +534,10 @@ TEST_F(InferenceEngineTest, FindModelAndModels) {
   EXPECT_EQ(engine_->models()[0]->metadata().name, "grouped_matmul");
 }
 
-TEST_F(InferenceEngineTest, UnknownModelNameIsEscapedInTheMessage) {
+TEST_F(InferenceEngineTest, AnInvalidModelNameIsInvalidArgumentAndEscapedInTheMessage) {
   Request r(std::string("evil\x01\n") + std::string(300, 'z'));
   absl::Status status = SubmitExpectingSyncError(r);
-  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()),
               AllOf(HasSubstr("\\x01"), HasSubstr("..."), ::testing::Not(HasSubstr("\n"))));
   EXPECT_LT(status.message().size(), 200u);
