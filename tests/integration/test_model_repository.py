@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import unittest
 
 import grpc
@@ -69,7 +70,8 @@ class ModelRepositoryTest(GemmServeTestCase):
         y = decode_outputs(self.infer(make_infer_request("lin", [("hidden", a)])))["projected"]
         np.testing.assert_allclose(y, a @ B_LIN, rtol=1e-12)
         self.assert_rejected(make_infer_request("lin", [("hidden", np.zeros((3, K + 1)))]),
-                             grpc.StatusCode.INVALID_ARGUMENT, ["hidden", f"K={K}"])
+                             grpc.StatusCode.INVALID_ARGUMENT,
+                             ["hidden", f"expected dimension 1 to be {K}"])
         bad_idx = np.array([[0, G]], np.int64)
         self.assert_rejected(self.moe_request("moe", np.zeros((1, K), np.float32), bad_idx),
                              grpc.StatusCode.INVALID_ARGUMENT, ["group_indices", "outside [0, G)"])
@@ -158,8 +160,11 @@ class ModelRepositoryTest(GemmServeTestCase):
                                    rtol=1e-5, atol=1e-5)
         self.stub.RepositoryModelUnload(pb2.RepositoryModelUnloadRequest(model_name="up"), timeout=10)
         self.assertFalse(self.stub.ModelReady(pb2.ModelReadyRequest(name="up"), timeout=10).ready)
+        # Nothing of an uploaded model is left once it is unloaded.
         error = self.rpc_error(self.stub.ModelInfer, self.moe_request("up", x, idx))
-        self.assertEqual(error.code(), grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual(error.code(), grpc.StatusCode.NOT_FOUND)
+        index = self.stub.RepositoryIndex(pb2.RepositoryIndexRequest(), timeout=10)
+        self.assertNotIn("up", [m.name for m in index.models])
         self.load("up", config="", files={"1/model.onnx": data})
         np.testing.assert_allclose(self.run_moe("up", x, idx), grouped_reference(x, W2, idx),
                                    rtol=1e-5, atol=1e-5)
@@ -167,50 +172,91 @@ class ModelRepositoryTest(GemmServeTestCase):
                                pb2.RepositoryModelUnloadRequest(model_name="matmul"))
         self.assertEqual(error.code(), grpc.StatusCode.INVALID_ARGUMENT)
 
-    def test_reload_under_load_loses_nothing_and_never_mixes_weights(self):
+    def test_directory_model_unloaded_is_unavailable_and_listed(self):
+        self.stub.RepositoryModelUnload(pb2.RepositoryModelUnloadRequest(model_name="moe_ext"),
+                                        timeout=10)
+        try:
+            error = self.rpc_error(self.stub.ModelInfer, self.moe_request(
+                "moe_ext", np.zeros((1, K), np.float32), np.zeros((1, S), np.int64)))
+            self.assertEqual(error.code(), grpc.StatusCode.UNAVAILABLE, error.details())
+            index = self.stub.RepositoryIndex(pb2.RepositoryIndexRequest(), timeout=10)
+            states = {m.name: m.state for m in index.models}
+            self.assertEqual(states["moe_ext"], "UNAVAILABLE")
+        finally:
+            self.load("moe_ext")
+        self.assertTrue(self.stub.ModelReady(pb2.ModelReadyRequest(name="moe_ext"),
+                                             timeout=10).ready)
+
+    def test_reload_swaps_weights_atomically_under_load(self):
         """Clients hammer `swap` while it is reloaded back and forth between two sets of
-        weights (and unloaded once): every answer is OK from one whole set of weights, or
-        UNAVAILABLE while unloaded; none is lost."""
-        w_by_version = {1: W1, 2: W2}
+        weights. The swap is atomic, as the README promises: every call succeeds (never
+        UNAVAILABLE), an answer that arrived before a reload began comes from the old
+        weights, a request sent after a reload returned gets the new ones, and only a call
+        that overlapped a reload may have either; none mixes the two."""
+        weights = {1: W1, 2: W2}
         data = {v: model_bytes(grouped_graph("swap", w, S)).SerializeToString()
-                for v, w in w_by_version.items()}
+                for v, w in weights.items()}
         self.load("swap", config=batching_config(100), files={"1/model.onnx": data[1]})
         x = RNG.standard_normal((3, K)).astype(np.float32)
         idx = RNG.integers(0, G, (3, S)).astype(np.int64)
-        refs = [grouped_reference(x, w, idx) for w in (W1, W2)]
+        refs = {v: grouped_reference(x, w, idx) for v, w in weights.items()}
+        assert not np.allclose(refs[1], refs[2], rtol=1e-5, atol=1e-5)
         stop = threading.Event()
-        outcomes, failures = [], []
+        progress = threading.Condition()
+        records, failures = [], []  # (sent, received, version or None)
 
         def client():
             while not stop.is_set():
+                sent = time.monotonic()
                 try:
                     out = self.run_moe("swap", x, idx)
-                    matches = [np.allclose(out, r, rtol=1e-5, atol=1e-5) for r in refs]
-                    outcomes.append("ok" if any(matches) else "mixed")
                 except AssertionError as e:
-                    text = str(e)
-                    outcomes.append("unavailable" if "UNAVAILABLE" in text else "lost")
-                    if "UNAVAILABLE" not in text:
-                        failures.append(text)
+                    failures.append(str(e))
+                    return
+                received = time.monotonic()
+                which = [v for v, r in refs.items() if np.allclose(out, r, rtol=1e-5, atol=1e-5)]
+                with progress:
+                    records.append((sent, received, which[0] if len(which) == 1 else None))
+                    progress.notify_all()
+
+        def wait_for_answers_sent_after(moment, count=12):
+            """Blocks (on the clients' progress, not a sleep) until `count` requests sent
+            after `moment` were answered, or a client failed."""
+            deadline = time.monotonic() + 60
+            with progress:
+                while (sum(1 for r in records if r[0] > moment) < count and not failures
+                       and time.monotonic() < deadline):
+                    progress.wait(timeout=1)
 
         threads = [threading.Thread(target=client) for _ in range(4)]
         for t in threads:
             t.start()
+        swaps = [(0.0, 0.0, 1)]  # (began, returned, version now served)
         try:
+            wait_for_answers_sent_after(0.0)
             for round_ in range(6):
                 version = 2 if round_ % 2 == 0 else 1
+                began = time.monotonic()
                 self.load("swap", config=batching_config(100),
                           files={"1/model.onnx": data[version]})
-                if round_ == 3:
-                    self.stub.RepositoryModelUnload(
-                        pb2.RepositoryModelUnloadRequest(model_name="swap"), timeout=10)
+                swaps.append((began, time.monotonic(), version))
+                wait_for_answers_sent_after(swaps[-1][1])
         finally:
             stop.set()
             for t in threads:
                 t.join(timeout=60)
         self.assertEqual(failures, [])
-        self.assertNotIn("mixed", outcomes)
-        self.assertGreater(outcomes.count("ok"), 10)
+        self.assertNotIn(None, [r[2] for r in records], "an answer mixed the two weight sets")
+        for sent, received, version in records:
+            # Served when sent: the last reload that had returned by then; a reload that
+            # overlapped the call may have served it too.
+            allowed = {max((s for s in swaps if s[1] <= sent), key=lambda s: s[1])[2]}
+            allowed |= {s[2] for s in swaps if s[0] < received and s[1] > sent}
+            self.assertIn(version, allowed, f"sent at {sent:.4f}, answered at {received:.4f}; "
+                                            f"reloads {swaps}")
+        for began, returned, version in swaps[1:]:
+            after = [r[2] for r in records if r[0] > returned]
+            self.assertGreaterEqual(len(after), 1)
 
     def test_statistics_count_rows_and_kernel_calls(self):
         before = self.stub.ModelStatistics(pb2.ModelStatisticsRequest(name="lin"), timeout=10)

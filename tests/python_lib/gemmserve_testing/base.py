@@ -24,12 +24,14 @@ def open_channel(address, timeout=10.0):
 
 class GemmServeTestCase(unittest.TestCase):
     server_flags = ()
+    server_env = None  # extra environment variables of the server
     compute_threads = 2
     _good_seed = itertools.count(1)
 
     @classmethod
     def setUpClass(cls):
-        cls.server = ServerProcess(*cls.server_flags, compute_threads=cls.compute_threads)
+        cls.server = ServerProcess(*cls.server_flags, compute_threads=cls.compute_threads,
+                                   env=cls.server_env)
         cls.server.start()
         cls.addClassCleanup(cls.server.stop)
         cls.channel = open_channel(cls.server.address)

@@ -50,7 +50,9 @@ class SanitizerReport(Exception):
 
 
 class ServerProcess:
-    def __init__(self, *flags, compute_threads=2, start_timeout=30.0):
+    """`env`: extra environment variables of the server."""
+
+    def __init__(self, *flags, compute_threads=2, start_timeout=30.0, env=None):
         # Metrics on a free port too, unless a test picks; the port is read back
         # from the second stdout line.
         metrics = [] if any(f.startswith("--metrics_port") for f in flags) else ["--metrics_port=0"]
@@ -58,6 +60,7 @@ class ServerProcess:
                       f"--compute_threads={compute_threads}", *metrics, *flags]
         self.metrics_port = None
         self.start_timeout = start_timeout
+        self.env = env
         self.proc = None
         self.port = None
         self._stderr = None
@@ -74,7 +77,8 @@ class ServerProcess:
     def start(self):
         binary = server_binary()
         self._stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(_with_parent_death_signal([binary, *self.flags]),
+        env = None if self.env is None else {**os.environ, **self.env}
+        self.proc = subprocess.Popen(_with_parent_death_signal([binary, *self.flags]), env=env,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=self._stderr)
         try:
