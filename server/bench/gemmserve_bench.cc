@@ -77,6 +77,15 @@ namespace {
 
 int g_threads = 1;
 int g_wrong_results = 0;  // cases whose check failed: the exit status says so
+int g_failed_cases = 0;   // cases that could not run (an error): the exit status says so too
+
+// A case that cannot run because something failed (memory, a kernel's
+// status): reported by the library like a skip, and counted so that the
+// process exits non-zero instead of passing with cases that never ran.
+void FailCase(benchmark::State& state, const std::string& why) {
+  ++g_failed_cases;
+  state.SkipWithError(why.c_str());
+}
 
 constexpr double kDefaultMinTimeSeconds = 0.2;
 // onnx_decomposition materialises [M*S, K, N]; beyond this it is not run.
@@ -225,7 +234,7 @@ std::optional<double> CheckAndTime(benchmark::State& state, const std::string& n
     absl::Status status = call();
     wall += std::chrono::steady_clock::now() - start;
     if (!status.ok()) {
-      state.SkipWithError(status.ToString().c_str());
+      FailCase(state, status.ToString());
       return std::nullopt;
     }
   }
@@ -418,7 +427,7 @@ void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
         return RandomTensor(spec.type, {shape.g, shape.k, shape.n}, /*seed=*/1);
       });
   if (!weights.ok()) {
-    state.SkipWithError(weights.status().ToString().c_str());
+    FailCase(state, weights.status().ToString());
     return;
   }
   absl::StatusOr<GroupedCase*> data = cache.grouped_case.Get(
@@ -426,7 +435,7 @@ void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
                    spec.m),
       [&] { return MakeGroupedCase(spec); });
   if (!data.ok()) {
-    state.SkipWithError(data.status().ToString().c_str());
+    FailCase(state, data.status().ToString());
     return;
   }
   const Tensor& w = **weights;
@@ -500,7 +509,7 @@ void BenchMatMul(benchmark::State& state, const MatMulSpec& spec) {
                    absl::StrJoin(spec.b_shape, "x")),
       [&] { return MakeMatMulCase(spec); });
   if (!data.ok()) {
-    state.SkipWithError(data.status().ToString().c_str());
+    FailCase(state, data.status().ToString());
     return;
   }
   MatMulCase& c = **data;
@@ -546,7 +555,7 @@ void BenchReadBandwidth(benchmark::State& state) {
         return b;
       });
   if (!buffer.ok()) {
-    state.SkipWithError(buffer.status().ToString().c_str());
+    FailCase(state, buffer.status().ToString());
     return;
   }
   const float* data = static_cast<const float*>((*buffer)->data());
@@ -743,7 +752,9 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   if (g_wrong_results > 0) {
     std::fprintf(stderr, "gemmserve-bench: %d case(s) computed a wrong result\n", g_wrong_results);
-    return 1;
   }
-  return 0;
+  if (g_failed_cases > 0) {
+    std::fprintf(stderr, "gemmserve-bench: %d case(s) could not run (an error)\n", g_failed_cases);
+  }
+  return g_wrong_results > 0 || g_failed_cases > 0 ? 1 : 0;
 }

@@ -78,17 +78,24 @@ bool IsDirect(const GemmProblem& p) {
   return p.a_rows == nullptr && p.c_rows == nullptr && p.bias == nullptr;
 }
 
-// Decode: each problem's B streamed once, cut into (problem, K slice) items
-// so even one problem keeps every thread busy; each item accumulates into its
-// own partial rows, folded per problem at the end.
-absl::Status RunStreaming(const std::vector<const GemmProblem*>& problems, int threads) {
-  const int64_t count = static_cast<int64_t>(problems.size());
-  struct Item {
-    int64_t problem, k_begin, k_end, partial;  // partial: byte offset
-  };
-  std::vector<Item> items;
-  std::vector<int64_t> rows_at(count), slices(count), first_item(count);
+struct StreamingItem {
+  int64_t problem, k_begin, k_end, partial;  // partial: byte offset
+};
+
+// Where each streaming problem's widened rows and each (problem, K slice)
+// item's partial sums go in the two scratch buffers.
+struct StreamingLayout {
+  std::vector<StreamingItem> items;
+  std::vector<int64_t> rows_at, slices, first_item;
   int64_t rows_bytes = 0, partial_bytes = 0;
+};
+
+StreamingLayout LayOutStreaming(const std::vector<const GemmProblem*>& problems, int threads) {
+  const int64_t count = static_cast<int64_t>(problems.size());
+  StreamingLayout l;
+  l.rows_at.resize(count);
+  l.slices.resize(count);
+  l.first_item.resize(count);
   // Every region starts on a cache line: a list may mix FP64 problems with
   // FP32 ones of odd size (found by UBSan: a misaligned double), and threads
   // accumulating into neighbouring partials must not share a line.
@@ -98,15 +105,29 @@ absl::Status RunStreaming(const std::vector<const GemmProblem*>& problems, int t
     const int64_t acc = AccSize(p.type);
     // Two items per thread overall; slices no thinner than 64 rows of B.
     const int64_t wanted = (2 * threads + count - 1) / count;
-    slices[q] = std::max<int64_t>(1, std::min<int64_t>(wanted, p.k / 64));
-    rows_at[q] = rows_bytes;
-    rows_bytes += line_up(p.m * p.k * acc);
-    first_item[q] = static_cast<int64_t>(items.size());
-    for (int64_t s = 0; s < slices[q]; ++s) {
-      items.push_back({q, p.k * s / slices[q], p.k * (s + 1) / slices[q], partial_bytes});
-      partial_bytes += line_up(p.m * p.n * acc);
+    l.slices[q] = std::max<int64_t>(1, std::min<int64_t>(wanted, p.k / 64));
+    l.rows_at[q] = l.rows_bytes;
+    l.rows_bytes += line_up(p.m * p.k * acc);
+    l.first_item[q] = static_cast<int64_t>(l.items.size());
+    for (int64_t s = 0; s < l.slices[q]; ++s) {
+      l.items.push_back({q, p.k * s / l.slices[q], p.k * (s + 1) / l.slices[q], l.partial_bytes});
+      l.partial_bytes += line_up(p.m * p.n * acc);
     }
   }
+  return l;
+}
+
+// Decode: each problem's B streamed once, cut into (problem, K slice) items
+// so even one problem keeps every thread busy; each item accumulates into its
+// own partial rows, folded per problem at the end.
+absl::Status RunStreaming(const std::vector<const GemmProblem*>& problems, int threads) {
+  const int64_t count = static_cast<int64_t>(problems.size());
+  StreamingLayout layout = LayOutStreaming(problems, threads);
+  const std::vector<StreamingItem>& items = layout.items;
+  const std::vector<int64_t>& rows_at = layout.rows_at;
+  const std::vector<int64_t>& slices = layout.slices;
+  const std::vector<int64_t>& first_item = layout.first_item;
+  const int64_t rows_bytes = layout.rows_bytes, partial_bytes = layout.partial_bytes;
   GEMMSERVE_ASSIGN_OR_RETURN(AlignedBuffer rows_buf, AlignedBuffer::Allocate(rows_bytes));
   GEMMSERVE_ASSIGN_OR_RETURN(AlignedBuffer partial_buf, AlignedBuffer::Allocate(partial_bytes));
   auto* rows = static_cast<uint8_t*>(rows_buf.data());
@@ -117,7 +138,7 @@ absl::Status RunStreaming(const std::vector<const GemmProblem*>& problems, int t
   const int64_t item_count = static_cast<int64_t>(items.size());
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t i = 0; i < item_count; ++i) {
-    const Item& item = items[i];
+    const StreamingItem& item = items[i];
     const GemmProblem& p = *problems[item.problem];
     if (p.type == DataType::kFP64) {
       StreamingGemmAccumulate(p.m, item.k_begin, item.k_end, p.n,
@@ -211,6 +232,44 @@ GemmProblem ColumnTile(const GemmProblem& p, int64_t j0, int64_t width) {
   return t;
 }
 
+// The column tiles of the packed problems and the scratch of each lane.
+struct PackedLayout {
+  std::vector<GemmProblem> tiles;
+  int lanes = 0;
+  int64_t rows_bytes = 0, result_bytes = 0;  // of each lane, for gathered tiles
+  int64_t half_block_bytes = 0;  // HalfGemmRowMajor's own, per call, for direct half tiles
+};
+
+PackedLayout LayOutPacked(const std::vector<const GemmProblem*>& problems, int threads) {
+  PackedLayout l;
+  const int64_t count = static_cast<int64_t>(problems.size());
+  // Tiles no narrower than 128 columns, so each still runs BLIS at speed.
+  constexpr int64_t kMinTileColumns = 128;
+  const int64_t wanted_tiles = (2 * threads + count - 1) / count;
+  for (const GemmProblem* p : problems) {
+    const int64_t split = std::max<int64_t>(
+        1, std::min<int64_t>(wanted_tiles, p->n / kMinTileColumns));
+    for (int64_t t = 0; t < split; ++t) {
+      const int64_t j0 = p->n * t / split, j1 = p->n * (t + 1) / split;
+      l.tiles.push_back(ColumnTile(*p, j0, j1 - j0));
+    }
+  }
+  l.lanes = static_cast<int>(std::min<int64_t>(threads, static_cast<int64_t>(l.tiles.size())));
+  for (const GemmProblem& p : l.tiles) {
+    const int64_t acc = AccSize(p.type);
+    if (IsDirect(p)) {
+      if (IsHalfPrecision(p.type)) {
+        l.half_block_bytes = std::max(l.half_block_bytes, std::min(p.m, kHalfGemmRowBlock) * p.n * 4);
+      }
+      continue;
+    }
+    const int64_t block = std::min(p.m, kGatherBlockRows);
+    if (!IsHalfPrecision(p.type)) l.rows_bytes = std::max(l.rows_bytes, block * p.k * acc);
+    l.result_bytes = std::max(l.result_bytes, block * p.n * acc);
+  }
+  return l;
+}
+
 // Prefill: every problem is one packing GEMM, run side by side on one thread
 // each. Problems are cut into column tiles until there are two tiles per
 // thread, so a few large experts (or one big MatMul) still keep every thread
@@ -219,29 +278,11 @@ GemmProblem ColumnTile(const GemmProblem& p, int64_t j0, int64_t width) {
 // stalls its partner (2-thread BLIS calls ran 20-100x slower than 1-thread
 // ones whenever the 2-core machine had other load).
 absl::Status RunPacked(const std::vector<const GemmProblem*>& problems, int threads) {
-  const int64_t count = static_cast<int64_t>(problems.size());
-  // Tiles no narrower than 128 columns, so each still runs BLIS at speed.
-  constexpr int64_t kMinTileColumns = 128;
-  const int64_t wanted_tiles = (2 * threads + count - 1) / count;
-  std::vector<GemmProblem> tiles;
-  for (const GemmProblem* p : problems) {
-    const int64_t split = std::max<int64_t>(
-        1, std::min<int64_t>(wanted_tiles, p->n / kMinTileColumns));
-    for (int64_t t = 0; t < split; ++t) {
-      const int64_t j0 = p->n * t / split, j1 = p->n * (t + 1) / split;
-      tiles.push_back(ColumnTile(*p, j0, j1 - j0));
-    }
-  }
+  PackedLayout layout = LayOutPacked(problems, threads);
+  const std::vector<GemmProblem>& tiles = layout.tiles;
   const int64_t tile_count = static_cast<int64_t>(tiles.size());
-  const int lanes = static_cast<int>(std::min<int64_t>(threads, tile_count));
-  int64_t rows_bytes = 0, result_bytes = 0;
-  for (const GemmProblem& p : tiles) {
-    if (IsDirect(p)) continue;
-    const int64_t acc = AccSize(p.type);
-    const int64_t block = std::min(p.m, kGatherBlockRows);
-    if (!IsHalfPrecision(p.type)) rows_bytes = std::max(rows_bytes, block * p.k * acc);
-    result_bytes = std::max(result_bytes, block * p.n * acc);
-  }
+  const int lanes = layout.lanes;
+  const int64_t rows_bytes = layout.rows_bytes, result_bytes = layout.result_bytes;
   std::vector<Lane> lane(lanes);
   for (Lane& l : lane) {
     GEMMSERVE_ASSIGN_OR_RETURN(l.rows, AlignedBuffer::Allocate(rows_bytes));
@@ -306,20 +347,46 @@ int64_t GemmWorkBytes(const GemmWorkShape& w, int threads) {
 
 namespace {
 
-absl::Status RunGemmProblemsOrThrow(absl::Span<const GemmProblem> problems, int threads) {
-  threads = std::max(threads, 1);
-  std::vector<const GemmProblem*> streaming, packed;
+// The problems with work, by path.
+void Split(absl::Span<const GemmProblem> problems, std::vector<const GemmProblem*>* streaming,
+           std::vector<const GemmProblem*>* packed) {
   for (const GemmProblem& p : problems) {
     if (p.m <= 0 || p.n <= 0) continue;
     const bool stream = IsFloatingPoint(p.type) && p.m <= kStreamingMaxRows;
-    (stream ? streaming : packed).push_back(&p);
+    (stream ? streaming : packed)->push_back(&p);
   }
+}
+
+absl::Status RunGemmProblemsOrThrow(absl::Span<const GemmProblem> problems, int threads) {
+  threads = std::max(threads, 1);
+  std::vector<const GemmProblem*> streaming, packed;
+  Split(problems, &streaming, &packed);
   if (!streaming.empty()) GEMMSERVE_RETURN_IF_ERROR(RunStreaming(streaming, threads));
   if (!packed.empty()) GEMMSERVE_RETURN_IF_ERROR(RunPacked(packed, threads));
   return absl::OkStatus();
 }
 
 }  // namespace
+
+int64_t GemmScratchBytes(absl::Span<const GemmProblem> problems, int threads) {
+  threads = std::max(threads, 1);
+  std::vector<const GemmProblem*> streaming, packed;
+  Split(problems, &streaming, &packed);
+  int64_t bytes = static_cast<int64_t>(problems.size() * sizeof(GemmProblem) +
+                                       (streaming.size() + packed.size()) * sizeof(void*));
+  if (!streaming.empty()) {
+    const StreamingLayout s = LayOutStreaming(streaming, threads);
+    bytes += s.rows_bytes + s.partial_bytes +
+             static_cast<int64_t>(s.items.size() * sizeof(StreamingItem) +
+                                  3 * streaming.size() * sizeof(int64_t));
+  }
+  if (!packed.empty()) {
+    const PackedLayout p = LayOutPacked(packed, threads);
+    bytes += static_cast<int64_t>(p.lanes) * (p.rows_bytes + p.result_bytes + p.half_block_bytes) +
+             static_cast<int64_t>(p.tiles.size() * (sizeof(GemmProblem) + sizeof(absl::Status)));
+  }
+  return bytes;
+}
 
 absl::Status RunGemmProblems(absl::Span<const GemmProblem> problems, int threads) {
   // The scheduler's lists are standard containers; nothing inside its

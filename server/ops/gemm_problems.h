@@ -82,6 +82,11 @@ struct GemmWorkShape {
 // problems is covered by the sum of their own bounds. Saturates at INT64_MAX.
 int64_t GemmWorkBytes(const GemmWorkShape& work, int threads);
 
+// What RunGemmProblems allocates for exactly this list (its scratch buffers
+// and work lists, without container slack) plus the list itself: the figure
+// GemmWorkBytes must bound (gemm_problems_test checks that it does).
+int64_t GemmScratchBytes(absl::Span<const GemmProblem> problems, int threads);
+
 }  // namespace gemmserve
 
 #endif  // GEMMSERVE_SERVER_OPS_GEMM_PROBLEMS_H_

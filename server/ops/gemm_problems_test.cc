@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -21,7 +22,7 @@ namespace {
 using namespace ops_testing;
 
 struct Owned {
-  std::vector<uint8_t> a, b, c, bias;
+  std::vector<uint8_t> a, b, c, c_before, bias;
   std::vector<int64_t> a_rows, c_rows;
   GemmProblem p;
 };
@@ -34,7 +35,9 @@ Owned Make(DataType type, int64_t m, int64_t n, int64_t k, bool gather, bool wit
   const int64_t a_rows = gather ? m + 3 : m, c_rows = gather ? m + 2 : m;
   o.a.resize(std::max<int64_t>(1, a_rows * k * es));
   o.b.resize(std::max<int64_t>(1, k * n * es));
-  o.c.assign(std::max<int64_t>(1, c_rows * n * es), 0);
+  // C starts as garbage: a kernel that accumulated into C, or skipped a row,
+  // shows; rows nobody scatters to must keep it.
+  o.c.assign(std::max<int64_t>(1, c_rows * n * es), 0x5a);
   FillRandom(type, o.a.data(), a_rows * k, rng);
   FillRandom(type, o.b.data(), k * n, rng);
   o.p.type = type;
@@ -61,12 +64,24 @@ Owned Make(DataType type, int64_t m, int64_t n, int64_t k, bool gather, bool wit
     FillRandom(type, o.bias.data(), n, rng);
     o.p.bias = o.bias.data();
   }
+  o.c_before = o.c;
   return o;
 }
 
 void Check(const Owned& o, const std::string& where) {
   const GemmProblem& p = o.p;
   const int64_t es = DataTypeSize(p.type);
+  const int64_t c_rows = static_cast<int64_t>(o.c.size()) / std::max<int64_t>(1, p.n * es);
+  for (int64_t r = 0; r < c_rows && p.n > 0; ++r) {
+    const bool written =
+        p.c_rows ? std::find(p.c_rows, p.c_rows + p.m, r) != p.c_rows + p.m : r < p.m;
+    if (!written) {
+      ASSERT_EQ(std::memcmp(o.c.data() + r * p.n * es, o.c_before.data() + r * p.n * es,
+                            static_cast<size_t>(p.n * es)),
+                0)
+          << where << ": row " << r << " of C was written, but no row scatters to it";
+    }
+  }
   for (int64_t i = 0; i < p.m; ++i) {
     const int64_t ar = p.a_rows ? p.a_rows[i] : i, cr = p.c_rows ? p.c_rows[i] : i;
     for (int64_t j = 0; j < p.n; ++j) {
@@ -124,6 +139,13 @@ TEST(RunGemmProblemsTest, MixedListsGiveEachProblemItsOwnResult) {
     owned.push_back(Make(DataType::kFP32, 30, 31, 29, false, false, rng));
     owned.push_back(Make(DataType::kINT64, 20, 11, 13, false, false, rng));
     owned.push_back(Make(DataType::kUINT32, 10, 5, 7, false, false, rng));
+    // Gathered problems across the 512-row blocks of the packed path.
+    owned.push_back(Make(DataType::kFP32, 511, 19, 13, true, true, rng));
+    owned.push_back(Make(DataType::kFP32, 513, 17, 11, true, false, rng));
+    owned.push_back(Make(DataType::kBF16, 1025, 9, 7, true, true, rng));
+    owned.push_back(Make(DataType::kFP64, 512, 5, 3, true, true, rng));
+    owned.push_back(Make(DataType::kFP32, 700, 8, 5, false, true, rng));  // bias, rows in order
+    owned.push_back(Make(DataType::kFP16, 600, 600, 3, false, false, rng));  // direct, blocks of 512
     // Degenerate sizes in the same list.
     owned.push_back(Make(DataType::kFP32, 4, 6, 0, true, true, rng));
     owned.push_back(Make(DataType::kFP32, 0, 6, 3, false, false, rng));
@@ -135,6 +157,78 @@ TEST(RunGemmProblemsTest, MixedListsGiveEachProblemItsOwnResult) {
                                    " threads=", threads));
     }
   }
+}
+
+// GemmWorkBytes is what a request is counted at; GemmScratchBytes what the
+// scheduler really allocates for a concrete list. For random lists of every
+// type and path: the bound covers the list, and a batch's merged list (lists
+// concatenated, as the built-in models merge; rows stacked into one problem,
+// as resident models do) is covered by the sum of its parts' bounds.
+TEST(GemmWorkBytesTest, BoundsWhatTheSchedulerAllocatesAlsoForMergedLists) {
+  std::mt19937_64 rng(7);
+  const DataType types[] = {DataType::kFP32, DataType::kFP64, DataType::kBF16, DataType::kFP16,
+                            DataType::kINT32};
+  const int64_t dims[] = {0, 1, 2, 15, 16, 17, 63, 64, 65, 200, 511, 512, 513, 1100};
+  auto dim = [&] { return dims[rng() % (sizeof dims / sizeof dims[0])]; };
+  static const int64_t kRows[1] = {0};  // gathered problems only need the lists to exist
+  auto describe = [](const std::vector<GemmProblem>& list) {
+    GemmWorkShape w;
+    w.type = list[0].type;
+    w.k = list[0].k;
+    w.n = list[0].n;
+    w.problems = static_cast<int64_t>(list.size());
+    w.min_rows = list[0].m;
+    for (const GemmProblem& p : list) {
+      w.rows += p.m;
+      w.min_rows = std::min(w.min_rows, p.m);
+      w.max_rows = std::max(w.max_rows, p.m);
+      w.gathered |= p.a_rows != nullptr;
+    }
+    return w;
+  };
+  for (int trial = 0; trial < 3000; ++trial) {
+    const DataType type = types[rng() % 5];
+    const int threads = 1 + static_cast<int>(rng() % 8);
+    const int64_t k = dim(), n = dim();
+    const bool gathered = IsFloatingPoint(type) && rng() % 2 == 0;
+    auto random_list = [&](int64_t count) {
+      std::vector<GemmProblem> list(count);
+      for (GemmProblem& p : list) {
+        p.type = type;
+        p.m = dim();
+        p.k = k;
+        p.n = n;
+        if (gathered) p.a_rows = p.c_rows = kRows;
+      }
+      return list;
+    };
+    const std::vector<GemmProblem> a = random_list(1 + rng() % 6), b = random_list(1 + rng() % 6);
+    const int64_t bound_a = GemmWorkBytes(describe(a), threads);
+    const int64_t bound_b = GemmWorkBytes(describe(b), threads);
+    EXPECT_LE(GemmScratchBytes(a, threads), bound_a) << "trial " << trial;
+    std::vector<GemmProblem> merged = a;
+    merged.insert(merged.end(), b.begin(), b.end());
+    EXPECT_LE(GemmScratchBytes(merged, threads), bound_a + bound_b) << "trial " << trial;
+    // One problem per request, their rows stacked.
+    std::vector<GemmProblem> one_a = {a[0]}, one_b = {b[0]}, stacked = {a[0]};
+    stacked[0].m = a[0].m + b[0].m;
+    EXPECT_LE(GemmScratchBytes(stacked, threads),
+              GemmWorkBytes(describe(one_a), threads) + GemmWorkBytes(describe(one_b), threads))
+        << "trial " << trial;
+  }
+}
+
+TEST(GemmWorkBytesTest, SaturatesInsteadOfWrapping) {
+  GemmWorkShape w;
+  w.problems = w.rows = w.min_rows = w.max_rows = int64_t{1} << 40;
+  w.k = w.n = int64_t{1} << 60;
+  w.gathered = true;
+  EXPECT_EQ(GemmWorkBytes(w, 64), std::numeric_limits<int64_t>::max());
+  w.min_rows = 1;  // streaming too
+  EXPECT_EQ(GemmWorkBytes(w, 64), std::numeric_limits<int64_t>::max());
+  w.problems = int64_t{1} << 62;
+  w.n = 0;
+  EXPECT_EQ(GemmWorkBytes(w, 2), std::numeric_limits<int64_t>::max());
 }
 
 }  // namespace
