@@ -6,9 +6,11 @@
 // and batched between two copies of a fixed FP32 request of odd size (a
 // merged batch mixing datatypes and byte sizes, as a server's is). Nothing
 // may crash or trip a sanitizer; a plan's output must be what RunBatch
-// returns; integer results (exact whatever the summation order) must not
-// change with batching; the fixed neighbour's answer must stay exact; and an
-// integer MatMul must equal the plain reference kernel, broadcasting included.
+// returns; the fixed neighbour's answer must stay exact; and every answer,
+// alone and batched, must equal the references of fuzz_reference.h: MatMul of
+// every datatype with numpy's broadcasting derived there (integers bit for
+// bit, floats within rounding of the exact sums), and GroupedMatMul by its
+// definition.
 //
 // Both models see every request, so the fuzzer need not find the model name.
 // FUZZ_VERBOSE=1 in the environment prints how far each model got, which
@@ -24,14 +26,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "fuzz/fuzz_reference.h"
 #include "fuzz/fuzz_support.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpc_service.pb.h"
 #include "server/core/builtin_models.h"
 #include "server/core/input_binding.h"
 #include "server/core/model.h"
-#include "server/ops/kernels/reference_gemm.h"
-#include "server/ops/matmul.h"
 #include "server/service/infer_codec.h"
 #include "server/tensor/datatype.h"
 #include "server/tensor/shape.h"
@@ -166,45 +168,31 @@ void Trace(const std::string& model, const char* stage, const absl::Status& stat
   if (kVerbose) std::fprintf(stderr, "  %s: %s %s\n", model.c_str(), stage, status.ToString().c_str());
 }
 
-bool IsInteger(DataType t) { return !IsFloatingPoint(t); }
-
-// numpy.matmul of integers, which wrap and so are exact in any summation
-// order: the plain reference kernel per output batch entry, the operands'
-// batch entries found by unravelling the index (not the kernel's odometer).
-void CheckIntegerMatMul(const BoundInputs& bound, const Tensor& y) {
-  const absl::StatusOr<Tensor> a = bound[0].Materialize();
-  const absl::StatusOr<Tensor> b = bound[1].Materialize();
-  FUZZ_CHECK(a.ok() && b.ok(), "Materialize failed");
-  const absl::StatusOr<MatMulPlan> plan = PlanMatMul(a->shape(), b->shape());
-  FUZZ_CHECK(plan.ok(), "PlanMatMul: %s", plan.status().ToString().c_str());
-  const DataType type = a->type();
-  const int64_t es = DataTypeSize(type), m = plan->m, n = plan->n, k = plan->k;
-  const Shape& batch = plan->batch_shape;
-  std::vector<uint8_t> want(static_cast<size_t>(y.byte_size()));
-  const auto* pa = static_cast<const uint8_t*>(a->raw_data());
-  const auto* pb = static_cast<const uint8_t*>(b->raw_data());
-  for (int64_t entry = 0; entry < plan->batch_count; ++entry) {
-    int64_t rest = entry, a_entry = 0, b_entry = 0, a_stride = 1, b_stride = 1;
-    for (size_t d = batch.size(); d-- > 0;) {
-      const int64_t i = rest % batch[d];
-      rest /= batch[d];
-      if (plan->a_batch[d] != 1) a_entry += i * a_stride;
-      if (plan->b_batch[d] != 1) b_entry += i * b_stride;
-      a_stride *= plan->a_batch[d];
-      b_stride *= plan->b_batch[d];
+// The answer of `model` to `bound` against the reference.
+void CheckAnswer(const Model& model, const BoundInputs& bound, const std::vector<NamedTensor>& out,
+                 const char* how) {
+  std::vector<Tensor> in;
+  for (const BoundInput& b : bound) {
+    if (b.spec == nullptr) {
+      in.emplace_back();
+      continue;
     }
-    ReferenceGemm(type, m, n, k, pa + a_entry * m * k * es, k, pb + b_entry * k * n * es, n,
-                  want.data() + entry * m * n * es, n);
+    absl::StatusOr<Tensor> t = b.Materialize();
+    FUZZ_CHECK(t.ok(), "Materialize: %s", t.status().ToString().c_str());
+    in.push_back(*std::move(t));
   }
-  FUZZ_CHECK(want.empty() || std::memcmp(want.data(), y.raw_data(), want.size()) == 0,
-             "matmul %s x %s (%s): output differs from the reference",
-             ShapeToString(a->shape()).c_str(), ShapeToString(b->shape()).c_str(),
-             std::string(DataTypeName(type)).c_str());
+  const std::string what = absl::StrCat(model.metadata().name, " ", how);
+  if (model.metadata().name == "matmul") {
+    CheckMatMul(what.c_str(), in[0], in[1], out[0].tensor);
+  } else {
+    CheckGroupedMatMul(what.c_str(), in[0], in[1], in[2], bound[3].spec ? &in[3] : nullptr,
+                       out[0].tensor);
+  }
 }
 
-// Runs `prepared` alone and batched between two neighbours; returns the lone
-// run's result.
-InferOutputs Run(const Model& model, PreparedInference* prepared) {
+// Runs `prepared` alone and batched between two neighbours, and checks both
+// answers against the reference.
+void Run(const Model& model, const BoundInputs& bound, PreparedInference* prepared) {
   const std::string& name = model.metadata().name;
   std::vector<InferOutputs> alone = model.RunBatch({&prepared, 1}, /*threads=*/1);
   FUZZ_CHECK(alone.size() == 1, "%s: RunBatch gave %zu results for 1", name.c_str(),
@@ -214,9 +202,10 @@ InferOutputs Run(const Model& model, PreparedInference* prepared) {
   if (!alone[0].ok()) {
     FUZZ_CHECK(absl::IsInvalidArgument(alone[0].status()), "%s: RunBatch: %s", name.c_str(),
                alone[0].status().ToString().c_str());
-    return std::move(alone[0]);
+    return;
   }
   CheckOutputs(name, *prepared, *alone[0]);
+  CheckAnswer(model, bound, *alone[0], "alone");
 
   PreparedInference* neighbour = NeighbourOf(model).prepared.get();
   PreparedInference* three[] = {neighbour, prepared, neighbour};
@@ -230,16 +219,8 @@ InferOutputs Run(const Model& model, PreparedInference* prepared) {
     FUZZ_CHECK(result.ok(), "%s: alone OK, batched %s", name.c_str(),
                result.status().ToString().c_str());
     CheckOutputs(name, *prepared, *result);
-    for (size_t i = 0; i < result->size(); ++i) {
-      const Tensor& a = (*alone[0])[i].tensor;
-      const Tensor& b = (*result)[i].tensor;
-      if (!IsInteger(a.type()) || a.byte_size() == 0) continue;
-      FUZZ_CHECK(std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.byte_size())) == 0,
-                 "%s: integer output '%s' differs when batched", name.c_str(),
-                 (*result)[i].name.c_str());
-    }
+    CheckAnswer(model, bound, *result, "batched");
   }
-  return std::move(alone[0]);
 }
 
 }  // namespace
@@ -288,10 +269,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                static_cast<long long>(p.output_bytes()), static_cast<long long>(p.flops()),
                static_cast<long long>(p.rows()));
     if (p.output_bytes() > kMaxOutputBytes || p.flops() > kMaxFlops) continue;
-    const InferOutputs outputs = Run(*model, prepared->get());
-    if (outputs.ok() && name == "matmul" && !IsFloatingPoint((*bound)[0].type)) {
-      CheckIntegerMatMul(*bound, (*outputs)[0].tensor);
-    }
+    Run(*model, *bound, prepared->get());
   }
   return 0;
 }

@@ -8,9 +8,11 @@ The seeds are committed; run this again only to change them:
 fuzz_infer_request gets serialized ModelInferRequest messages (valid ones for
 both built-in models and each datatype family, and invalid ones from
 RELIABILITY.md's envelope rows), made with protoc's Python code for
-proto/grpc_service.proto. The other two targets read their input front to
-back as fuzz/fuzz_support.h's ByteReader does; the layouts are described at
-the top of fuzz_shapes.cc and fuzz_grouped_indices.cc.
+proto/grpc_service.proto. fuzz_shapes, fuzz_grouped_indices and
+fuzz_resident_model read their input front to back as fuzz/fuzz_support.h's
+ByteReader does; the layouts are described at the top of each target.
+fuzz_model_loader gets real one-node models (tests/python_lib's onnx_models)
+with config.pbtxt texts.
 """
 import os
 import shutil
@@ -196,6 +198,90 @@ def grouped_indices_seeds():
     }
 
 
+def resident_model_seeds():
+    """Layout at the top of fuzz_resident_model.cc."""
+    values = bytes((i * 37 + 11) % 256 for i in range(600))
+    free, weights_value = 0, 1
+
+    def fixed(v):
+        return 2 + v
+
+    grouped, bias, int32, raw_bits = 1, 16, 32, 64
+
+    def types(i):  # datatype index into the op's list, in bits 1-3
+        return i << 1
+
+    def matmul(dtype, k, n, sig, requests):
+        head = bytes([types(dtype), k, n, 0, 0, len(sig) - 1]) + bytes(sig)
+        return head + values[:k * n] + b"".join(requests)
+
+    def grouped_model(flags, k, n, g, s, x_sig, idx_sig, requests):
+        head = bytes([grouped | flags, k, n, g, s]) + bytes(x_sig + idx_sig)
+        w = values[:g * k * n] + (values[:g * n] if flags & bias else b"")
+        return head + w + b"".join(requests)
+
+    def request(flags, m, dim_tags, count):
+        return bytes([flags, m]) + bytes(dim_tags) + values[:count]
+
+    return {
+        "matmul_fp32_m_k": matmul(0, 4, 3, [free, weights_value],
+                                  [request(0, 2, [0, 0], 8), request(0, 3, [0, 0], 12),
+                                   request(0, 1, [0, 6], 5)]),
+        "matmul_int64_rank3": matmul(5, 2, 2, [fixed(2), free, weights_value],
+                                     [request(0, 2, [0, 0, 0], 8), request(7, 1, [0, 0, 0], 4)]),
+        "matmul_bf16_vector": matmul(3, 3, 5, [weights_value], [request(0, 0, [0], 3)]),
+        "matmul_k_wrong": matmul(0, 4, 3, [free, fixed(5)], []),
+        "grouped_fp32_bias_s2": grouped_model(types(0) | bias, 3, 2, 3, 2,
+                                              [free, weights_value], [free, weights_value],
+                                              [request(0, 2, [0, 0, 0, 0], 6 + 4),
+                                               request(0, 3, [0, 0, 0, 6], 9 + 9),
+                                               request(0, 1, [0, 0, 0, 0], 3 + 2)]),
+        "grouped_fp16_int32_s1": grouped_model(types(2) | int32, 2, 2, 2, 1,
+                                               [free, free], [free, weights_value],
+                                               [request(0, 4, [0, 0, 0, 0], 8 + 4),
+                                                request(0x30, 2, [0, 0, 0, 0], 4 + 2)]),
+        "grouped_fp64_m_fixed": grouped_model(types(1), 2, 3, 4, 3, [fixed(2), free],
+                                              [fixed(2), weights_value],
+                                              [request(0, 2, [0, 0, 0, 0], 4 + 6)]),
+        "grouped_s_free": grouped_model(types(0), 2, 2, 2, 2, [free, free], [free, free], []),
+        "grouped_raw_bits": grouped_model(types(3) | raw_bits, 2, 2, 2, 2, [free, free],
+                                          [free, weights_value],
+                                          [request(0, 2, [0, 0, 0, 0], 8 + 4)]),
+    }
+
+
+def model_loader_seeds():
+    """Layout at the top of fuzz_model_loader.cc: real models and configs."""
+    sys.path.insert(0, os.path.join(HERE, "..", "tests", "python_lib"))
+    import numpy as np  # noqa: E402
+    from gemmserve_testing.onnx_models import grouped_graph, matmul_graph, model_bytes  # noqa
+
+    def case(config, model, weights=b""):
+        assert len(config) < 256 and len(weights) % 16 == 0 and len(weights) < 4096
+        return bytes([len(config)]) + config + bytes([len(weights) // 16]) + weights + model
+
+    w = (np.arange(2 * 4 * 3) % 7 - 3).astype(np.float32).reshape(2, 4, 3)
+    grouped = model_bytes(grouped_graph("fuzzed", w, 2)).SerializeToString()
+    matmul = model_bytes(matmul_graph("fuzzed", np.ones((4, 2)))).SerializeToString()
+    external = model_bytes(grouped_graph("fuzzed", w, 1))
+    init = external.graph.initializer[0]
+    raw = init.raw_data + b"\0" * (-len(init.raw_data) % 16)
+    init.ClearField("raw_data")
+    init.data_location = 1
+    init.external_data.add(key="location", value="weights.bin")
+    init.external_data.add(key="offset", value="0")
+    init.external_data.add(key="length", value=str(w.nbytes))
+    return {
+        "grouped_no_config": case(b"", grouped),
+        "grouped_batching": case(b"dynamic_batching { max_queue_delay_microseconds: 100 "
+                                 b"max_batch_rows: 64 priority_levels: 2 }", grouped),
+        "matmul_priority_huge": case(b"dynamic_batching { priority_levels: 2147483647 }", matmul),
+        "external_weights": case(b"", external.SerializeToString(), raw),
+        "bad_config": case(b"dynamic_batching { bogus: 1 }", matmul),
+        "bad_model": case(b"", b"\x08\x08garbage"),
+    }
+
+
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
     shutil.rmtree(d, ignore_errors=True)
@@ -211,6 +297,8 @@ def main():
         write("fuzz_infer_request", infer_request_seeds(load_protocol(tmp)))
     write("fuzz_shapes", shapes_seeds())
     write("fuzz_grouped_indices", grouped_indices_seeds())
+    write("fuzz_resident_model", resident_model_seeds())
+    write("fuzz_model_loader", model_loader_seeds())
 
 
 if __name__ == "__main__":

@@ -48,8 +48,10 @@ ABSL_FLAG(int64_t, grpc_max_connection_idle_ms, 600000,
 ABSL_FLAG(int64_t, grpc_max_connection_age_ms, 0,
           "Close connections after this age, gracefully (0: never).");
 ABSL_FLAG(int64_t, max_inflight_bytes, int64_t{8} << 30,
-          "Bytes of accepted, unanswered requests (inputs and outputs) held at most; more get "
-          "UNAVAILABLE at once (a single larger request is still taken when nothing else is).");
+          "Bytes of accepted, unanswered requests held at most, counted before anything is "
+          "allocated (messages, copies, outputs, bookkeeping, scratch, responses); a request "
+          "that would pass it gets UNAVAILABLE at once, one larger than it alone "
+          "RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, inline_max_flops, 65536,
           "Requests of at most this many flops run on the gRPC thread when their model is idle "
           "(a hand-off to a worker costs more than they compute); 0: none that computes.");

@@ -29,7 +29,11 @@ constexpr char kDefaultModelFile[] = "model.onnx";
 class CollectErrors final : public google::protobuf::io::ErrorCollector {
  public:
   void AddError(int line, int column, const std::string& message) override {
-    if (first_.empty()) first_ = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
+    // The parser's message quotes the text it choked on: the client's.
+    if (first_.empty()) {
+      first_ = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ",
+                            ClientText(message, 200));
+    }
   }
   const std::string& first() const { return first_; }
 

@@ -6,7 +6,10 @@ next batch (after at most --builtin_max_queue_delay_us, 200 ms here, waiting
 for the running batch's own client to come back). A large MatMul
 (the "blocker") keeps a batch running; a probe with a 1 ms queue timeout proves
 it is running (the probe is refused from the queue) before each scenario, so
-nothing here sleeps or guesses at timing.
+nothing here sleeps or guesses at timing. A scenario that needs the blocker
+still running when it decides checks that it was (blocker not done at that
+moment); if a fast machine finished the blocker first, that attempt proves
+nothing either way and runs again with a fresh blocker (`conclusively`).
 """
 import threading
 import time
@@ -63,9 +66,15 @@ class BatchingTest(GemmServeTestCase):
         y = decode_outputs(future.result(timeout=300))["Y"]
         self.assertEqual(float(y[0, 0]), float(BLOCKER_N))
 
+    def conclusively(self, attempt, attempts=5):
+        """Runs attempt() until it returns True (it decided while its blocker ran);
+        False means the blocker ended too soon and the attempt cleaned up after itself."""
+        for _ in range(attempts):
+            if attempt():
+                return
+        self.fail(f"the blocker ended before the scenario decided, {attempts} times")
+
     def test_f3_f4_full_queue_refuses_at_once_and_the_queued_batch_keeps_answers_apart(self):
-        blocker = self.start_blocker()
-        before = self.stats()
         cases = [
             ("FP32", RNG.standard_normal((2, 3)).astype(np.float32),
              RNG.standard_normal((3, 4)).astype(np.float32)),
@@ -75,72 +84,108 @@ class BatchingTest(GemmServeTestCase):
             ("INT32", RNG.integers(-9, 9, (4, 3)).astype(np.int32),
              RNG.integers(-9, 9, (3, 3)).astype(np.int32)),
         ]
-        # Four requests for a queue of three: whichever arrives last is refused at
-        # once, while the blocker still runs.
-        first_done = threading.Event()
-        futures = []
-        for _, a, b in cases:
-            f = self.stub.ModelInfer.future(make_infer_request("matmul", [("A", a), ("B", b)]),
-                                            timeout=300)
-            f.add_done_callback(lambda _: first_done.set())
-            futures.append(f)
-        self.assertTrue(first_done.wait(timeout=60))
-        self.assertFalse(blocker.done(), "the blocker ended before the queue filled")
-        refused = [i for i, f in enumerate(futures) if f.done()]
-        self.assertEqual(len(refused), 1)
-        error = futures[refused[0]].exception()
-        self.assertEqual(error.code(), grpc.StatusCode.UNAVAILABLE, error.details())
-        self.assertIn("queue full", error.details())
-        self.finish_blocker(blocker)
-        rows = BLOCKER_N
-        for i, ((name, a, b), future) in enumerate(zip(cases, futures)):
-            if i == refused[0]:
-                continue
-            y = decode_outputs(future.result(timeout=300))["Y"]
-            want = np.matmul(a, b)
-            rows += int(np.prod(a.shape[:-1]))
-            if name.startswith("INT"):
-                np.testing.assert_array_equal(y, want)
-            else:
-                np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
-        after = self.stats()
-        # The blocker, then the three queued requests in ONE kernel call.
-        self.assertEqual(after.execution_count - before.execution_count, 2)
-        self.assertEqual(after.inference_count - before.inference_count, rows)
+
+        def attempt():
+            blocker = self.start_blocker()
+            before = self.stats()
+            # Four requests for a queue of three: whichever arrives last is refused at
+            # once, while the blocker still runs.
+            first_done = threading.Event()
+            futures = []
+            for _, a, b in cases:
+                f = self.stub.ModelInfer.future(
+                    make_infer_request("matmul", [("A", a), ("B", b)]), timeout=300)
+                f.add_done_callback(lambda _: first_done.set())
+                futures.append(f)
+            self.assertTrue(first_done.wait(timeout=120))
+            conclusive = not blocker.done()
+            self.finish_blocker(blocker)
+            if not conclusive:
+                for f in futures:
+                    f.exception(timeout=300)  # each answered, one way or the other
+                return False
+            refused = [i for i, f in enumerate(futures)
+                       if f.exception(timeout=300) is not None]
+            self.assertEqual(len(refused), 1)
+            error = futures[refused[0]].exception()
+            self.assertEqual(error.code(), grpc.StatusCode.UNAVAILABLE, error.details())
+            self.assertIn("queue full", error.details())
+            rows = BLOCKER_N
+            for i, ((name, a, b), future) in enumerate(zip(cases, futures)):
+                if i == refused[0]:
+                    continue
+                y = decode_outputs(future.result(timeout=300))["Y"]
+                want = np.matmul(a, b)
+                rows += int(np.prod(a.shape[:-1]))
+                if name.startswith("INT"):
+                    np.testing.assert_array_equal(y, want)
+                else:
+                    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+            after = self.stats()
+            # The blocker, then the three queued requests in ONE kernel call.
+            self.assertEqual(after.execution_count - before.execution_count, 2)
+            self.assertEqual(after.inference_count - before.inference_count, rows)
+            return True
+
+        self.conclusively(attempt)
         self.assert_server_still_serves()
 
     def test_f1_deadline_and_timeout_while_queued_drop_the_request_before_compute(self):
-        blocker = self.start_blocker()
-        before = self.stats()
         small = make_infer_request("matmul", [("A", np.ones((2, 2), np.float32)),
                                               ("B", np.ones((2, 2), np.float32))])
-        error = self.rpc_error(self.stub.ModelInfer, small, timeout=0.2)
-        self.assertEqual(error.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
-        error = self.rpc_error(self.stub.ModelInfer, with_params(small, timeout=100000))
-        self.assertEqual(error.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
-        self.assertIn("deadline passed while queued", error.details())
-        self.finish_blocker(blocker)
-        after = self.stats()
-        # Only the blocker was computed; both small requests counted as failures.
-        self.assertEqual(after.inference_count - before.inference_count, BLOCKER_N)
-        self.assertEqual(after.execution_count - before.execution_count, 1)
-        self.assertGreaterEqual(after.inference_stats.fail.count - before.inference_stats.fail.count, 2)
+
+        def attempt():
+            blocker = self.start_blocker()
+            before = self.stats()
+            codes = []
+            for request, timeout in ((small, 0.2), (with_params(small, timeout=100000), 30)):
+                try:
+                    self.stub.ModelInfer(request, timeout=timeout)
+                    codes.append(grpc.StatusCode.OK)
+                except grpc.RpcError as error:
+                    codes.append(error.code())
+                    last = error
+            conclusive = not blocker.done()
+            self.finish_blocker(blocker)
+            if not conclusive:
+                return False
+            self.assertEqual(codes, [grpc.StatusCode.DEADLINE_EXCEEDED] * 2)
+            self.assertIn("deadline passed while queued", last.details())
+            after = self.stats()
+            # Only the blocker was computed; both small requests counted as failures.
+            self.assertEqual(after.inference_count - before.inference_count, BLOCKER_N)
+            self.assertEqual(after.execution_count - before.execution_count, 1)
+            self.assertGreaterEqual(
+                after.inference_stats.fail.count - before.inference_stats.fail.count, 2)
+            return True
+
+        self.conclusively(attempt)
         self.assert_server_still_serves()
 
     def test_f2_cancel_while_queued_is_never_computed(self):
-        blocker = self.start_blocker()
-        before = self.stats()
-        queued = self.stub.ModelInfer.future(make_infer_request(
-            "matmul", [("A", np.ones((3, 2), np.float32)), ("B", np.ones((2, 2), np.float32))]),
-            timeout=300)
-        self.assertTrue(queued.cancel())
-        self.finish_blocker(blocker)
+        def attempt():
+            blocker = self.start_blocker()
+            before = self.stats()
+            queued = self.stub.ModelInfer.future(make_infer_request(
+                "matmul", [("A", np.ones((3, 2), np.float32)), ("B", np.ones((2, 2), np.float32))]),
+                timeout=300)
+            self.assertTrue(queued.cancel())
+            # The server drops it (a failure in its statistics) when it sees the cancel;
+            # wait for that, or for the blocker's end, whichever comes first.
+            while not blocker.done():
+                if self.stats().inference_stats.fail.count > before.inference_stats.fail.count:
+                    break
+            conclusive = not blocker.done()
+            self.finish_blocker(blocker)
+            after = self.stats()
+            if not conclusive and after.inference_count - before.inference_count != BLOCKER_N:
+                return False  # the blocker ended first and the request ran: proves nothing
+            # Only the blocker was computed, not the cancelled 3 rows.
+            self.assertEqual(after.inference_count - before.inference_count, BLOCKER_N)
+            return True
+
+        self.conclusively(attempt)
         self.assert_server_still_serves()
-        after = self.stats()
-        # The blocker and assert_server_still_serves' own 3-row matmul; not the
-        # cancelled 3 rows (whether the cancel reached the server while the
-        # request was queued or before it was read, it is never computed).
-        self.assertEqual(after.inference_count - before.inference_count, BLOCKER_N + 3)
 
     def test_f2_cancel_during_compute_leaves_the_server_serving(self):
         blocker = self.start_blocker()

@@ -51,11 +51,17 @@ class EnvelopeRowsTest(GemmServeTestCase):
         self.assert_rejected(request, INVALID)
 
     def test_e1_unknown_model_is_not_found(self):
-        for name in ("no_such_model", "MatMul", "matmul "):
+        for name in ("no_such_model", "MatMul", "matmul.", "x" * 128):
             with self.subTest(model=name):
                 request = matmul_request()
                 request.model_name = name
                 self.assert_rejected(request, NOT_FOUND)
+        # A name no model can have (L3) is the request's own error.
+        for name in ("matmul ", "x" * 129, "a/b", "_unknown"):
+            with self.subTest(model=name):
+                request = matmul_request()
+                request.model_name = name
+                self.assert_rejected(request, INVALID, "model name")
 
     def test_e1_model_version_that_does_not_exist_is_not_found(self):
         for model_request in (matmul_request, grouped_request):
@@ -69,7 +75,7 @@ class EnvelopeRowsTest(GemmServeTestCase):
         # Names are echoed to say what was wrong, but never at length: assert_rejected
         # also caps the message at 2 KiB.
         long = "x" * 100000
-        cases = [("model name", lambda r: setattr(r, "model_name", long), NOT_FOUND),
+        cases = [("model name", lambda r: setattr(r, "model_name", long), INVALID),
                  ("version", lambda r: setattr(r, "model_version", long), NOT_FOUND),
                  ("input name", lambda r: setattr(r.inputs[1], "name", long), INVALID),
                  ("datatype", lambda r: setattr(r.inputs[0], "datatype", long), INVALID),
@@ -274,7 +280,7 @@ class EnvelopeRowsTest(GemmServeTestCase):
         request = pb2.ModelInferRequest(model_name="matmul", raw_input_contents=[b"", b""])
         request.inputs.add(name="A", datatype="FP32", shape=[2**40, 1, 1, 0])
         request.inputs.add(name="B", datatype="FP32", shape=[2**40, 0, 1])
-        self.assert_rejected(request, INVALID, max_seconds=5)
+        self.assert_rejected(request, INVALID, before_admission=True)
 
     # ------------------------------------------------------------------ E8
 
@@ -282,21 +288,21 @@ class EnvelopeRowsTest(GemmServeTestCase):
         a = np.ones((1000000, 1), np.float32)
         b = np.ones((1, 1000000), np.float32)
         request = make_infer_request("matmul", [("A", a), ("B", b)])
-        self.assert_rejected(request, EXHAUSTED, "max_output_bytes", max_seconds=5)
+        self.assert_rejected(request, EXHAUSTED, "max_output_bytes", before_admission=True)
 
     def test_e8_batched_matmul_output_over_the_cap_is_rejected_quickly(self):
         # 2000 x 1000 x 1000 FP32 = 8 GB, from a few kilobytes of input.
         a = np.ones((2000, 1, 1, 1), np.float32)
         b = np.ones((1, 1000, 1, 1000), np.float32)
         request = make_infer_request("matmul", [("A", a), ("B", b)])
-        self.assert_rejected(request, EXHAUSTED, "max_output_bytes", max_seconds=5)
+        self.assert_rejected(request, EXHAUSTED, "max_output_bytes", before_admission=True)
 
     def test_e8_zero_filled_output_over_the_cap_from_empty_inputs_is_rejected_quickly(self):
         # K = 0: no input bytes at all, but 4 TB of zeros asked for.
         request = pb2.ModelInferRequest(model_name="matmul", raw_input_contents=[b"", b""])
         request.inputs.add(name="A", datatype="FP32", shape=[1000000, 0])
         request.inputs.add(name="B", datatype="FP32", shape=[0, 1000000])
-        self.assert_rejected(request, EXHAUSTED, "max_output_bytes", max_seconds=5)
+        self.assert_rejected(request, EXHAUSTED, "max_output_bytes", before_admission=True)
 
     def test_e8_grouped_matmul_output_over_the_cap_is_rejected_quickly(self):
         x = np.ones((1000000, 1), np.float32)
@@ -304,7 +310,7 @@ class EnvelopeRowsTest(GemmServeTestCase):
         idx = np.zeros((1000000, 1), np.int32)
         request = make_infer_request("grouped_matmul",
                                      [("input", x), ("weights", w), ("group_indices", idx)])
-        self.assert_rejected(request, EXHAUSTED, "max_output_bytes", max_seconds=5)
+        self.assert_rejected(request, EXHAUSTED, "max_output_bytes", before_admission=True)
 
     # ----------------------------------------------------------------- E10
 
@@ -313,14 +319,14 @@ class EnvelopeRowsTest(GemmServeTestCase):
         for i in range(998):
             raw_input(request, f"extra_{i}", "FP32", (1,), b"\0\0\0\0")
         self.assertEqual(len(request.inputs), 1000)
-        self.assert_rejected(request, INVALID, max_seconds=5)
+        self.assert_rejected(request, INVALID, before_admission=True)
 
     def test_e10_a_million_dimension_shape_is_rejected_cheaply(self):
         request = matmul_request()
         request.inputs[0].ClearField("shape")
         request.inputs[0].shape.extend([1] * 999998 + [2, 3])
         # assert_rejected also checks that the message stays capped (no echo of the shape).
-        self.assert_rejected(request, INVALID, "'A'", max_seconds=5)
+        self.assert_rejected(request, INVALID, "'A'", before_admission=True)
 
     # ----------------------------------------------------------------- E11
 
@@ -392,7 +398,7 @@ class SmallLimitsTest(GemmServeTestCase):
         a = np.ones((600, 1), np.float32)
         b = np.ones((1, 600), np.float32)
         request = make_infer_request("matmul", [("A", a), ("B", b)])
-        self.assert_rejected(request, EXHAUSTED, "max_message_bytes", max_seconds=5)
+        self.assert_rejected(request, EXHAUSTED, "max_message_bytes", before_admission=True)
 
     def test_e9_response_over_the_send_limit_because_of_the_echoed_id_names_the_flag(self):
         # The response echoes the request's id: 700 KB of id plus 409,600 bytes of output
@@ -401,14 +407,14 @@ class SmallLimitsTest(GemmServeTestCase):
         b = np.ones((1, 320), np.float32)
         request = make_infer_request("matmul", [("A", a), ("B", b)], request_id="x" * 700000)
         self.assertLess(request.ByteSize(), self.MAX_MESSAGE)
-        self.assert_rejected(request, EXHAUSTED, "max_message_bytes", max_seconds=5)
+        self.assert_rejected(request, EXHAUSTED, "max_message_bytes", before_admission=True)
 
     def test_e8_output_over_max_output_bytes_is_resource_exhausted_naming_the_flag(self):
         # 1100 x 1100 FP32 = 4.84 MB > 4 MiB, from 8.8 KB of input.
         a = np.ones((1100, 1), np.float32)
         b = np.ones((1, 1100), np.float32)
         request = make_infer_request("matmul", [("A", a), ("B", b)])
-        self.assert_rejected(request, EXHAUSTED, "max_output_bytes", max_seconds=5)
+        self.assert_rejected(request, EXHAUSTED, "max_output_bytes", before_admission=True)
 
     def test_requests_and_responses_just_under_the_limits_succeed(self):
         # 480 x 480 FP32 = 921,600 bytes of output; 921,600 bytes of input.

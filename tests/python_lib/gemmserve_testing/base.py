@@ -1,7 +1,6 @@
 """unittest base class: one real gemmserve process per test class, a channel to
 it, and the helpers every suite shares (infer, assert_rejected)."""
 import itertools
-import time
 import unittest
 
 import grpc
@@ -9,6 +8,7 @@ import numpy as np
 
 from gemmserve_client import decode_outputs, make_infer_request, pb2_grpc
 
+from .process import metric_sum
 from .server import ServerProcess
 
 # Far above anything the tests send: the server's limits are what is under test.
@@ -66,13 +66,16 @@ class GemmServeTestCase(unittest.TestCase):
 
     # ----------------------------------------------------------- rejection
 
-    def assert_rejected(self, request, code, details_contains=(), max_seconds=None,
+    def assert_rejected(self, request, code, details_contains=(), before_admission=False,
                         timeout=30.0):
         """The server answers `request` with status `code`, stays up, and then still answers
-        fresh valid MatMul and GroupedMatMul requests correctly."""
-        start = time.monotonic()
+        fresh valid MatMul and GroupedMatMul requests correctly. `before_admission`: the
+        refusal came before the request was accepted (so before anything was allocated for
+        it): nothing was counted against --max_inflight_bytes for it."""
+        counted = self.admitted_bytes() if before_admission else None
         error = self.rpc_error(self.stub.ModelInfer, request, timeout=timeout)
-        elapsed = time.monotonic() - start
+        if before_admission:
+            self.assertEqual(self.admitted_bytes(), counted, "the request was accepted first")
         self.server.assert_alive()  # a crash shows the server's stderr, not just UNAVAILABLE
         self.assertEqual(error.code(), code,
                          f"expected {code.name}, got {error.code().name}: {error.details()}")
@@ -83,10 +86,12 @@ class GemmServeTestCase(unittest.TestCase):
         for text in ([details_contains] if isinstance(details_contains, str)
                      else details_contains):
             self.assertIn(text, details)
-        if max_seconds is not None:
-            self.assertLess(elapsed, max_seconds, f"rejection took {elapsed:.1f}s")
         self.assert_server_still_serves()
         return error
+
+    def admitted_bytes(self):
+        """What every request accepted so far was counted at (gemmserve_admitted_bytes_total)."""
+        return metric_sum(self.server.metrics_url, "gemmserve_admitted_bytes_total")
 
     def assert_server_still_serves(self):
         """A valid request of each model, with fresh values, gets its own exact answer."""

@@ -1,0 +1,107 @@
+// Fuzzes the repository loader with what a RepositoryModelLoad call may
+// upload: config.pbtxt text and the bytes of model.onnx (and of an external
+// data file beside it), through ModelRepository::Load into a real engine,
+// then unloads the model. The input is split into the three files by two
+// length bytes at its front:
+//
+//   1 byte   config length C (mod 256), then C bytes of config.pbtxt text
+//   1 byte   external data length E (times 16), then E bytes of 1/weights.bin
+//   the rest model.onnx
+//
+// What must hold: no crash, no sanitizer report, no allocation the input did
+// not ask for in bytes it holds (libFuzzer's -malloc_limit_mb would report
+// one); the status is OK, INVALID_ARGUMENT, NOT_FOUND or RESOURCE_EXHAUSTED,
+// with no control character in its message (client text is escaped); a
+// loaded model has a valid name and batching within the config limits; and
+// after the unload the repository's index and the engine hold nothing of it.
+// Seeds: real one-node models and configs (fuzz/make_seeds.py).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fuzz/fuzz_support.h"
+#include "google/protobuf/stubs/logging.h"
+#include "server/core/dynamic_batcher.h"
+#include "server/core/inference_engine.h"
+#include "server/repository/model_repository.h"
+
+namespace gemmserve {
+namespace fuzz {
+namespace {
+
+struct Server {
+  InferenceEngine engine{EngineOptions{}};
+  ModelRepository repository{"", &engine, {"matmul", "grouped_matmul"}};
+};
+
+Server& TheServer() {
+  static Server* server = new Server();
+  return *server;
+}
+
+bool HasControlCharacter(absl::string_view text) {
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
+  }
+  return false;
+}
+
+}  // namespace
+}  // namespace fuzz
+}  // namespace gemmserve
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);  // invalid UTF-8 in strings is logged otherwise
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace gemmserve;
+  using namespace gemmserve::fuzz;
+  size_t at = 0;
+  auto take = [&](size_t n) {
+    n = std::min(n, size - at);
+    std::string out(reinterpret_cast<const char*>(data) + at, n);
+    at += n;
+    return out;
+  };
+  const size_t config_length = at < size ? data[at++] : 0;
+  ModelLoadRequest request;
+  request.config = take(config_length);
+  const size_t weights_length = at < size ? size_t{data[at++]} * 16 : 0;
+  std::string weights = take(weights_length);
+  if (!weights.empty()) request.files["1/weights.bin"] = std::move(weights);
+  request.files["1/model.onnx"] = take(size);
+
+  Server& server = TheServer();
+  const absl::Status status = server.repository.Load("fuzzed", request);
+  FUZZ_CHECK(status.ok() || absl::IsInvalidArgument(status) || absl::IsNotFound(status) ||
+                 absl::IsResourceExhausted(status),
+             "Load: %s", status.ToString().c_str());
+  FUZZ_CHECK(!HasControlCharacter(status.message()), "an unescaped message: %s",
+             status.ToString().c_str());
+  if (status.ok()) {
+    auto served = server.engine.FindModel("fuzzed", "");
+    FUZZ_CHECK(served.ok(), "loaded but not served: %s", served.status().ToString().c_str());
+    const ModelMetadata& md = (*served)->metadata();
+    FUZZ_CHECK(md.name == "fuzzed" && !md.inputs.empty() && md.outputs.size() == 1,
+               "metadata of a loaded model");
+    if ((*served)->batching()) {
+      const BatchingOptions& b = *(*served)->batching();
+      FUZZ_CHECK(b.priority_levels >= 0 && b.priority_levels <= kMaxPriorityLevels &&
+                     b.default_priority_level <= b.priority_levels &&
+                     b.max_concurrent_batches >= 1 && b.max_queue_size >= 0 &&
+                     b.max_batch_rows >= 0,
+                 "batching options out of range");
+    }
+  }
+  const absl::Status unloaded = server.repository.Unload("fuzzed");
+  FUZZ_CHECK(unloaded.ok(), "Unload after a load that %s: %s", status.ok() ? "worked" : "failed",
+             unloaded.ToString().c_str());
+  FUZZ_CHECK(server.repository.Index().size() == 2, "the index kept %zu entries",
+             server.repository.Index().size());
+  FUZZ_CHECK(absl::IsNotFound(server.engine.FindModel("fuzzed", "").status()),
+             "the engine kept the model");
+  return 0;
+}
