@@ -40,7 +40,7 @@ absl::Status DynamicBatcher::Enqueue(std::unique_ptr<BatchTask>& task, uint64_t 
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return absl::UnavailableError("model is unloading; retry later");
+    if (closed_) return ModelClosedError();
     if (options_.max_queue_size > 0 && queued_ >= options_.max_queue_size) {
       return QueueFullError(absl::StrCat("queue full (", queued_,
                                          " requests waiting); retry later"));

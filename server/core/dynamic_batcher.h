@@ -113,7 +113,7 @@ class DynamicBatcher {
   // highest) to priority_levels; INVALID_ARGUMENT outside that range.
   // `deadline` is the client's (absl::InfiniteFuture() for none); the
   // request's queue timeout (`timeout`, or the model's default) is applied
-  // here. UNAVAILABLE when full or closed.
+  // here. UNAVAILABLE when full (QueueFullError) or closed (ModelClosedError).
   // On OK `task` has been taken (it is null); on an error it is untouched.
   absl::Status Enqueue(std::unique_ptr<BatchTask>& task, uint64_t priority, absl::Time deadline,
                        absl::Duration timeout = absl::ZeroDuration());

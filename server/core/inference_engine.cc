@@ -140,6 +140,19 @@ class InferenceEngine::Pending final : public BatchTask {
     done_ = nullptr;
     Release();
   }
+  // Refused by a model that was replaced meanwhile: the request, whole, to
+  // be submitted again; nothing is held for it any more.
+  struct Withdrawn {
+    std::unique_ptr<InferRequestView> request;
+    std::function<bool()> is_cancelled;
+    DoneCallback done;
+  };
+  Withdrawn Withdraw() {
+    Release();
+    Withdrawn w{std::move(request_), std::move(is_cancelled_), std::move(done_)};
+    done_ = nullptr;
+    return w;
+  }
 
   const InferRequestView& request() const { return *request_; }
   const DataType type_;
@@ -307,28 +320,43 @@ std::vector<std::shared_ptr<const ServedModel>> InferenceEngine::models() const 
 
 absl::Status InferenceEngine::Submit(InferRequestView request_view,
                                      std::function<bool()> is_cancelled, DoneCallback done) {
-  std::shared_ptr<ServedModel> served;
-  std::unique_ptr<Pending> pending;
-  GEMMSERVE_RETURN_IF_ERROR(CatchAllocationFailure("the request's bookkeeping", [&] {
-    return Admit(std::move(request_view), std::move(is_cancelled), done, &served, &pending);
-  }));
-  // `pending` owns `done` now: from here every path answers it once.
-  try {
-    return Dispatch(served, std::move(pending));
-  } catch (const std::exception& e) {
-    // Whatever held the request was destroyed, and so answered it.
-    GEMMSERVE_LOG(ERROR) << "accepting a request failed: " << e.what();
-    return absl::OkStatus();
+  auto request = std::make_unique<InferRequestView>(std::move(request_view));
+  // A model replaced between the lookup and the queue (a reload) closes its
+  // queue: the request is then admitted again, to the model served now.
+  for (int attempt = 0;; ++attempt) {
+    std::shared_ptr<ServedModel> served;
+    std::unique_ptr<Pending> pending;
+    GEMMSERVE_RETURN_IF_ERROR(CatchAllocationFailure("the request's bookkeeping", [&] {
+      return Admit(std::move(request), std::move(is_cancelled), done, &served, &pending);
+    }));
+    // `pending` owns `done` now: from here every path answers it once, but
+    // for a refusal by the batcher, which leaves it with us.
+    absl::Status dispatched;
+    try {
+      dispatched = Dispatch(served, pending);
+    } catch (const std::exception& e) {
+      // Whatever held the request was destroyed, and so answered it.
+      GEMMSERVE_LOG(ERROR) << "accepting a request failed: " << e.what();
+      return absl::OkStatus();
+    }
+    if (dispatched.ok()) return absl::OkStatus();
+    if (IsModelClosed(dispatched) && attempt < 3) {
+      Pending::Withdrawn back = pending->Withdraw();
+      request = std::move(back.request);
+      is_cancelled = std::move(back.is_cancelled);
+      done = std::move(back.done);
+      continue;
+    }
+    pending->Disarm();
+    return dispatched;
   }
 }
 
-absl::Status InferenceEngine::Admit(InferRequestView request_view,
+absl::Status InferenceEngine::Admit(std::unique_ptr<InferRequestView> request,
                                     std::function<bool()> is_cancelled, DoneCallback& done,
                                     std::shared_ptr<ServedModel>* served_out,
                                     std::unique_ptr<Pending>* pending) {
   const absl::Time arrival = clock_->Now();
-  // On the heap, so the bound inputs' pointers into it survive the moves below.
-  auto request = std::make_unique<InferRequestView>(std::move(request_view));
   GEMMSERVE_ASSIGN_OR_RETURN(std::shared_ptr<ServedModel> served,
                              Find(request->model_name, request->model_version));
   const ModelMetadata& metadata = served->metadata();
@@ -388,7 +416,7 @@ absl::Status InferenceEngine::Admit(InferRequestView request_view,
 }
 
 absl::Status InferenceEngine::Dispatch(const std::shared_ptr<ServedModel>& served,
-                                       std::unique_ptr<Pending> pending) {
+                                       std::unique_ptr<Pending>& pending) {
   const uint64_t priority = pending->request().priority;
   const absl::Duration timeout = absl::Microseconds(static_cast<int64_t>(
       std::min<uint64_t>(pending->request().timeout_us, uint64_t{1} << 62)));
@@ -412,7 +440,7 @@ absl::Status InferenceEngine::Dispatch(const std::shared_ptr<ServedModel>& serve
     std::unique_ptr<BatchTask> task = std::move(pending);
     absl::Status queued = served->batcher_->Enqueue(task, priority, deadline, timeout);
     if (served->metrics_) served->metrics_->SetQueueDepth(served->batcher_->queued());
-    if (!queued.ok()) static_cast<Pending*>(task.get())->Disarm();
+    if (!queued.ok()) pending.reset(static_cast<Pending*>(task.release()));  // still ours
     return queued;
   }
   pool_.Schedule([this, served, pending = std::move(pending)](int threads) mutable {

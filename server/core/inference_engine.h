@@ -165,13 +165,13 @@ class InferenceEngine {
                                                     absl::string_view version) const;
   // Validates the request and counts what it will hold; on success *pending
   // owns it and `done`.
-  absl::Status Admit(InferRequestView request, std::function<bool()> is_cancelled,
-                     DoneCallback& done, std::shared_ptr<ServedModel>* served,
-                     std::unique_ptr<Pending>* pending);
-  // Runs it inline, queues it or schedules it; an error only when the
-  // batcher refused it (the request is then dropped without an answer).
+  absl::Status Admit(std::unique_ptr<InferRequestView> request,
+                     std::function<bool()> is_cancelled, DoneCallback& done,
+                     std::shared_ptr<ServedModel>* served, std::unique_ptr<Pending>* pending);
+  // Runs it inline, queues it or schedules it, taking `pending`; an error
+  // only when the batcher refused it, which leaves `pending` with the caller.
   absl::Status Dispatch(const std::shared_ptr<ServedModel>& served,
-                        std::unique_ptr<Pending> pending);
+                        std::unique_ptr<Pending>& pending);
   // Hands a batch the batcher cut to the pool.
   void ScheduleBatch(const std::weak_ptr<ServedModel>& weak, DynamicBatcher::Batch batch);
   // Computes a batch and answers every request in it, whatever happens.

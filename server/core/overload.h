@@ -25,6 +25,24 @@ inline absl::Status QueueFullError(std::string_view message) {
   return status;
 }
 
+// A batcher that was closed because its model was replaced (a reload) or
+// removed: the caller looks the model up again and submits to what is served
+// now, so a reload never turns a request away.
+inline constexpr std::string_view kModelClosedPayloadUrl = "type.gemmserve/model_closed";
+
+inline absl::Status ModelClosedError() {
+  absl::Status status = absl::UnavailableError("model is unloading; retry later");
+  status.SetPayload(absl::string_view(kModelClosedPayloadUrl.data(), kModelClosedPayloadUrl.size()),
+                    absl::Cord("closed"));
+  return status;
+}
+
+inline bool IsModelClosed(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable &&
+         status.GetPayload(absl::string_view(kModelClosedPayloadUrl.data(),
+                                             kModelClosedPayloadUrl.size())).has_value();
+}
+
 inline bool IsQueueFull(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable &&
          status.GetPayload(absl::string_view(kOverloadPayloadUrl.data(),

@@ -171,6 +171,9 @@ TEST(GemmWorkBytesTest, BoundsWhatTheSchedulerAllocatesAlsoForMergedLists) {
   const int64_t dims[] = {0, 1, 2, 15, 16, 17, 63, 64, 65, 200, 511, 512, 513, 1100};
   auto dim = [&] { return dims[rng() % (sizeof dims / sizeof dims[0])]; };
   static const int64_t kRows[1] = {0};  // gathered problems only need the lists to exist
+  // Nothing is run: operands only need to be large enough for column tiles'
+  // pointers to stay inside them.
+  static std::vector<uint8_t> operand(1100 * 1100 * 8);
   auto describe = [](const std::vector<GemmProblem>& list) {
     GemmWorkShape w;
     w.type = list[0].type;
@@ -198,6 +201,7 @@ TEST(GemmWorkBytesTest, BoundsWhatTheSchedulerAllocatesAlsoForMergedLists) {
         p.m = dim();
         p.k = k;
         p.n = n;
+        p.a = p.b = p.c = operand.data();
         if (gathered) p.a_rows = p.c_rows = kRows;
       }
       return list;

@@ -19,7 +19,7 @@ import unittest
 import grpc
 import numpy as np
 
-from gemmserve_client import decode_outputs, make_infer_request, pb2
+from gemmserve_client import make_infer_request, pb2
 from gemmserve_testing.base import GemmServeTestCase
 from gemmserve_testing.onnx_models import (batching_config, grouped_graph, grouped_reference,
                                            model_bytes, write_model)
@@ -93,21 +93,8 @@ def tearDownModule():
     shutil.rmtree(_ELSEWHERE, ignore_errors=True)
 
 
-def param(**kw):
-    return pb2.ModelRepositoryParameter(**kw)
-
-
 class ModelFileRowsTest(GemmServeTestCase):
     server_flags = (f"--model_repository={_REPO}",)
-
-    def load(self, name, config=None, files=None):
-        params = {}
-        if config is not None:
-            params["config"] = param(string_param=config)
-        for path, data in (files or {}).items():
-            params[f"file:{path}"] = param(bytes_param=data)
-        return self.stub.RepositoryModelLoad(
-            pb2.RepositoryModelLoadRequest(model_name=name, parameters=params), timeout=60)
 
     def load_error(self, name, config=None, files=None):
         with self.assertRaises(grpc.RpcError) as ctx:
@@ -122,9 +109,7 @@ class ModelFileRowsTest(GemmServeTestCase):
     def assert_good_model_serves(self):
         x = RNG.standard_normal((3, K)).astype(np.float32)
         idx = RNG.integers(0, G, (3, S)).astype(np.int64)
-        out = decode_outputs(self.infer(make_infer_request("good", [("tokens", x),
-                                                                    ("routing", idx)])))
-        np.testing.assert_allclose(out["expert_out"], grouped_reference(x, W, idx),
+        np.testing.assert_allclose(self.run_moe("good", x, idx), grouped_reference(x, W, idx),
                                    rtol=1e-5, atol=1e-5)
         self.assert_server_still_serves()
 

@@ -40,18 +40,8 @@ def tearDownModule():
     shutil.rmtree(_REPO, ignore_errors=True)
 
 
-def param(**kw):
-    return pb2.ModelRepositoryParameter(**kw)
-
-
 class ModelRepositoryTest(GemmServeTestCase):
     server_flags = (f"--model_repository={_REPO}",)
-
-    def moe_request(self, model, x, idx):
-        return make_infer_request(model, [("tokens", x), ("routing", idx)])
-
-    def run_moe(self, model, x, idx):
-        return decode_outputs(self.infer(self.moe_request(model, x, idx)))["expert_out"]
 
     def test_resident_grouped_model_matches_the_reference(self):
         for m in (1, 3, 0):
@@ -101,15 +91,6 @@ class ModelRepositoryTest(GemmServeTestCase):
         error = self.rpc_error(self.stub.ModelInfer, self.moe_request(
             "broken", np.zeros((1, K), np.float32), np.zeros((1, S), np.int64)))
         self.assertEqual(error.code(), grpc.StatusCode.UNAVAILABLE, error.details())
-
-    def load(self, name, config=None, files=None):
-        params = {}
-        if config is not None:
-            params["config"] = param(string_param=config)
-        for path, data in (files or {}).items():
-            params[f"file:{path}"] = param(bytes_param=data)
-        return self.stub.RepositoryModelLoad(
-            pb2.RepositoryModelLoadRequest(model_name=name, parameters=params), timeout=60)
 
     def test_every_model_file_error_is_reported_at_load_and_the_server_serves_on(self):
         two_nodes = grouped_graph("x", W1, S)

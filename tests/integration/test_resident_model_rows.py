@@ -52,15 +52,12 @@ def moe_request(x, idx, model="moe", x_type=None, idx_type=None):
 class ResidentModelRowsTest(GemmServeTestCase):
     server_flags = (f"--model_repository={_REPO}",)
 
-    def run_moe(self, x, idx, model="moe"):
-        return decode_outputs(self.infer(moe_request(x, idx, model)))["expert_out"]
-
     def assert_resident_models_still_serve(self):
         x = RNG.integers(-4, 5, (3, K)).astype(np.float32)
         idx = RNG.integers(0, G, (3, S)).astype(np.int64)
-        np.testing.assert_array_equal(self.run_moe(x, idx), grouped_reference(x, W, idx, BIAS))
+        np.testing.assert_array_equal(self.run_moe("moe", x, idx), grouped_reference(x, W, idx, BIAS))
         idx1 = RNG.integers(0, 3, (3, 1)).astype(np.int32)
-        np.testing.assert_array_equal(self.run_moe(x, idx1, "moe_s1_int32"),
+        np.testing.assert_array_equal(self.run_moe("moe_s1_int32", x, idx1),
                                       grouped_reference(x, W_S1, idx1))
         a = RNG.integers(-4, 5, (2, K)).astype(np.float64)
         y = decode_outputs(self.infer(make_infer_request("lin", [("hidden", a)])))["projected"]
@@ -170,7 +167,7 @@ class ResidentModelRowsTest(GemmServeTestCase):
                 self.assertEqual(error.code(), INVALID, f"case {case}: {error.details()}")
                 refused += 1
                 continue
-            resident = self.run_moe(x, idx)
+            resident = self.run_moe("moe", x, idx)
             built_in = decode_outputs(self.infer(make_infer_request(
                 "grouped_matmul", [("input", x), ("weights", W), ("group_indices", idx),
                                    ("bias", BIAS)])))["output"]

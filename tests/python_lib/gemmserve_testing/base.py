@@ -6,7 +6,7 @@ import unittest
 import grpc
 import numpy as np
 
-from gemmserve_client import decode_outputs, make_infer_request, pb2_grpc
+from gemmserve_client import decode_outputs, make_infer_request, pb2, pb2_grpc
 
 from .process import metric_sum
 from .server import ServerProcess
@@ -111,6 +111,28 @@ class GemmServeTestCase(unittest.TestCase):
         expected = np.einsum("mk,mskn->msn", x, w[idx]) + bias[idx]
         np.testing.assert_array_equal(out["output"], expected,
                                       "grouped_matmul after a rejected request")
+
+    # ------------------------------------------------------ model repository
+
+    def load(self, name, config=None, files=None, timeout=60):
+        """RepositoryModelLoad, with `config` (config.pbtxt text) and `files` ({path: bytes})
+        as Triton's parameters "config" and "file:<path>"."""
+        params = {}
+        if config is not None:
+            params["config"] = pb2.ModelRepositoryParameter(string_param=config)
+        for path, data in (files or {}).items():
+            params[f"file:{path}"] = pb2.ModelRepositoryParameter(bytes_param=data)
+        return self.stub.RepositoryModelLoad(
+            pb2.RepositoryModelLoadRequest(model_name=name, parameters=params), timeout=timeout)
+
+    @staticmethod
+    def moe_request(model, x, idx):
+        """A request to a resident GroupedMatMul of onnx_models.grouped_graph."""
+        return make_infer_request(model, [("tokens", x), ("routing", idx)])
+
+    def run_moe(self, model, x, idx):
+        """The expert_out of such a model for tokens `x` and routing `idx`."""
+        return decode_outputs(self.infer(self.moe_request(model, x, idx)))["expert_out"]
 
     # ----------------------------------------------------- model shortcuts
 
