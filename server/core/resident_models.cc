@@ -51,8 +51,9 @@ absl::Status SplitRows(Tensor all, int64_t row_bytes,
   return absl::OkStatus();
 }
 
-// A request against a resident weight: its own rows of the input, of the
-// concatenated input of a batch, and of the output, and its copy of that.
+// A request against a resident weight holds its rows of the batch's
+// concatenated input, and its output rows twice: in the batch's output and in
+// its own copy of them (SplitRows), plus its share of the work.
 int64_t ResidentHeldBytes(int64_t input_bytes, int64_t output_bytes, int64_t work_bytes) {
   return SaturatingAdd(SaturatingAdd(input_bytes, SaturatingMul(output_bytes, 2)), work_bytes);
 }
