@@ -31,7 +31,7 @@
 #include "fuzz/fuzz_support.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpc_service.pb.h"
-#include "server/core/builtin_models.h"
+#include "server/models/builtin_models.h"
 #include "server/core/input_binding.h"
 #include "server/core/model.h"
 #include "server/service/infer_codec.h"

@@ -5,28 +5,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/common/client_text.h"
 #include "absl/strings/str_join.h"
+#include "server/common/client_text.h"
 #include "server/common/status_macros.h"
 
 namespace gemmserve {
-
-absl::string_view ContentsKindName(ContentsKind kind) {
-  switch (kind) {
-    case ContentsKind::kNone: return "no contents";
-    case ContentsKind::kRaw: return "raw_input_contents";
-    case ContentsKind::kBool: return "bool_contents";
-    case ContentsKind::kInt32: return "int_contents";
-    case ContentsKind::kInt64: return "int64_contents";
-    case ContentsKind::kUint32: return "uint_contents";
-    case ContentsKind::kUint64: return "uint64_contents";
-    case ContentsKind::kFp32: return "fp32_contents";
-    case ContentsKind::kFp64: return "fp64_contents";
-    case ContentsKind::kBytes: return "bytes_contents";
-  }
-  return "?";
-}
-
 namespace {
 
 // The typed field that carries `type`, or kNone where the protocol has none
@@ -124,16 +107,6 @@ absl::Status CheckContents(const BoundInput& bound, int64_t elements) {
 }
 
 }  // namespace
-
-absl::StatusOr<Tensor> BoundInput::Materialize() const {
-  GEMMSERVE_ASSIGN_OR_RETURN(Tensor t, Tensor::Allocate(type, shape));
-  if (byte_size > 0) std::memcpy(t.raw_data(), view->data, static_cast<size_t>(byte_size));
-  return t;
-}
-
-void BoundInput::CopyTo(void* dst) const {
-  if (byte_size > 0) std::memcpy(dst, view->data, static_cast<size_t>(byte_size));
-}
 
 absl::StatusOr<BoundInputs> BindInputs(const ModelMetadata& metadata,
                                        const InferRequestView& request) {

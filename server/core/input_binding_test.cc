@@ -12,7 +12,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "server/core/builtin_models.h"
 
 namespace gemmserve {
 namespace {
@@ -77,8 +76,8 @@ class RequestBuilder {
 
 class InputBindingTest : public ::testing::Test {
  protected:
-  const ModelMetadata& matmul() const { return matmul_->metadata(); }
-  const ModelMetadata& grouped() const { return grouped_->metadata(); }
+  const ModelMetadata& matmul() const { return *matmul_; }
+  const ModelMetadata& grouped() const { return *grouped_; }
 
   // Binds and expects INVALID_ARGUMENT; returns the message.
   std::string BindError(const ModelMetadata& metadata, const InferRequestView& view) {
@@ -87,8 +86,35 @@ class InputBindingTest : public ::testing::Test {
     return std::string(bound.status().message());
   }
 
-  std::unique_ptr<Model> matmul_ = MakeMatMulModel();
-  std::unique_ptr<Model> grouped_ = MakeGroupedMatMulModel();
+  // Signatures like the built-in models' (server/models/builtin_models.cc):
+  // binding knows nothing of what a model computes.
+  static std::unique_ptr<ModelMetadata> MatMulSignature() {
+    const std::vector<DataType> all = {DataType::kFP32,  DataType::kFP64,  DataType::kFP16,
+                                       DataType::kBF16,  DataType::kINT32, DataType::kINT64,
+                                       DataType::kUINT32, DataType::kUINT64};
+    auto m = std::make_unique<ModelMetadata>();
+    m->name = "matmul";
+    m->versions = {"1"};
+    m->inputs = {{"A", all, {-1, -1}, /*variable_rank=*/true, false},
+                 {"B", all, {-1, -1}, /*variable_rank=*/true, false}};
+    m->outputs = {{"Y", all, {-1, -1}, true, false}};
+    return m;
+  }
+  static std::unique_ptr<ModelMetadata> GroupedSignature() {
+    const std::vector<DataType> floats = {DataType::kFP32, DataType::kFP64, DataType::kFP16,
+                                          DataType::kBF16};
+    auto m = std::make_unique<ModelMetadata>();
+    m->name = "grouped_matmul";
+    m->versions = {"1"};
+    m->inputs = {{"input", floats, {-1, -1}, false, false},
+                 {"weights", floats, {-1, -1, -1}, false, false},
+                 {"group_indices", {DataType::kINT64, DataType::kINT32}, {-1, -1}, false, false},
+                 {"bias", floats, {-1, -1}, false, /*optional=*/true}};
+    m->outputs = {{"output", floats, {-1, -1, -1}, false, false}};
+    return m;
+  }
+  std::unique_ptr<ModelMetadata> matmul_ = MatMulSignature();
+  std::unique_ptr<ModelMetadata> grouped_ = GroupedSignature();
 };
 
 TEST_F(InputBindingTest, BindsValidRawInputsInMetadataOrder) {

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/common/allocation.h"
 #include "server/common/status_macros.h"
-#include "server/ops/gemm_problems.h"
+#include "server/ops/gemm_scheduler.h"
 
 namespace gemmserve {
 namespace {

@@ -254,7 +254,7 @@ std::vector<GroupedCase> Cases() {
       {"block_edges_258_pairs_one_group", 129, 17, 9, 3, 2, fixed(0)},
       {"block_edges_k129_n257", 5, 129, 257, 2, 2, random_route(2)},
       {"wide", 64, 65, 127, 4, 4, random_route(4)},
-      // Each path of the scheduler (see kStreamingMaxRows in gemm_problems.h):
+      // Each path of the scheduler (see kStreamingMaxRows in gemm_scheduler.h):
       // streaming with K split into slices, a column block edge (1024) and a
       // K remainder; the 16/17-row boundary between streaming and packed;
       // packed groups run side by side and cut into column tiles; both paths

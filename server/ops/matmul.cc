@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
-#include "server/ops/gemm_problems.h"
+#include "server/ops/gemm_scheduler.h"
 
 namespace gemmserve {
 

@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "server/ops/gemm_problems.h"
+#include "server/ops/gemm_scheduler.h"
 #include "server/tensor/shape.h"
 #include "server/tensor/tensor.h"
 

@@ -21,7 +21,7 @@
 #include "server/common/client_text.h"
 #include "server/common/model_name.h"
 #include "server/common/status_macros.h"
-#include "server/core/resident_models.h"
+#include "server/models/resident_models.h"
 #include "server/tensor/shape.h"
 
 namespace gemmserve {

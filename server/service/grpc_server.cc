@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/common/logging.h"
-#include "server/core/builtin_models.h"
+#include "server/models/builtin_models.h"
 
 namespace gemmserve {
 namespace {

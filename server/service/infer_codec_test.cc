@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/status/status.h"
-#include "server/core/builtin_models.h"
+#include "server/models/builtin_models.h"
 
 namespace gemmserve {
 namespace {

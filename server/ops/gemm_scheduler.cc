@@ -1,4 +1,4 @@
-#include "server/ops/gemm_problems.h"
+#include "server/ops/gemm_scheduler.h"
 
 #include <omp.h>
 

@@ -9,8 +9,8 @@
 //   std::vector<std::unique_ptr<Model>> models;
 //   models.push_back(MakeMatMulModel());
 //   models.push_back(MakeGroupedMatMulModel());
-#ifndef GEMMSERVE_SERVER_CORE_BUILTIN_MODELS_H_
-#define GEMMSERVE_SERVER_CORE_BUILTIN_MODELS_H_
+#ifndef GEMMSERVE_SERVER_MODELS_BUILTIN_MODELS_H_
+#define GEMMSERVE_SERVER_MODELS_BUILTIN_MODELS_H_
 
 #include <memory>
 
@@ -26,4 +26,4 @@ std::unique_ptr<Model> MakeGroupedMatMulModel();
 
 }  // namespace gemmserve
 
-#endif  // GEMMSERVE_SERVER_CORE_BUILTIN_MODELS_H_
+#endif  // GEMMSERVE_SERVER_MODELS_BUILTIN_MODELS_H_

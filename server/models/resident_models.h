@@ -14,8 +14,8 @@
 //
 //   ResidentMatMulSpec spec{"layer", "1", a_spec, "Y", std::move(b)};
 //   engine.Install(MakeResidentMatMulModel(std::move(spec)), batching);
-#ifndef GEMMSERVE_SERVER_CORE_RESIDENT_MODELS_H_
-#define GEMMSERVE_SERVER_CORE_RESIDENT_MODELS_H_
+#ifndef GEMMSERVE_SERVER_MODELS_RESIDENT_MODELS_H_
+#define GEMMSERVE_SERVER_MODELS_RESIDENT_MODELS_H_
 
 #include <memory>
 #include <optional>
@@ -51,4 +51,4 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
 
 }  // namespace gemmserve
 
-#endif  // GEMMSERVE_SERVER_CORE_RESIDENT_MODELS_H_
+#endif  // GEMMSERVE_SERVER_MODELS_RESIDENT_MODELS_H_

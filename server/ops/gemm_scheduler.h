@@ -21,8 +21,8 @@
 //   p.b = weights + g * k * n; p.ldb = n;
 //   p.c = output; p.ldc = n; p.c_rows = slot_of_row;   // scatter
 //   GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems({p}, threads));
-#ifndef GEMMSERVE_SERVER_OPS_GEMM_PROBLEMS_H_
-#define GEMMSERVE_SERVER_OPS_GEMM_PROBLEMS_H_
+#ifndef GEMMSERVE_SERVER_OPS_GEMM_SCHEDULER_H_
+#define GEMMSERVE_SERVER_OPS_GEMM_SCHEDULER_H_
 
 #include <cstdint>
 
@@ -84,9 +84,9 @@ int64_t GemmWorkBytes(const GemmWorkShape& work, int threads);
 
 // What RunGemmProblems allocates for exactly this list (its scratch buffers
 // and work lists, without container slack) plus the list itself: the figure
-// GemmWorkBytes must bound (gemm_problems_test checks that it does).
+// GemmWorkBytes must bound (gemm_scheduler_test checks that it does).
 int64_t GemmScratchBytes(absl::Span<const GemmProblem> problems, int threads);
 
 }  // namespace gemmserve
 
-#endif  // GEMMSERVE_SERVER_OPS_GEMM_PROBLEMS_H_
+#endif  // GEMMSERVE_SERVER_OPS_GEMM_SCHEDULER_H_

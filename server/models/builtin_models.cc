@@ -1,4 +1,4 @@
-#include "server/core/builtin_models.h"
+#include "server/models/builtin_models.h"
 
 #include <utility>
 
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/common/allocation.h"
 #include "server/common/status_macros.h"
-#include "server/ops/gemm_problems.h"
+#include "server/ops/gemm_scheduler.h"
 #include "server/ops/grouped_matmul.h"
 #include "server/ops/matmul.h"
 

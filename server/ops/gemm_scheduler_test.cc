@@ -1,7 +1,7 @@
 // The scheduler on lists that mix datatypes, paths (streaming, packed side by
 // side, packed one after another, direct) and gather/scatter rows, as merged
 // batches will: every problem's rows must equal its own reference.
-#include "server/ops/gemm_problems.h"
+#include "server/ops/gemm_scheduler.h"
 
 #include <gtest/gtest.h>
 

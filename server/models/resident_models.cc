@@ -1,4 +1,4 @@
-#include "server/core/resident_models.h"
+#include "server/models/resident_models.h"
 
 #include <cstring>
 #include <limits>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/common/allocation.h"
 #include "server/common/status_macros.h"
-#include "server/ops/gemm_problems.h"
+#include "server/ops/gemm_scheduler.h"
 #include "server/ops/grouped_matmul.h"
 #include "server/ops/matmul.h"
 

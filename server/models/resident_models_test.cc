@@ -1,6 +1,6 @@
 // Resident models: a batch of requests run as one call gives every request
 // exactly what it gets alone, and a request with bad indices fails alone.
-#include "server/core/resident_models.h"
+#include "server/models/resident_models.h"
 
 #include <cstring>
 #include <random>
