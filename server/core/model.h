@@ -9,6 +9,60 @@
 //
 // A model that accepts several datatypes lists them all in TensorSpec; the
 // first is its default, the one the KServe metadata reports (see README).
+//
+// This header is the extension point: a new model kind is a new file in
+// server/models/ implementing Model. A minimal one, y = 2x for FP32 x of any
+// shape:
+//
+//   class Doubling final : public Model {
+//    public:
+//     Doubling() {
+//       metadata_.name = "doubling";
+//       metadata_.versions = {"1"};
+//       metadata_.inputs = {{"x", {DataType::kFP32}, {}, /*variable_rank=*/true}};
+//       metadata_.outputs = {{"y", {DataType::kFP32}, {}, /*variable_rank=*/true}};
+//     }
+//     const ModelMetadata& metadata() const override { return metadata_; }
+//     absl::StatusOr<std::unique_ptr<PreparedInference>> Prepare(
+//         const BoundInputs& inputs) const override {
+//       return std::make_unique<Prepared>(inputs[0]);  // a shape check would go here
+//     }
+//     std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
+//                                        int) const override {
+//       std::vector<InferOutputs> out;
+//       for (PreparedInference* p : batch) {
+//         const BoundInput& x = static_cast<Prepared*>(p)->x;
+//         absl::StatusOr<Tensor> y = x.Materialize();
+//         if (!y.ok()) {
+//           out.push_back(y.status());
+//           continue;
+//         }
+//         for (int64_t i = 0; i < y->num_elements(); ++i) y->data<float>()[i] *= 2;
+//         std::vector<NamedTensor> outputs;
+//         outputs.push_back({"y", *std::move(y)});
+//         out.push_back(std::move(outputs));
+//       }
+//       return out;
+//     }
+//
+//    private:
+//     struct Prepared final : PreparedInference {
+//       explicit Prepared(BoundInput x) : x(std::move(x)) {}
+//       int64_t output_bytes() const override { return x.byte_size; }
+//       std::vector<std::pair<std::string, Shape>> output_shapes() const override {
+//         return {{"y", x.shape}};
+//       }
+//       int64_t flops() const override { return x.byte_size / 4; }
+//       int64_t rows() const override { return 1; }
+//       int64_t held_bytes(int) const override { return x.byte_size; }  // the copy
+//       BoundInput x;
+//     };
+//     ModelMetadata metadata_;
+//   };
+//
+//   engine.Install(std::make_unique<Doubling>(), BatchingOptions{});
+//
+// (model_test.cc compiles and serves this very example.)
 #ifndef GEMMSERVE_SERVER_CORE_MODEL_H_
 #define GEMMSERVE_SERVER_CORE_MODEL_H_
 
@@ -87,7 +141,15 @@ using InferOutputs = absl::StatusOr<std::vector<NamedTensor>>;
 class Model {
  public:
   virtual ~Model() = default;
+  // Names, datatypes and shapes of the inputs and outputs; BindInputs holds
+  // every request to it (rank, fixed dimensions, datatypes) before Prepare.
   virtual const ModelMetadata& metadata() const = 0;
+  // The model's own shape rules on inputs BindInputs accepted, on the
+  // request's thread: cheap, allocating nothing large and reading no tensor
+  // data. INVALID_ARGUMENT naming the tensor for a request it cannot serve.
+  // The PreparedInference may keep the BoundInputs (they point into the
+  // request, which outlives it) and must know everything the engine asks of
+  // it (output sizes, flops, rows, held_bytes) before anything is computed.
   virtual absl::StatusOr<std::unique_ptr<PreparedInference>> Prepare(
       const BoundInputs& inputs) const = 0;
   // Computes `batch` (requests this model prepared) as one kernel call with
