@@ -5,6 +5,7 @@
 #include <exception>
 #include <new>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -69,8 +70,44 @@ void ServedModel::Stat::Add(absl::Duration d, uint64_t n) {
                std::memory_order_relaxed);
 }
 
-ServedModel::ServedModel(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching)
-    : model_(std::move(model)), batching_(batching) {}
+ServedModel::ServedModel(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching,
+                         std::shared_ptr<ModelMetrics> metrics)
+    : model_(std::move(model)), batching_(batching), metrics_(std::move(metrics)) {}
+
+void ServedModel::RecordAdmitted(int64_t cost) const {
+  if (metrics_) metrics_->RecordAdmitted(cost);
+}
+
+void ServedModel::RecordFailure(absl::Duration since_arrival) { fail_.Add(since_arrival); }
+
+void ServedModel::RecordQueueDepth() const {
+  if (metrics_ && batcher_) metrics_->SetQueueDepth(batcher_->queued());
+}
+
+void ServedModel::RecordBatch(int64_t requests, int64_t rows, absl::Time start, absl::Time end) {
+  execution_count_.fetch_add(1, std::memory_order_relaxed);
+  last_inference_ms_.store(static_cast<uint64_t>(absl::ToUnixMillis(end)));
+  if (metrics_) metrics_->RecordBatch(requests, rows, end - start);
+  RecordQueueDepth();
+}
+
+void ServedModel::RecordAnswer(absl::Time arrival, absl::Time start, absl::Time end, bool ok,
+                               int64_t rows, DataType type, int64_t flops, int64_t input_bytes,
+                               int64_t output_bytes) {
+  queue_.Add(start - arrival);
+  compute_infer_.Add(end - start);
+  if (metrics_) metrics_->RecordQueue(start - arrival);
+  if (!ok) {
+    fail_.Add(end - arrival);
+    return;
+  }
+  SaturatingIncrement(inference_count_, static_cast<uint64_t>(rows));
+  success_.Add(end - arrival);
+  if (metrics_) {
+    metrics_->RecordFlops(type, flops);
+    metrics_->RecordBytes(input_bytes, output_bytes);
+  }
+}
 
 ModelStatistics ServedModel::statistics() const {
   ModelStatistics s;
@@ -123,7 +160,7 @@ class InferenceEngine::Pending final : public BatchTask {
   // From the batcher: timed out or cancelled while queued. (A model's queue
   // is emptied before the model can go, so served_ is alive.)
   void Reject(absl::Status status) override {
-    served_->fail_.Add(clock_->Now() - arrival_);
+    served_->RecordFailure(clock_->Now() - arrival_);
     Answer(std::move(status));
   }
 
@@ -181,8 +218,19 @@ class InferenceEngine::Pending final : public BatchTask {
   }
 };
 
+namespace {
+
+EngineOptions WithThreads(EngineOptions options) {
+  if (options.compute_threads <= 0) {
+    options.compute_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  return options;
+}
+
+}  // namespace
+
 InferenceEngine::InferenceEngine(EngineOptions options, Clock* clock)
-    : options_(options), clock_(clock), pool_(options.compute_threads) {}
+    : options_(WithThreads(options)), clock_(clock), pool_(options_.compute_threads) {}
 
 InferenceEngine::~InferenceEngine() {
   // Accepted work completes: every queue is cut now, and the pool (destroyed
@@ -190,64 +238,77 @@ InferenceEngine::~InferenceEngine() {
   std::vector<std::shared_ptr<ServedModel>> served;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [name, model] : models_) served.push_back(model);
-  }
-  for (auto& model : served) {
-    if (model->batcher_) {
-      model->batcher_->Close();
-      model->batcher_->Poll();
+    for (auto& [name, entry] : models_) {
+      if (entry.served) served.push_back(entry.served);
     }
   }
+  for (auto& model : served) CloseQueue(model.get());
 }
 
 void InferenceEngine::Install(std::unique_ptr<Model> model,
                               std::optional<BatchingOptions> batching) {
-  auto served = std::make_shared<ServedModel>(std::move(model), batching);
-  if (options_.metrics) served->metrics_ = options_.metrics->ForModel(served->metadata().name);
-  // The batcher's executor; also answers the batch if it cannot be handed on.
+  std::shared_ptr<ModelMetrics> metrics =
+      options_.metrics ? options_.metrics->ForModel(model->metadata().name) : nullptr;
+  auto served = std::make_shared<ServedModel>(std::move(model), batching, std::move(metrics));
   if (batching) {
     std::weak_ptr<ServedModel> weak = served;
-    served->batcher_ = std::make_shared<DynamicBatcher>(
+    // The batcher's executor; it also answers the batch if it cannot be handed on.
+    auto batcher = std::make_shared<DynamicBatcher>(
         *batching, clock_,
         [this, weak](DynamicBatcher::Batch batch) { ScheduleBatch(weak, std::move(batch)); },
         [this] { timer_.Wake(); });
-    timer_.Register(served->batcher_);
+    timer_.Register(batcher);
+    served->set_batcher(std::move(batcher));
   }
   std::shared_ptr<ServedModel> old;
   {
     absl::MutexLock lock(&mu_);
-    unavailable_.erase(served->metadata().name);
-    auto& slot = models_[served->metadata().name];
-    old = std::move(slot);
-    slot = std::move(served);
+    const ModelMetadata& md = served->metadata();
+    Entry& entry = models_[md.name];
+    old = std::move(entry.served);
+    entry.status = ModelStatus{md.name, md.versions.front(), ModelState::kReady, ""};
+    entry.served = std::move(served);
   }
-  if (old && old->batcher_) {
-    old->batcher_->Close();  // its queue still runs, on the old weights
-    old->batcher_->Poll();
-  }
+  if (old) CloseQueue(old.get());  // its queue still runs, on the old weights
 }
 
-void InferenceEngine::MarkUnavailable(absl::string_view name, absl::string_view reason) {
+void InferenceEngine::CloseQueue(ServedModel* served) {
+  if (served->batcher() == nullptr) return;
+  served->batcher()->Close();
+  served->batcher()->Poll();
+}
+
+void InferenceEngine::MarkLoading(absl::string_view name) {
   absl::MutexLock lock(&mu_);
-  if (models_.find(name) == models_.end()) unavailable_[std::string(name)] = std::string(reason);
+  Entry& entry = models_[std::string(name)];
+  if (entry.served) return;
+  entry.status.name = std::string(name);
+  entry.status.state = ModelState::kLoading;
+  entry.status.reason.clear();
 }
 
-absl::Status InferenceEngine::Remove(absl::string_view name, absl::string_view reason) {
+void InferenceEngine::MarkFailed(absl::string_view name, absl::string_view reason) {
+  absl::MutexLock lock(&mu_);
+  Entry& entry = models_[std::string(name)];
+  if (entry.served) return;
+  entry.status.name = std::string(name);
+  entry.status.state = ModelState::kFailed;
+  entry.status.reason = std::string(reason);
+}
+
+absl::Status InferenceEngine::Remove(absl::string_view name) {
   std::shared_ptr<ServedModel> old;
   {
     absl::MutexLock lock(&mu_);
     auto it = models_.find(name);
     if (it == models_.end()) {
-      return absl::NotFoundError(absl::StrCat("model '", ClientText(name), "' is not loaded"));
+      return absl::NotFoundError(absl::StrCat("model '", ClientText(name), "' is not known"));
     }
-    old = std::move(it->second);
-    models_.erase(it);
-    unavailable_[std::string(name)] = std::string(reason);
+    old = std::move(it->second.served);
+    it->second.status.state = ModelState::kUnloaded;
+    it->second.status.reason = "unloaded";
   }
-  if (old->batcher_) {
-    old->batcher_->Close();
-    old->batcher_->Poll();
-  }
+  if (old) CloseQueue(old.get());
   return absl::OkStatus();
 }
 
@@ -256,21 +317,21 @@ absl::Status InferenceEngine::Forget(absl::string_view name) {
   {
     absl::MutexLock lock(&mu_);
     auto it = models_.find(name);
-    auto gone = unavailable_.find(name);
-    if (it == models_.end() && gone == unavailable_.end()) {
+    if (it == models_.end()) {
       return absl::NotFoundError(absl::StrCat("model '", ClientText(name), "' is not known"));
     }
-    if (gone != unavailable_.end()) unavailable_.erase(gone);
-    if (it != models_.end()) {
-      old = std::move(it->second);
-      models_.erase(it);
-    }
+    old = std::move(it->second.served);
+    models_.erase(it);
   }
-  if (old && old->batcher_) {
-    old->batcher_->Close();
-    old->batcher_->Poll();
-  }
+  if (old) CloseQueue(old.get());
   return absl::OkStatus();
+}
+
+std::vector<ModelStatus> InferenceEngine::States() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<ModelStatus> out;
+  for (const auto& [name, entry] : models_) out.push_back(entry.status);
+  return out;
 }
 
 absl::StatusOr<std::shared_ptr<ServedModel>> InferenceEngine::Find(
@@ -281,14 +342,21 @@ absl::StatusOr<std::shared_ptr<ServedModel>> InferenceEngine::Find(
     absl::MutexLock lock(&mu_);
     auto it = models_.find(name);
     if (it == models_.end()) {
-      auto gone = unavailable_.find(name);
-      if (gone != unavailable_.end()) {
-        return absl::UnavailableError(absl::StrCat("model '", gone->first, "' is not available (",
-                                                   gone->second, "); retry later"));
-      }
       return absl::NotFoundError(absl::StrCat("unknown model '", ClientText(name), "'"));
     }
-    served = it->second;
+    const ModelStatus& status = it->second.status;
+    switch (status.state) {
+      case ModelState::kReady: served = it->second.served; break;
+      case ModelState::kLoading:
+        return absl::UnavailableError(absl::StrCat("model '", status.name,
+                                                   "' is loading; retry later"));
+      case ModelState::kFailed:
+        return absl::UnavailableError(absl::StrCat(
+            "model '", status.name, "' is not available (failed to load); retry later"));
+      case ModelState::kUnloaded:
+        return absl::UnavailableError(absl::StrCat(
+            "model '", status.name, "' is not available (unloaded); retry later"));
+    }
   }
   const std::vector<std::string>& versions = served->metadata().versions;
   if (!version.empty() && std::find(versions.begin(), versions.end(), version) == versions.end()) {
@@ -308,13 +376,16 @@ std::shared_ptr<ModelMetrics> InferenceEngine::MetricsFor(absl::string_view mode
   if (options_.metrics == nullptr) return nullptr;
   absl::MutexLock lock(&mu_);
   auto it = models_.find(model_name);
-  return it != models_.end() ? it->second->metrics_ : options_.metrics->Unknown();
+  return it != models_.end() && it->second.served ? it->second.served->shared_metrics()
+                                                  : options_.metrics->Unknown();
 }
 
 std::vector<std::shared_ptr<const ServedModel>> InferenceEngine::models() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<const ServedModel>> out;
-  for (const auto& [name, served] : models_) out.push_back(served);
+  for (const auto& [name, entry] : models_) {
+    if (entry.served) out.push_back(entry.served);
+  }
   return out;
 }
 
@@ -410,7 +481,7 @@ absl::Status InferenceEngine::Admit(std::unique_ptr<InferRequestView> request,
                                        &inflight_bytes_, options_.metrics, cost);
   reservation.cost = 0;
   if (options_.metrics) options_.metrics->AddInflightBytes(cost);
-  if (served->metrics_) served->metrics_->RecordAdmitted(cost);
+  served->RecordAdmitted(cost);
   *served_out = std::move(served);
   return absl::OkStatus();
 }
@@ -422,7 +493,8 @@ absl::Status InferenceEngine::Dispatch(const std::shared_ptr<ServedModel>& serve
       std::min<uint64_t>(pending->request().timeout_us, uint64_t{1} << 62)));
   const absl::Time deadline = pending->request().deadline;
   const bool tiny = pending->prepared()->flops() <= options_.inline_max_flops;
-  if (tiny && (!served->batcher_ || served->batcher_->TryBeginInline())) {
+  DynamicBatcher* const batcher = served->batcher();
+  if (tiny && (!batcher || batcher->TryBeginInline())) {
     // The batcher counts this as a running batch until BatchDone, whatever
     // happens to the request.
     struct InlineBatch {
@@ -430,16 +502,16 @@ absl::Status InferenceEngine::Dispatch(const std::shared_ptr<ServedModel>& serve
       ~InlineBatch() {
         if (batcher) batcher->BatchDone();
       }
-    } inline_batch{served->batcher_.get()};
+    } inline_batch{batcher};
     PendingBatch batch;
     batch.push_back(std::move(pending));
     RunBatch(served, std::move(batch), /*threads=*/1);
     return absl::OkStatus();
   }
-  if (served->batcher_) {
+  if (batcher) {
     std::unique_ptr<BatchTask> task = std::move(pending);
-    absl::Status queued = served->batcher_->Enqueue(task, priority, deadline, timeout);
-    if (served->metrics_) served->metrics_->SetQueueDepth(served->batcher_->queued());
+    absl::Status queued = batcher->Enqueue(task, priority, deadline, timeout);
+    served->RecordQueueDepth();
     if (!queued.ok()) pending.reset(static_cast<Pending*>(task.release()));  // still ours
     return queued;
   }
@@ -464,17 +536,17 @@ void InferenceEngine::ScheduleBatch(const std::weak_ptr<ServedModel>& weak,
     PendingBatch pending;
     pending.reserve(batch.size());
     for (auto& task : batch) pending.emplace_back(static_cast<Pending*>(task.release()));
-    if (self->metrics_) self->metrics_->SetQueueDepth(self->batcher_->queued());
+    self->RecordQueueDepth();
     pool_.Schedule([this, self, pending = std::move(pending)](int threads) mutable {
       RunBatch(self, std::move(pending), threads);
-      self->batcher_->BatchDone();
+      self->batcher()->BatchDone();
     });
   } catch (const std::exception& e) {
     // The requests were destroyed with the containers, and so answered; the
     // batch will not run, so its slot is free again.
     GEMMSERVE_LOG(ERROR) << "handing a batch of model '" << self->metadata().name
                          << "' to the workers failed: " << e.what();
-    self->batcher_->BatchDone();
+    self->batcher()->BatchDone();
   }
 }
 
@@ -492,7 +564,7 @@ void InferenceEngine::RunBatch(const std::shared_ptr<ServedModel>& served, Pendi
                : absl::InternalError("the batch failed; see the server log");
     for (auto& p : batch) {
       if (p && !p->answered()) {
-        served->fail_.Add(clock_->Now() - p->arrival());
+        served->RecordFailure(clock_->Now() - p->arrival());
         p->Answer(status);
       }
     }
@@ -501,7 +573,6 @@ void InferenceEngine::RunBatch(const std::shared_ptr<ServedModel>& served, Pendi
 
 void InferenceEngine::RunBatchOrThrow(ServedModel& served, PendingBatch& batch, int threads) {
   const absl::Time start = clock_->Now();
-  ModelMetrics* const metrics = served.metrics_.get();
   // Requests whose client has gone, or whose deadline passed, are not computed.
   std::vector<Pending*> live;
   for (auto& p : batch) {
@@ -514,7 +585,7 @@ void InferenceEngine::RunBatchOrThrow(ServedModel& served, PendingBatch& batch, 
     if (drop.ok()) {
       live.push_back(p.get());
     } else {
-      served.fail_.Add(start - p->arrival());
+      served.RecordFailure(start - p->arrival());
       p->Answer(std::move(drop));
     }
   }
@@ -530,31 +601,17 @@ void InferenceEngine::RunBatchOrThrow(ServedModel& served, PendingBatch& batch, 
   const absl::Time end = clock_->Now();
   int64_t rows = 0;
   for (Pending* p : live) rows = SaturatingAdd(rows, p->rows());
-  if (metrics) {
-    metrics->RecordBatch(static_cast<int64_t>(live.size()), rows, end - start);
-    if (served.batcher_) metrics->SetQueueDepth(served.batcher_->queued());
-  }
-
-  served.execution_count_.fetch_add(1, std::memory_order_relaxed);
-  served.last_inference_ms_.store(static_cast<uint64_t>(absl::ToUnixMillis(end)));
+  served.RecordBatch(static_cast<int64_t>(live.size()), rows, start, end);
   const ModelMetadata& metadata = served.metadata();
   for (size_t i = 0; i < live.size(); ++i) {
     Pending& p = *live[i];
-    served.queue_.Add(start - p.arrival());
-    if (metrics) metrics->RecordQueue(start - p.arrival());
-    served.compute_infer_.Add(end - start);
     InferOutputs& outputs = results[i];
+    served.RecordAnswer(p.arrival(), start, end, outputs.ok(), p.rows(), p.type_,
+                        p.prepared()->flops(), p.input_bytes_, p.prepared()->output_bytes());
     if (!outputs.ok()) {
-      served.fail_.Add(end - p.arrival());
       p.Answer(outputs.status());
       continue;
     }
-    SaturatingIncrement(served.inference_count_, static_cast<uint64_t>(p.rows()));
-    if (metrics) {
-      metrics->RecordFlops(p.type_, p.prepared()->flops());
-      metrics->RecordBytes(p.input_bytes_, p.prepared()->output_bytes());
-    }
-    served.success_.Add(end - p.arrival());
     InferResult result{metadata.name, metadata.versions.front(), {}};
     const auto& wanted = p.request().requested_outputs;
     for (NamedTensor& t : *outputs) {

@@ -63,7 +63,9 @@
 namespace gemmserve {
 
 struct EngineOptions {
-  int compute_threads = 1;
+  // Threads that compute, BLIS's and OpenMP's included (--compute_threads);
+  // 0: one per core.
+  int compute_threads = 0;
   // Largest total output of one request (--max_output_bytes).
   int64_t max_output_bytes = int64_t{4} << 30;
   // Largest response message (--max_message_bytes); outputs that cannot fit
@@ -95,18 +97,45 @@ struct ModelStatistics {
   DurationStat success, fail, queue, compute_infer;
 };
 
-// A model as served: the model, its batcher (none: one request at a time)
-// and its statistics.
+// Where a model name stands. Triton's repository index shows kFailed and
+// kUnloaded as UNAVAILABLE with their reason.
+enum class ModelState { kReady, kLoading, kFailed, kUnloaded };
+
+struct ModelStatus {
+  std::string name, version;
+  ModelState state = ModelState::kReady;
+  std::string reason;  // why kFailed (the load's error) or kUnloaded
+};
+
+// A model as served: the model, its batcher (none: one request at a time),
+// its statistics and its metrics, which it records itself.
 class ServedModel {
  public:
-  ServedModel(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching);
+  // `metrics` may be null (nothing recorded but the statistics).
+  ServedModel(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching,
+              std::shared_ptr<ModelMetrics> metrics);
   const Model& model() const { return *model_; }
   const ModelMetadata& metadata() const { return model_->metadata(); }
   const std::optional<BatchingOptions>& batching() const { return batching_; }
   ModelStatistics statistics() const;
+  ModelMetrics* metrics() const { return metrics_.get(); }
+  const std::shared_ptr<ModelMetrics>& shared_metrics() const { return metrics_; }
+  // The batcher, once the engine gave it one; null for a model without batching.
+  DynamicBatcher* batcher() const { return batcher_.get(); }
+  void set_batcher(std::shared_ptr<DynamicBatcher> batcher) { batcher_ = std::move(batcher); }
+
+  // What the engine records as requests go by.
+  void RecordAdmitted(int64_t cost) const;
+  // Answered without compute (dropped, refused, or failed before its batch).
+  void RecordFailure(absl::Duration since_arrival);
+  // One kernel call of `requests` requests and `rows` rows.
+  void RecordBatch(int64_t requests, int64_t rows, absl::Time start, absl::Time end);
+  // A request of the batch answered, `ok` or not: its queueing and compute.
+  void RecordAnswer(absl::Time arrival, absl::Time start, absl::Time end, bool ok, int64_t rows,
+                    DataType type, int64_t flops, int64_t input_bytes, int64_t output_bytes);
+  void RecordQueueDepth() const;
 
  private:
-  friend class InferenceEngine;
   struct Stat {
     std::atomic<uint64_t> count{0}, ns{0};
     void Add(absl::Duration d, uint64_t n = 1);
@@ -128,18 +157,26 @@ class InferenceEngine {
   explicit InferenceEngine(EngineOptions options, Clock* clock = RealClock::Get());
   ~InferenceEngine();
 
-  // Serves `model` under its metadata name, replacing any model of that name.
-  // With `batching`, concurrent requests are merged by a DynamicBatcher.
+  // The engine owns where every model name stands (ModelState): one table,
+  // read by requests (READY serves; LOADING, FAILED and UNLOADED answer
+  // UNAVAILABLE; a name not in it NOT_FOUND) and by the repository's index.
+  //
+  // Serves `model` under its metadata name, replacing any model of that name
+  // (kReady). With `batching`, concurrent requests are merged by a
+  // DynamicBatcher.
   void Install(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching);
-  // NOT_FOUND if no model of that name is served. `reason` is what requests
-  // for the name get from now on (UNAVAILABLE), until a model is installed.
-  absl::Status Remove(absl::string_view name, absl::string_view reason = "unloaded");
-  // Removes the model of that name, if any, and what requests for the name
-  // were told: they get NOT_FOUND from now on. NOT_FOUND if neither existed.
+  // The name stays known but serves no more (kUnloaded). NOT_FOUND for a
+  // name not known.
+  absl::Status Remove(absl::string_view name);
+  // The name is forgotten, model and all: requests get NOT_FOUND. NOT_FOUND
+  // for a name not known.
   absl::Status Forget(absl::string_view name);
-  // A name that is known but not served (its load failed, or it is loading):
-  // requests get UNAVAILABLE with the reason rather than NOT_FOUND.
-  void MarkUnavailable(absl::string_view name, absl::string_view reason);
+  // A load of `name` begins (kLoading) or failed (kFailed, with `reason`);
+  // both leave a model that is being served alone (it keeps serving).
+  void MarkLoading(absl::string_view name);
+  void MarkFailed(absl::string_view name, absl::string_view reason);
+  // Every name known, by name.
+  std::vector<ModelStatus> States() const;
 
   // NOT_FOUND for an unknown name or a version the model does not have;
   // UNAVAILABLE for a model that is unloaded, loading or failed to load;
@@ -177,13 +214,18 @@ class InferenceEngine {
   // Computes a batch and answers every request in it, whatever happens.
   void RunBatch(const std::shared_ptr<ServedModel>& served, PendingBatch batch, int threads);
   void RunBatchOrThrow(ServedModel& served, PendingBatch& batch, int threads);
+  // Closes a replaced or removed model's queue; what it holds still runs.
+  static void CloseQueue(ServedModel* served);
 
   const EngineOptions options_;
   Clock* const clock_;
   std::atomic<int64_t> inflight_bytes_{0};
   mutable absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<ServedModel>, std::less<>> models_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string, std::less<>> unavailable_ ABSL_GUARDED_BY(mu_);
+  struct Entry {
+    ModelStatus status;
+    std::shared_ptr<ServedModel> served;  // set exactly when kReady
+  };
+  std::map<std::string, Entry, std::less<>> models_ ABSL_GUARDED_BY(mu_);
   BatcherTimer timer_;  // outlives the pool: finishing batches may wake it
   WorkerPool pool_;     // destroyed first: runs what is scheduled, then joins
 };

@@ -1,10 +1,13 @@
-// WorkerPool: the threads that compute, so that gRPC threads never do.
+// WorkerPool: the threads that compute, so that gRPC threads do not (but for
+// the tiniest requests, which the engine computes inline, where a hand-off
+// would cost more).
 //
 // The pool owns a budget of `compute_threads` cores. A task starts only when
 // at least one core is free and is handed a share of the free cores (the
-// rest are left for the tasks queued behind it); it passes that count to
-// BLIS as its thread count and returns the cores when it ends. So the compute
-// threads of all running tasks together never exceed the budget.
+// rest are left for the tasks queued behind it); it gives that count to its
+// compute (the GEMM scheduler's OpenMP regions, whose threads each run BLIS
+// on one thread) and returns the cores when it ends. So the compute threads
+// of all running tasks together never exceed the budget.
 //
 // Schedule never blocks. Tasks run in FIFO order. The destructor runs every
 // task already scheduled, then joins.

@@ -120,7 +120,7 @@ class PreparedMatMul final : public PreparedBuiltin {
 class MatMulModel final : public Model {
  public:
   MatMulModel() {
-    metadata_.name = "matmul";
+    metadata_.name = kMatMulModelName;
     metadata_.versions = {kBuiltinVersion};
     metadata_.platform = kPlatform;
     metadata_.inputs = {{"A", kMatMulTypes, {-1, -1}, /*variable_rank=*/true, false},
@@ -195,7 +195,7 @@ class PreparedGroupedMatMul final : public PreparedBuiltin {
 class GroupedMatMulModel final : public Model {
  public:
   GroupedMatMulModel() {
-    metadata_.name = "grouped_matmul";
+    metadata_.name = kGroupedMatMulModelName;
     metadata_.versions = {kBuiltinVersion};
     metadata_.platform = kPlatform;
     metadata_.inputs = {{"input", kFloatTypes, {-1, -1}, false, false},

@@ -18,6 +18,8 @@
 
 namespace gemmserve {
 
+inline constexpr char kMatMulModelName[] = "matmul";
+inline constexpr char kGroupedMatMulModelName[] = "grouped_matmul";
 inline constexpr char kBuiltinVersion[] = "1";
 inline constexpr char kPlatform[] = "gemmserve";
 

@@ -1,7 +1,6 @@
 #include "server/ops/grouped_matmul.h"
 
 #include <algorithm>
-#include <limits>
 #include <utility>
 #include <vector>
 
@@ -106,12 +105,7 @@ absl::StatusOr<GroupedMatMulPlan> PlanGroupedMatMul(absl::Span<const int64_t> in
         "input 'weights': G = 0 groups, but group_indices ", ShapeToString(indices_shape),
         " selects ", pairs, " of them"));
   }
-  int64_t flops;
-  if (__builtin_mul_overflow(plan.output_elements, plan.k, &flops) ||
-      __builtin_mul_overflow(flops, int64_t{2}, &flops)) {
-    flops = std::numeric_limits<int64_t>::max();
-  }
-  plan.flops = flops;
+  plan.flops = SaturatingMul(SaturatingMul(plan.output_elements, plan.k), 2);
   return plan;
 }
 

@@ -1,7 +1,6 @@
 #include "server/ops/matmul.h"
 
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -60,12 +59,7 @@ absl::StatusOr<MatMulPlan> PlanMatMul(absl::Span<const int64_t> a_shape,
   if (!b_vector) plan.output_shape.push_back(plan.n);
   GEMMSERVE_ASSIGN_OR_RETURN(plan.batch_count, ElementCount(plan.batch_shape));
   GEMMSERVE_ASSIGN_OR_RETURN(plan.output_elements, ElementCount(plan.output_shape));
-  int64_t flops;
-  if (__builtin_mul_overflow(plan.output_elements, plan.k, &flops) ||
-      __builtin_mul_overflow(flops, int64_t{2}, &flops)) {
-    flops = std::numeric_limits<int64_t>::max();
-  }
-  plan.flops = flops;
+  plan.flops = SaturatingMul(SaturatingMul(plan.output_elements, plan.k), 2);
   return plan;
 }
 

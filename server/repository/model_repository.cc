@@ -1,6 +1,7 @@
 #include "server/repository/model_repository.h"
 
 #include <algorithm>
+#include <set>
 #include <filesystem>
 #include <utility>
 
@@ -134,10 +135,6 @@ absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
 ModelRepository::ModelRepository(std::string root, InferenceEngine* engine,
                                  std::vector<std::string> builtin)
     : root_(std::move(root)), engine_(engine), builtin_(std::move(builtin)) {
-  absl::MutexLock lock(&mu_);
-  for (const std::string& name : builtin_) {
-    index_[name] = ModelIndexEntry{name, "1", "READY", ""};
-  }
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -190,13 +187,6 @@ void ModelRepository::LoadAll() {
   }
 }
 
-void ModelRepository::Record(const std::string& name, ModelIndexEntry entry,
-                             std::optional<config::ModelConfigFile> config) {
-  absl::MutexLock lock(&mu_);
-  index_[name] = std::move(entry);
-  if (config) configs_[name] = *std::move(config);
-}
-
 absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles& files,
                                        const std::optional<std::string>& config_text) {
   config::ModelConfigFile config;
@@ -229,7 +219,6 @@ absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles
   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                              LoadOnnxModel(name, version_name, files, file));
   engine_->Install(std::move(model), batching);
-  Record(name, ModelIndexEntry{name, version_name, "READY", ""}, std::move(config));
   return absl::OkStatus();
 }
 
@@ -261,14 +250,7 @@ absl::Status ModelRepository::Load(const std::string& name, const ModelLoadReque
     return absl::NotFoundError(absl::StrCat("no model '", name, "' in the model repository"));
   }
   absl::MutexLock serial(&load_mu_);
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = index_.find(name);
-    if (it == index_.end() || it->second.state != "READY") {
-      index_[name] = ModelIndexEntry{name, it == index_.end() ? "" : it->second.version, "LOADING", ""};
-      engine_->MarkUnavailable(name, "loading");
-    }
-  }
+  engine_->MarkLoading(name);  // a model being served keeps serving meanwhile
   absl::Status status;
   try {
     status = CatchAllocationFailure("loading the model", [&] { return LoadOrThrow(name, request); });
@@ -276,19 +258,8 @@ absl::Status ModelRepository::Load(const std::string& name, const ModelLoadReque
     GEMMSERVE_LOG(ERROR) << "loading model '" << name << "' failed: " << e.what();
     status = absl::InternalError("loading the model failed; see the server log");
   }
-  if (!status.ok()) {
-    absl::MutexLock lock(&mu_);
-    ModelIndexEntry& e = index_[name];
-    e.name = name;
-    // A model that was serving keeps serving its previous version.
-    if (!engine_->FindModel(name, "").ok()) {
-      e.state = "UNAVAILABLE";
-      e.reason = std::string(status.message());
-      engine_->MarkUnavailable(name, "failed to load");
-    } else {
-      e.state = "READY";
-    }
-  }
+  // A model that was serving keeps serving its previous version.
+  if (!status.ok()) engine_->MarkFailed(name, status.message());
   return status;
 }
 
@@ -318,41 +289,27 @@ absl::Status ModelRepository::Unload(const std::string& name) {
   std::error_code ec;
   const bool in_directory = !root_.empty() && fs::is_directory(fs::path(root_) / name, ec);
   absl::Status removed = in_directory ? engine_->Remove(name) : engine_->Forget(name);
-  absl::MutexLock lock(&mu_);
-  auto it = index_.find(name);
-  if (!removed.ok() && it == index_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
-  }
-  if (it != index_.end()) index_.erase(it);
-  configs_.erase(name);
+  if (!removed.ok()) return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
   return absl::OkStatus();
 }
 
-std::vector<ModelIndexEntry> ModelRepository::Index() const {
-  std::vector<ModelIndexEntry> out;
-  absl::MutexLock lock(&mu_);
-  for (const auto& [name, entry] : index_) out.push_back(entry);
+std::vector<ModelStatus> ModelRepository::Index() const {
+  std::vector<ModelStatus> out = engine_->States();
   // Repository directories not loaded (yet) are listed too, as Triton does.
   if (!root_.empty()) {
+    std::set<std::string> known;
+    for (const ModelStatus& s : out) known.insert(s.name);
     std::error_code ec;
     for (const auto& dir : fs::directory_iterator(root_, ec)) {
       const std::string name = dir.path().filename().string();
-      if (dir.is_directory(ec) && ValidateModelName(name).ok() &&
-          index_.find(name) == index_.end()) {
-        out.push_back(ModelIndexEntry{name, "", "UNAVAILABLE", "not loaded"});
+      if (dir.is_directory(ec) && ValidateModelName(name).ok() && !known.count(name)) {
+        out.push_back(ModelStatus{name, "", ModelState::kUnloaded, "not loaded"});
       }
     }
   }
   std::sort(out.begin(), out.end(),
-            [](const ModelIndexEntry& a, const ModelIndexEntry& b) { return a.name < b.name; });
+            [](const ModelStatus& a, const ModelStatus& b) { return a.name < b.name; });
   return out;
-}
-
-std::optional<config::ModelConfigFile> ModelRepository::Config(absl::string_view name) const {
-  absl::MutexLock lock(&mu_);
-  auto it = configs_.find(name);
-  if (it == configs_.end()) return std::nullopt;
-  return it->second;
 }
 
 }  // namespace gemmserve

@@ -41,12 +41,6 @@
 
 namespace gemmserve {
 
-struct ModelIndexEntry {
-  std::string name, version;
-  std::string state;   // READY, UNAVAILABLE, LOADING
-  std::string reason;  // why UNAVAILABLE
-};
-
 struct ModelLoadRequest {
   std::optional<std::string> config;          // config.pbtxt text
   std::map<std::string, std::string> files;   // path inside the model directory -> bytes
@@ -77,18 +71,17 @@ class ModelRepository {
                  absl::AnyInvocable<void(absl::Status) &&> done);
   absl::Status Unload(const std::string& name);
 
-  // Every model known: built in, in the repository, or loaded by request.
-  std::vector<ModelIndexEntry> Index() const;
-  // The config a model was loaded with (empty for built-in models).
-  std::optional<config::ModelConfigFile> Config(absl::string_view name) const;
+  // Every model known: built in, in the repository, or loaded by request,
+  // by name. Where each stands is the engine's (InferenceEngine::States);
+  // directories of the repository it does not know are kUnloaded, "not
+  // loaded".
+  std::vector<ModelStatus> Index() const;
 
  private:
   void WorkerLoop();
   absl::Status LoadOrThrow(const std::string& name, const ModelLoadRequest& request);
   absl::Status LoadFrom(const std::string& name, const ModelFiles& files,
                         const std::optional<std::string>& config_text);
-  void Record(const std::string& name, ModelIndexEntry entry,
-              std::optional<config::ModelConfigFile> config);
 
   const std::string root_;
   InferenceEngine* const engine_;
@@ -96,8 +89,6 @@ class ModelRepository {
 
   absl::Mutex load_mu_;  // one load or unload at a time
   mutable absl::Mutex mu_;
-  std::map<std::string, ModelIndexEntry, std::less<>> index_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, config::ModelConfigFile, std::less<>> configs_ ABSL_GUARDED_BY(mu_);
   std::deque<absl::AnyInvocable<void() &&>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread worker_;

@@ -537,12 +537,12 @@ TEST(ModelRepositoryTest, LoadsTheLatestVersionAndListsFailuresWithoutStopping) 
   ASSERT_TRUE(moe.ok());
   EXPECT_EQ((*moe)->metadata().versions.front(), "3");
   EXPECT_FALSE(engine.FindModel("broken", "").ok());
-  std::vector<ModelIndexEntry> index = repo.Index();
+  std::vector<ModelStatus> index = repo.Index();
   ASSERT_EQ(index.size(), 2u);
   EXPECT_EQ(index[0].name, "broken");
-  EXPECT_EQ(index[0].state, "UNAVAILABLE");
+  EXPECT_EQ(index[0].state, ModelState::kFailed);
   EXPECT_THAT(index[0].reason, HasSubstr("unknown op 'Relu'"));
-  EXPECT_EQ(index[1].state, "READY");
+  EXPECT_EQ(index[1].state, ModelState::kReady);
 
   EXPECT_EQ(repo.Load("absent", {}).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(repo.Load("../etc", {}).code(), absl::StatusCode::kInvalidArgument);
@@ -552,7 +552,7 @@ TEST(ModelRepositoryTest, LoadsTheLatestVersionAndListsFailuresWithoutStopping) 
   index = repo.Index();
   ASSERT_EQ(index.size(), 2u);
   EXPECT_EQ(index[1].name, "moe");
-  EXPECT_EQ(index[1].state, "UNAVAILABLE");
+  EXPECT_EQ(index[1].state, ModelState::kUnloaded);
   ASSERT_TRUE(repo.Load("moe", {}).ok());
   EXPECT_TRUE(engine.FindModel("moe", "").ok());
 }
@@ -619,7 +619,7 @@ TEST(ModelRepositoryTest, UnloadingAnUploadedOrFailedModelLeavesNothingBehind) {
   ASSERT_EQ(repo.Load("x", bad).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(repo.Load("x", good).ok());
   ASSERT_EQ(repo.Index().size(), 1u);
-  EXPECT_EQ(repo.Index()[0].state, "READY");
+  EXPECT_EQ(repo.Index()[0].state, ModelState::kReady);
 }
 
 TEST(ModelRepositoryTest, UploadedFilesNeedAConfigAndSafePaths) {

@@ -4,10 +4,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/allocation.h"
 #include "server/common/client_text.h"
 
 namespace gemmserve {
 namespace {
+
+void EncodeInto(const InferResult& result, const std::string& id,
+                inference::ModelInferResponse* response);
 
 
 struct TypedField {
@@ -55,9 +59,7 @@ absl::Status UnsignedParameter(const inference::ModelInferRequest& request, cons
       absl::StrCat("parameter '", name, "': expected a non-negative integer (int64 or uint64)"));
 }
 
-}  // namespace
-
-absl::StatusOr<InferRequestView> DecodeInferRequest(const inference::ModelInferRequest& request) {
+absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferRequest& request) {
   InferRequestView view;
   view.model_name = request.model_name();
   view.model_version = request.model_version();
@@ -107,8 +109,39 @@ absl::StatusOr<InferRequestView> DecodeInferRequest(const inference::ModelInferR
   return view;
 }
 
-void EncodeInferResponse(const InferResult& result, const std::string& id,
-                         inference::ModelInferResponse* response) {
+}  // namespace
+
+absl::StatusOr<InferRequestView> DecodeInferRequest(const inference::ModelInferRequest& request) {
+  return CatchAllocationFailure("the request's view", [&] { return DecodeOrThrow(request); });
+}
+
+absl::Status EncodeInferResponse(const InferResult& result, const std::string& id,
+                                 inference::ModelInferResponse* response) {
+  absl::Status status = CatchAllocationFailure("the response", [&] {
+    EncodeInto(result, id, response);
+    return absl::OkStatus();
+  });
+  if (!status.ok()) response->Clear();
+  return status;
+}
+
+void EncodeModelIndexEntry(const ModelStatus& status,
+                           inference::RepositoryIndexResponse::ModelIndex* out) {
+  out->set_name(status.name);
+  out->set_version(status.version);
+  switch (status.state) {
+    case ModelState::kReady: out->set_state("READY"); break;
+    case ModelState::kLoading: out->set_state("LOADING"); break;
+    case ModelState::kFailed:
+    case ModelState::kUnloaded: out->set_state("UNAVAILABLE"); break;
+  }
+  out->set_reason(status.reason);
+}
+
+namespace {
+
+void EncodeInto(const InferResult& result, const std::string& id,
+                inference::ModelInferResponse* response) {
   response->set_model_name(result.model_name);
   response->set_model_version(result.model_version);
   response->set_id(id);
@@ -122,6 +155,8 @@ void EncodeInferResponse(const InferResult& result, const std::string& id,
                                                 bytes.size());
   }
 }
+
+}  // namespace
 
 void EncodeModelMetadata(const ModelMetadata& metadata,
                          inference::ModelMetadataResponse* response) {

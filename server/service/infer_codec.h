@@ -15,11 +15,19 @@
 
 namespace gemmserve {
 
+// INVALID_ARGUMENT for an envelope error, RESOURCE_EXHAUSTED if the view
+// cannot be allocated.
 absl::StatusOr<InferRequestView> DecodeInferRequest(const inference::ModelInferRequest& request);
 
 // Outputs go to raw_output_contents, in the order of `result.outputs`.
-void EncodeInferResponse(const InferResult& result, const std::string& id,
-                         inference::ModelInferResponse* response);
+// RESOURCE_EXHAUSTED (and `response` cleared) if the copy cannot be allocated.
+absl::Status EncodeInferResponse(const InferResult& result, const std::string& id,
+                                 inference::ModelInferResponse* response);
+
+// An entry of RepositoryIndex: Triton's states READY, LOADING and
+// UNAVAILABLE (a failed load or an unloaded model, with its reason).
+void EncodeModelIndexEntry(const ModelStatus& status,
+                           inference::RepositoryIndexResponse::ModelIndex* out);
 
 void EncodeModelMetadata(const ModelMetadata& metadata, inference::ModelMetadataResponse* response);
 

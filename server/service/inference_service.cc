@@ -1,12 +1,12 @@
 #include "server/service/inference_service.h"
 
+#include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
-#include "server/common/allocation.h"
 #include "server/common/client_text.h"
-#include "server/core/overload.h"
 #include "server/service/infer_codec.h"
 #include "server/service/status_util.h"
 
@@ -24,13 +24,23 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 
 }  // namespace
 
+namespace {
+
+// The `authorization` header of the call, as it came; nullopt when absent.
+std::optional<absl::string_view> Authorization(const grpc::CallbackServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return std::nullopt;
+  return absl::string_view(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
 // Every RPC but the health ones starts with this.
-#define GEMMSERVE_AUTHENTICATE(context)                                              \
-  do {                                                                               \
-    if (auth_ != nullptr) {                                                          \
-      if (absl::Status auth = auth_->Check((context)->client_metadata()); !auth.ok()) \
-        return FinishNow((context), ToGrpcStatus(auth));                            \
-    }                                                                                \
+#define GEMMSERVE_AUTHENTICATE(context)                                                   \
+  do {                                                                                    \
+    if (absl::Status auth = serving_->Authenticate(Authorization(*(context))); !auth.ok()) \
+      return FinishNow((context), ToGrpcStatus(auth));                                    \
   } while (false)
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
@@ -53,7 +63,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
   GEMMSERVE_AUTHENTICATE(context);
   // As Triton does: an unknown, loading or unloaded model or version is
   // simply not ready.
-  response->set_ready(engine_->FindModel(request->name(), request->version()).ok());
+  response->set_ready(serving_->engine().FindModel(request->name(), request->version()).ok());
   return FinishNow(context, grpc::Status::OK);
 }
 
@@ -62,7 +72,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     inference::ServerMetadataResponse* response) {
   GEMMSERVE_AUTHENTICATE(context);
   response->set_name(kServerName);
-  response->set_version(GEMMSERVE_VERSION);
+  response->set_version(kServerVersion);
   return FinishNow(context, grpc::Status::OK);
 }
 
@@ -70,95 +80,32 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
   GEMMSERVE_AUTHENTICATE(context);
-  auto model = engine_->FindModel(request->name(), request->version());
+  auto model = serving_->engine().FindModel(request->name(), request->version());
   if (!model.ok()) return FinishNow(context, ToGrpcStatus(model.status()));
   EncodeModelMetadata((*model)->metadata(), response);
   return FinishNow(context, grpc::Status::OK);
 }
 
-namespace {
-
-// Counts one answered inference request: by code, its latency, and the
-// rejection reason its code stands for.
-void RecordAnswer(Metrics* metrics, ModelMetrics* model, absl::Time arrival,
-                  const absl::Status& status) {
-  if (metrics == nullptr) return;
-  metrics->AddInflight(-1);
-  if (model == nullptr) return;
-  model->RecordResponse(status.code(), absl::Now() - arrival);
-  RejectReason reason;
-  if (RejectReasonOf(status.code(), &reason)) {
-    model->RecordRejected(reason);
-  } else if (IsQueueFull(status)) {
-    model->RecordRejected(RejectReason::kQueueFull);
-  }
-}
-
-}  // namespace
-
-void InferenceService::StartDraining() {
-  absl::MutexLock lock(&drain_mu_);
-  draining_ = true;
-}
-
-bool InferenceService::WaitUntilIdle(absl::Time deadline) {
-  absl::MutexLock lock(&drain_mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drain_mu_) { return inflight_ == 0; };
-  return drain_mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
-}
-
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
-  const absl::Time arrival = absl::Now();
-  {
-    absl::MutexLock lock(&drain_mu_);
-    if (draining_) {
-      return FinishNow(context, ToGrpcStatus(absl::UnavailableError(
-                                    "server is shutting down; retry on another replica")));
-    }
-    ++inflight_;
+  Serving::InferCall call;
+  call.model_name = request->model_name();
+  call.authorization = Authorization(*context);
+  call.request = DecodeInferRequest(*request);
+  if (call.request.ok() && context->deadline() != std::chrono::system_clock::time_point::max()) {
+    call.request->deadline = absl::FromChrono(context->deadline());
   }
-  if (metrics_) metrics_->AddInflight(1);
-  absl::Status auth = auth_ != nullptr ? auth_->Check(context->client_metadata()) : absl::OkStatus();
-  std::shared_ptr<ModelMetrics> model_metrics = engine_->MetricsFor(request->model_name());
+  call.is_cancelled = [context] { return context->IsCancelled(); };
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto finish = [this, reactor, model_metrics, arrival](const absl::Status& status) {
-    RecordAnswer(metrics_, model_metrics.get(), arrival, status);
+  // gRPC owns `request` and `response` until Finish, so a worker may read the
+  // one and fill the other.
+  serving_->Infer(std::move(call), [reactor, request, response](absl::StatusOr<InferResult> r) {
+    const absl::Status status = r.ok() ? EncodeInferResponse(*r, request->id(), response)
+                                       : r.status();
     reactor->Finish(ToGrpcStatus(status));
-    absl::MutexLock lock(&drain_mu_);
-    --inflight_;
-  };
-  if (!auth.ok()) {
-    finish(auth);
-    return reactor;
-  }
-  // An error here means `done` was never called (Submit's contract); memory
-  // running out while decoding is one too.
-  absl::Status refused = CatchAllocationFailure("the request", [&]() -> absl::Status {
-    absl::StatusOr<InferRequestView> view = DecodeInferRequest(*request);
-    if (!view.ok()) return view.status();
-    const auto deadline = context->deadline();
-    if (deadline != std::chrono::system_clock::time_point::max()) {
-      view->deadline = absl::FromChrono(deadline);
-    }
-    // gRPC owns `request` and `response` until Finish, so the worker may read
-    // the one and fill the other.
-    return engine_->Submit(
-        *std::move(view), [context] { return context->IsCancelled(); },
-        [finish, request, response](absl::StatusOr<InferResult> result) {
-          absl::Status status = result.status();
-          if (result.ok()) {
-            status = CatchAllocationFailure("the response", [&] {
-              EncodeInferResponse(*result, request->id(), response);
-              return absl::OkStatus();
-            });
-            if (!status.ok()) response->Clear();
-          }
-          finish(status);
-        });
+    return status;
   });
-  if (!refused.ok()) finish(refused);
   return reactor;
 }
 
@@ -166,7 +113,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
   GEMMSERVE_AUTHENTICATE(context);
-  auto served = engine_->FindModel(request->name(), request->version());
+  auto served = serving_->engine().FindModel(request->name(), request->version());
   if (!served.ok()) return FinishNow(context, ToGrpcStatus(served.status()));
   EncodeModelConfig(**served, response->mutable_config());
   return FinishNow(context, grpc::Status::OK);
@@ -177,11 +124,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     inference::ModelStatisticsResponse* response) {
   GEMMSERVE_AUTHENTICATE(context);
   if (!request->name().empty()) {
-    auto served = engine_->FindModel(request->name(), request->version());
+    auto served = serving_->engine().FindModel(request->name(), request->version());
     if (!served.ok()) return FinishNow(context, ToGrpcStatus(served.status()));
     EncodeModelStatistics((*served)->statistics(), response->add_model_stats());
   } else {
-    for (const auto& served : engine_->models()) {
+    for (const auto& served : serving_->engine().models()) {
       EncodeModelStatistics(served->statistics(), response->add_model_stats());
     }
   }
@@ -192,13 +139,9 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
     grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
     inference::RepositoryIndexResponse* response) {
   GEMMSERVE_AUTHENTICATE(context);
-  for (const ModelIndexEntry& e : repository_->Index()) {
-    if (request->ready() && e.state != "READY") continue;
-    auto* m = response->add_models();
-    m->set_name(e.name);
-    m->set_version(e.version);
-    m->set_state(e.state);
-    m->set_reason(e.reason);
+  for (const ModelStatus& status : serving_->repository().Index()) {
+    if (request->ready() && status.state != ModelState::kReady) continue;
+    EncodeModelIndexEntry(status, response->add_models());
   }
   return FinishNow(context, grpc::Status::OK);
 }
@@ -228,7 +171,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     }
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  repository_->LoadAsync(request->model_name(), std::move(load), [reactor](absl::Status s) {
+  serving_->repository().LoadAsync(request->model_name(), std::move(load), [reactor](absl::Status s) {
     reactor->Finish(ToGrpcStatus(s));
   });
   return reactor;
@@ -238,7 +181,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
     grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse*) {
   GEMMSERVE_AUTHENTICATE(context);
-  return FinishNow(context, ToGrpcStatus(repository_->Unload(request->model_name())));
+  return FinishNow(context, ToGrpcStatus(serving_->repository().Unload(request->model_name())));
 }
 
 }  // namespace gemmserve

@@ -1,42 +1,25 @@
 // The KServe v2 GRPCInferenceService on gRPC's callback API. Each handler is a
-// thin adapter: decode, ask the core, encode. ModelInfer validates on the gRPC
-// thread (cheap checks, no allocation of tensor data) and hands the compute to
-// the engine's worker pool; the reactor is finished from the worker, so no
-// gRPC thread ever waits on compute. With a TokenAuthenticator every RPC but
-// ServerLive and ServerReady (health, like grpc.health.v1) needs a bearer
-// token. RPCs gemmserve does not implement yet
-// answer UNIMPLEMENTED (the generated base class does that).
+// thin adapter: decode, ask Serving (server/serving), encode. ModelInfer hands
+// its decoded request to Serving::Infer, which validates it on the gRPC
+// thread (cheap checks, no allocation of tensor data) and runs it on the
+// engine's workers; the reactor is finished from there. Only the tiniest
+// requests to an idle model (--inline_max_flops) are computed on the gRPC
+// thread itself, where a hand-off would cost more than they do. With a token
+// file every RPC but ServerLive and ServerReady (health, like grpc.health.v1)
+// needs a bearer token. RPCs gemmserve does not implement yet answer
+// UNIMPLEMENTED (the generated base class does that).
 #ifndef GEMMSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
 #define GEMMSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
 
-#include <cstdint>
-#include <string>
-
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
-
 #include "grpc_service.grpc.pb.h"
-#include "server/core/inference_engine.h"
-#include "server/metrics/metrics.h"
-#include "server/service/security.h"
-#include "server/repository/model_repository.h"
+#include "server/serving/serving.h"
 
 namespace gemmserve {
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  // Graceful shutdown (RELIABILITY F5): from StartDraining on, new
-  // ModelInfer calls get UNAVAILABLE at once; WaitUntilIdle returns true when
-  // every call accepted before has been answered, false if `deadline` came
-  // first.
-  void StartDraining();
-  bool WaitUntilIdle(absl::Time deadline);
-
-  // `metrics` and `auth` may be null (no metrics; no token required).
-  InferenceService(InferenceEngine* engine, ModelRepository* repository, Metrics* metrics,
-                   const TokenAuthenticator* auth = nullptr)
-      : engine_(engine), repository_(repository), metrics_(metrics), auth_(auth) {}
+  // `serving` must outlive the service.
+  explicit InferenceService(Serving* serving) : serving_(serving) {}
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -74,13 +57,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
       inference::RepositoryModelUnloadResponse* response) override;
 
  private:
-  InferenceEngine* const engine_;
-  ModelRepository* const repository_;
-  Metrics* const metrics_;
-  const TokenAuthenticator* const auth_;
-  absl::Mutex drain_mu_;
-  bool draining_ ABSL_GUARDED_BY(drain_mu_) = false;
-  int64_t inflight_ ABSL_GUARDED_BY(drain_mu_) = 0;
+  Serving* const serving_;
 };
 
 }  // namespace gemmserve

@@ -260,7 +260,7 @@ TEST(IntGemmTest, LongAccumulationAcrossPanelsWraps) {
   EXPECT_EQ(Gemm1x1<int32_t>(DataType::kINT32, a, b), 5);
 }
 
-// --- IEEE special values (RELIABILITY M6) ---------------------------------------
+// --- NaN, Inf and subnormals pass through as IEEE arithmetic says -------------------
 
 template <typename T>
 std::vector<T> GemmDense(DataType type, int64_t m, int64_t n, int64_t k, const std::vector<T>& a,

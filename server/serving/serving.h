@@ -1,0 +1,125 @@
+// Serving: the composition root of gemmserve, and the one request path every
+// front end shares.
+//
+// Start builds the pieces from ServingOptions, each from its own layer's
+// options: the metrics (and their /metrics endpoint), the engine, the
+// built-in models, the model repository (loaded) and the token check. A
+// front end then only decodes its wire format, calls Infer (or Authenticate
+// and the accessors, for its other calls) and encodes what comes back;
+// admission while draining, authentication and the recording of every
+// answer happen here, once, for all of them.
+//
+//   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Serving> serving, Serving::Start(options));
+//   Serving::InferCall call;
+//   call.model_name = wire.model_name();
+//   call.authorization = header;           // nullopt when absent
+//   call.request = Decode(wire);           // or the decode's error
+//   serving->Infer(std::move(call), [&](absl::StatusOr<InferResult> result) {
+//     absl::Status status = result.ok() ? Encode(*result) : result.status();
+//     Send(status);
+//     return status;                       // what the metrics count
+//   });
+#ifndef GEMMSERVE_SERVER_SERVING_SERVING_H_
+#define GEMMSERVE_SERVER_SERVING_SERVING_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/core/dynamic_batcher.h"
+#include "server/core/inference_engine.h"
+#include "server/core/inference_request.h"
+#include "server/metrics/metrics.h"
+#include "server/repository/model_repository.h"
+#include "server/serving/token_authenticator.h"
+
+namespace gemmserve {
+
+// The server's version (the project's, from CMake).
+inline constexpr char kServerVersion[] = GEMMSERVE_VERSION;
+
+// `host` ready for ":port": an IPv6 address in brackets.
+std::string HostForPort(const std::string& host);
+
+// The built-in models' dynamic batching (--builtin_* flags).
+BatchingOptions DefaultBuiltinBatching();
+
+struct ServingOptions {
+  EngineOptions engine;  // its `metrics` is set by Start
+  MetricsOptions metrics;
+  BatchingOptions builtin_batching = DefaultBuiltinBatching();
+  // Where /metrics listens: host (--host) and port (--metrics_port; 0 picks
+  // one; -1 serves none, the metrics are still recorded).
+  std::string host = "0.0.0.0";
+  int metrics_port = 8002;
+  std::string model_repository;  // empty: built-in models only
+  std::string auth_token_file;   // empty: no token needed
+};
+
+class Serving {
+ public:
+  // INVALID_ARGUMENT for options out of range or an unreadable token file,
+  // UNAVAILABLE when /metrics cannot listen. Loads the repository before it
+  // returns (a model that fails to load is listed, not fatal).
+  static absl::StatusOr<std::unique_ptr<Serving>> Start(ServingOptions options);
+  ~Serving();
+
+  InferenceEngine& engine() { return *engine_; }
+  ModelRepository& repository() { return *repository_; }
+  Metrics& metrics() { return *metrics_; }
+  // "host:port" of /metrics, or empty when it is not served.
+  std::string metrics_address() const;
+
+  // OK when no token is configured; else TokenAuthenticator::Check of the
+  // `authorization` header's value (nullopt when absent).
+  absl::Status Authenticate(std::optional<absl::string_view> authorization) const;
+
+  struct InferCall {
+    absl::string_view model_name;  // as the client sent it: the metrics' label
+    std::optional<absl::string_view> authorization;
+    absl::StatusOr<InferRequestView> request;  // decoded, or why it could not be
+    std::function<bool()> is_cancelled;        // may be empty: never cancelled
+  };
+  // Encodes the result (or the error) for the client and sends it; returns
+  // the status the call ended with, which the metrics count.
+  using InferDone = absl::AnyInvocable<absl::Status(absl::StatusOr<InferResult>) &&>;
+
+  // The one entry point of an inference call. While draining it answers
+  // UNAVAILABLE at once ("retry on another replica"); else the call counts as
+  // in flight until answered, is authenticated, and goes to the engine
+  // (InferenceEngine::Submit). `done` is called exactly once, possibly before
+  // Infer returns (refusals, tiny requests), else from a worker thread; the
+  // call's views must stay valid until then.
+  void Infer(InferCall call, InferDone done);
+
+  // Graceful shutdown: from StartDraining on, Infer refuses new calls;
+  // WaitUntilIdle returns true once every call accepted before is answered,
+  // false if `deadline` came first.
+  void StartDraining();
+  bool WaitUntilIdle(absl::Time deadline);
+
+ private:
+  Serving() = default;
+  struct Call;
+
+  std::unique_ptr<Metrics> metrics_;  // outlives everything that records
+  std::unique_ptr<InferenceEngine> engine_;
+  std::unique_ptr<ModelRepository> repository_;
+  std::unique_ptr<TokenAuthenticator> auth_;
+  std::string metrics_host_;
+  absl::Mutex drain_mu_;
+  bool draining_ ABSL_GUARDED_BY(drain_mu_) = false;
+  int64_t inflight_ ABSL_GUARDED_BY(drain_mu_) = 0;
+};
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_SERVING_SERVING_H_

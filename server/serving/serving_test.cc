@@ -1,0 +1,159 @@
+// Serving as every front end uses it: what Start builds, and Infer's one
+// path (drain, tokens, the front end's decode error, the engine's answer),
+// each answer recorded once.
+#include "server/serving/serving.h"
+
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gemmserve {
+namespace {
+
+ServingOptions NoNetwork() {
+  ServingOptions o;
+  o.metrics_port = -1;
+  return o;
+}
+
+// Answers of one code for `model`, as a scrape shows them.
+double Answers(Serving& s, const std::string& model, const std::string& code) {
+  for (const auto& f : s.metrics().registry().Collect()) {
+    if (f.name != "gemmserve_requests_total") continue;
+    for (const auto& m : f.metric) {
+      bool labels = true;
+      for (const auto& l : m.label) {
+        labels &= (l.name != "model" || l.value == model) && (l.name != "code" || l.value == code);
+      }
+      if (labels) return m.counter.value;
+    }
+  }
+  return -1;
+}
+
+// A 1x1 FP32 matmul call, its tensors owned here.
+struct MatMulCall {
+  float a = 2, b = 3;
+  Shape shape = {1, 1};
+  Serving::InferCall call(std::optional<absl::string_view> authorization = std::nullopt) {
+    Serving::InferCall c;
+    c.model_name = "matmul";
+    c.authorization = authorization;
+    InferRequestView view;
+    view.model_name = "matmul";
+    view.inputs.push_back({"A", "FP32", shape, ContentsKind::kRaw, &a, 4});
+    view.inputs.push_back({"B", "FP32", shape, ContentsKind::kRaw, &b, 4});
+    c.request = std::move(view);
+    return c;
+  }
+};
+
+// Runs one call to its end; returns the status `done` saw.
+absl::Status RunCall(Serving& s, Serving::InferCall call, float* y = nullptr) {
+  absl::Notification finished;
+  absl::Status seen;
+  int calls = 0;
+  s.Infer(std::move(call), [&](absl::StatusOr<InferResult> r) {
+    ++calls;
+    seen = r.status();
+    if (r.ok() && y != nullptr) *y = r->outputs.at(0).tensor.data<float>()[0];
+    finished.Notify();
+    return seen;
+  });
+  finished.WaitForNotification();
+  EXPECT_EQ(calls, 1);
+  return seen;
+}
+
+TEST(ServingTest, StartBuildsTheEngineWithTheBuiltInModels) {
+  auto s = Serving::Start(NoNetwork());
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<std::string> names;
+  for (const ModelStatus& m : (*s)->engine().States()) {
+    EXPECT_EQ(m.state, ModelState::kReady);
+    names.push_back(m.name);
+  }
+  EXPECT_THAT(names, ::testing::ElementsAre("grouped_matmul", "matmul"));
+  EXPECT_EQ((*s)->metrics_address(), "");
+  EXPECT_GE((*s)->engine().options().compute_threads, 1);  // 0 became one per core
+}
+
+TEST(ServingTest, OptionsOutOfRangeAreRefused) {
+  for (auto set : {+[](ServingOptions& o) { o.engine.max_output_bytes = -1; },
+                   +[](ServingOptions& o) { o.engine.max_message_bytes = 0; },
+                   +[](ServingOptions& o) { o.engine.max_inflight_bytes = 0; },
+                   +[](ServingOptions& o) { o.engine.compute_threads = -2; },
+                   +[](ServingOptions& o) { o.metrics_port = 70000; },
+                   +[](ServingOptions& o) { o.auth_token_file = "/nonexistent/tokens"; }}) {
+    ServingOptions o = NoNetwork();
+    set(o);
+    EXPECT_EQ(Serving::Start(o).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(ServingTest, InferAnswersOnceAndRecordsEveryAnswer) {
+  auto s = Serving::Start(NoNetwork());
+  ASSERT_TRUE(s.ok()) << s.status();
+  MatMulCall mm;
+  float y = 0;
+  EXPECT_TRUE(RunCall(**s, mm.call(), &y).ok());
+  EXPECT_EQ(y, 6.0f);
+  EXPECT_EQ(Answers(**s, "matmul", "OK"), 1);
+  // The front end's own decode error is answered and counted like any other.
+  Serving::InferCall bad = mm.call();
+  bad.request = absl::InvalidArgumentError("envelope");
+  EXPECT_EQ(RunCall(**s, std::move(bad)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Answers(**s, "matmul", "INVALID_ARGUMENT"), 1);
+  // A name no model has counts under _unknown.
+  Serving::InferCall unknown = mm.call();
+  unknown.model_name = "nobody";
+  unknown.request->model_name = "nobody";
+  EXPECT_EQ(RunCall(**s, std::move(unknown)).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Answers(**s, "_unknown", "NOT_FOUND"), 1);
+}
+
+TEST(ServingTest, TokensAreCheckedBeforeAnythingElse) {
+  const std::string path = ::testing::TempDir() + "/serving_tokens.txt";
+  {
+    std::ofstream f(path);
+    f << "right\n";
+  }
+  ServingOptions o = NoNetwork();
+  o.auth_token_file = path;
+  auto s = Serving::Start(o);
+  std::remove(path.c_str());
+  ASSERT_TRUE(s.ok()) << s.status();
+  MatMulCall mm;
+  EXPECT_EQ(RunCall(**s, mm.call()).code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(RunCall(**s, mm.call("Bearer wrong")).code(), absl::StatusCode::kUnauthenticated);
+  Serving::InferCall bad = mm.call();
+  bad.request = absl::InvalidArgumentError("envelope");
+  EXPECT_EQ(RunCall(**s, std::move(bad)).code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(RunCall(**s, mm.call("Bearer right")).ok());
+  EXPECT_TRUE((*s)->Authenticate("Bearer right").ok());
+  EXPECT_EQ((*s)->Authenticate(std::nullopt).code(), absl::StatusCode::kUnauthenticated);
+}
+
+TEST(ServingTest, DrainingRefusesNewCallsAndIsIdleOnceAllAreAnswered) {
+  auto s = Serving::Start(NoNetwork());
+  ASSERT_TRUE(s.ok()) << s.status();
+  MatMulCall mm;
+  EXPECT_TRUE(RunCall(**s, mm.call()).ok());
+  (*s)->StartDraining();
+  absl::Status refused = RunCall(**s, mm.call());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("shutting down"));
+  EXPECT_TRUE((*s)->WaitUntilIdle(absl::InfiniteFuture()));
+  EXPECT_EQ(Answers(**s, "matmul", "UNAVAILABLE"), 0);  // a refusal at the door is not counted
+}
+
+}  // namespace
+}  // namespace gemmserve
