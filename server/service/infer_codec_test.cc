@@ -211,7 +211,7 @@ TEST(EncodeInferResponseTest, WritesOutputsAsRawContentsInOrder) {
   result.outputs.push_back({"E", std::move(*empty)});
 
   inference::ModelInferResponse response;
-  EncodeInferResponse(result, "request-42", &response);
+  ASSERT_TRUE(EncodeInferResponse(result, "request-42", &response).ok());
   EXPECT_EQ(response.model_name(), "matmul");
   EXPECT_EQ(response.model_version(), "1");
   EXPECT_EQ(response.id(), "request-42");
@@ -239,7 +239,7 @@ TEST(EncodeInferResponseTest, ScalarOutputHasAnEmptyShape) {
   s->data<double>()[0] = 2.5;
   result.outputs.push_back({"Y", std::move(*s)});
   inference::ModelInferResponse response;
-  EncodeInferResponse(result, "", &response);
+  ASSERT_TRUE(EncodeInferResponse(result, "", &response).ok());
   ASSERT_EQ(response.outputs_size(), 1);
   EXPECT_EQ(response.outputs(0).shape_size(), 0);
   EXPECT_EQ(response.raw_output_contents(0).size(), 8u);

@@ -117,7 +117,7 @@ void Serving::Infer(InferCall call, InferDone done) {
   try {
     state = std::make_shared<Call>();
   } catch (const std::bad_alloc&) {
-    std::move(done)(AllocationFailure("the call"));
+    std::move(done)(AllocationFailure("the call")).IgnoreError();  // refused: not counted
     return;
   }
   bool draining;
@@ -127,7 +127,9 @@ void Serving::Infer(InferCall call, InferDone done) {
     if (!draining) ++inflight_;
   }
   if (draining) {
-    std::move(done)(absl::UnavailableError("server is shutting down; retry on another replica"));
+    // Refused at the door: not in flight, not counted.
+    std::move(done)(absl::UnavailableError("server is shutting down; retry on another replica"))
+        .IgnoreError();
     return;
   }
   metrics_->AddInflight(1);
