@@ -44,7 +44,7 @@ int64_t ReadIndex(ByteReader& in, int64_t g, bool int64_indices) {
   constexpr int64_t k32 = int64_t{1} << 32;
   // Values that a wrap, a truncation to 32 bits or a sign slip would turn
   // into a valid index.
-  const int64_t edge[] = {g,       g + 1,   -1,      -g,     kMin,     kMax,
+  const int64_t edge[] = {g,       g + 1,   -1,      -g,       kMin,      kMax,
                           k32,     k32 + 1, -k32,    -k32 + 1, INT32_MIN, INT32_MAX,
                           k32 - 1, g - k32, g + k32, kMin + 1};
   if (tag < 0xf0) return edge[(tag - 0xc0) % std::size(edge)];
@@ -135,9 +135,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::StatusOr<GroupedMatMulPlan> plan =
       PlanGroupedMatMul({m, k}, {g, k, n}, {m, s}, has_bias ? &bias_shape : nullptr);
   // Every shape here is valid except G = 0 with something to select.
-  FUZZ_CHECK(plan.ok() == (g > 0 || m * s == 0), "PlanGroupedMatMul M=%lld K=%lld N=%lld G=%lld "
-             "S=%lld: %s", static_cast<long long>(m), static_cast<long long>(k),
-             static_cast<long long>(n), static_cast<long long>(g), static_cast<long long>(s),
+  FUZZ_CHECK(plan.ok() == (g > 0 || m * s == 0),
+             "PlanGroupedMatMul M=%lld K=%lld N=%lld G=%lld "
+             "S=%lld: %s",
+             static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n),
+             static_cast<long long>(g), static_cast<long long>(s),
              plan.status().ToString().c_str());
 
   const absl::Status valid = ValidateGroupIndices(indices, g);
@@ -183,11 +185,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(std::fabs(got - want) <= 2 * eps * magnitude,
                    "output[%lld,%lld,%lld] = %.17g, reference %.17g (group %lld, %s, "
                    "M=%lld K=%lld N=%lld G=%lld S=%lld, bias %d, threads %d)",
-                   static_cast<long long>(i), static_cast<long long>(j),
-                   static_cast<long long>(c), got, want, static_cast<long long>(group),
+                   static_cast<long long>(i), static_cast<long long>(j), static_cast<long long>(c),
+                   got, want, static_cast<long long>(group),
                    std::string(DataTypeName(type)).c_str(), static_cast<long long>(m),
-                   static_cast<long long>(k), static_cast<long long>(n),
-                   static_cast<long long>(g), static_cast<long long>(s), has_bias, threads);
+                   static_cast<long long>(k), static_cast<long long>(n), static_cast<long long>(g),
+                   static_cast<long long>(s), has_bias, threads);
       }
     }
   }

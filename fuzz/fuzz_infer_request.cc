@@ -157,15 +157,15 @@ void CheckOutputs(const std::string& model, const PreparedInference& prepared,
                model.c_str(), outputs[i].name.c_str(), static_cast<long long>(t.byte_size()));
     bytes += t.byte_size();
   }
-  FUZZ_CHECK(bytes == prepared.output_bytes(), "%s: %lld output bytes, planned %lld",
-             model.c_str(), static_cast<long long>(bytes),
-             static_cast<long long>(prepared.output_bytes()));
+  FUZZ_CHECK(bytes == prepared.output_bytes(), "%s: %lld output bytes, planned %lld", model.c_str(),
+             static_cast<long long>(bytes), static_cast<long long>(prepared.output_bytes()));
 }
 
 const bool kVerbose = std::getenv("FUZZ_VERBOSE") != nullptr;
 
 void Trace(const std::string& model, const char* stage, const absl::Status& status) {
-  if (kVerbose) std::fprintf(stderr, "  %s: %s %s\n", model.c_str(), stage, status.ToString().c_str());
+  if (kVerbose)
+    std::fprintf(stderr, "  %s: %s %s\n", model.c_str(), stage, status.ToString().c_str());
 }
 
 // The answer of `model` to `bound` against the reference.
@@ -195,8 +195,7 @@ void CheckAnswer(const Model& model, const BoundInputs& bound, const std::vector
 void Run(const Model& model, const BoundInputs& bound, PreparedInference* prepared) {
   const std::string& name = model.metadata().name;
   std::vector<InferOutputs> alone = model.RunBatch({&prepared, 1}, /*threads=*/1);
-  FUZZ_CHECK(alone.size() == 1, "%s: RunBatch gave %zu results for 1", name.c_str(),
-             alone.size());
+  FUZZ_CHECK(alone.size() == 1, "%s: RunBatch gave %zu results for 1", name.c_str(), alone.size());
   // Only an index out of range may fail a prepared request.
   Trace(name, "RunBatch", alone[0].status());
   if (!alone[0].ok()) {

@@ -163,7 +163,7 @@ inline void CheckGroupedMatMul(const char* what, const Tensor& x, const Tensor& 
     for (int64_t slot = 0; slot < s; ++slot) {
       const int64_t at = t * s + slot;
       const int64_t e = indices.type() == DataType::kINT32 ? indices.data<int32_t>()[at]
-                                                            : indices.data<int64_t>()[at];
+                                                           : indices.data<int64_t>()[at];
       FUZZ_CHECK(e >= 0 && e < g, "%s: index %lld was computed with G=%lld", what,
                  static_cast<long long>(e), static_cast<long long>(g));
       for (int64_t j = 0; j < n; ++j) {
@@ -172,9 +172,10 @@ inline void CheckGroupedMatMul(const char* what, const Tensor& x, const Tensor& 
           terms.push_back(ops_testing::ValueAt(type, x.raw_data(), t * k + p) *
                           ops_testing::ValueAt(type, w.raw_data(), (e * k + p) * n + j));
         }
-        if (bias != nullptr) terms.push_back(ops_testing::ValueAt(type, bias->raw_data(), e * n + j));
-        CheckFloatElement(what, type, ops_testing::ValueAt(type, out.raw_data(), at * n + j),
-                          terms, at * n + j);
+        if (bias != nullptr)
+          terms.push_back(ops_testing::ValueAt(type, bias->raw_data(), e * n + j));
+        CheckFloatElement(what, type, ops_testing::ValueAt(type, out.raw_data(), at * n + j), terms,
+                          at * n + j);
       }
     }
   }

@@ -51,8 +51,8 @@ namespace gemmserve {
 namespace fuzz {
 namespace {
 
-constexpr DataType kMatMulTypes[] = {DataType::kFP32,  DataType::kFP64,  DataType::kFP16,
-                                     DataType::kBF16,  DataType::kINT32, DataType::kINT64,
+constexpr DataType kMatMulTypes[] = {DataType::kFP32,   DataType::kFP64,  DataType::kFP16,
+                                     DataType::kBF16,   DataType::kINT32, DataType::kINT64,
                                      DataType::kUINT32, DataType::kUINT64};
 constexpr DataType kFloatTypes[] = {DataType::kFP32, DataType::kFP64, DataType::kFP16,
                                     DataType::kBF16};
@@ -91,8 +91,7 @@ Tensor Values(ByteReader& in, DataType type, const Shape& shape, bool raw_bits) 
   return *std::move(t);
 }
 
-void AddGraphInput(onnx::GraphProto* g, const std::string& name, DataType type,
-                   const Shape& dims) {
+void AddGraphInput(onnx::GraphProto* g, const std::string& name, DataType type, const Shape& dims) {
   auto* in = g->add_input();
   in->set_name(name);
   auto* tt = in->mutable_type()->mutable_tensor_type();
@@ -113,8 +112,8 @@ void AddInitializer(onnx::GraphProto* g, const std::string& name, const Tensor& 
   init->set_name(name);
   init->set_data_type(OnnxType(t.type()));
   for (int64_t d : t.shape()) init->add_dims(d);
-  init->set_raw_data(std::string(static_cast<const char*>(t.raw_data()),
-                                 static_cast<size_t>(t.byte_size())));
+  init->set_raw_data(
+      std::string(static_cast<const char*>(t.raw_data()), static_cast<size_t>(t.byte_size())));
 }
 
 // A dimension of the signature from its tag: free, the weights' own, or fixed.
@@ -247,9 +246,9 @@ std::unique_ptr<Request> MakeRequest(ByteReader& in, const Built& b) {
     if (wrong_rank) x.push_back(1);
     const DataType type = wrong_type ? kFloatTypes[(flags >> 6) % 4] : b.type;
     const DataType index_type =
-        (flags & 0x38) == 0x30 ? (b.index_type == DataType::kINT32 ? DataType::kINT64
-                                                                    : DataType::kINT32)
-                               : b.index_type;
+        (flags & 0x38) == 0x30
+            ? (b.index_type == DataType::kINT32 ? DataType::kINT64 : DataType::kINT32)
+            : b.index_type;
     AddTensor(r.get(), "x", Values(in, type, x, b.raw_bits));
     absl::StatusOr<Tensor> indices = Tensor::Allocate(index_type, idx);
     FUZZ_CHECK(indices.ok(), "Allocate");
@@ -324,7 +323,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(proto.SerializeToString(&files["1/model.onnx"]), "serialize");
   absl::StatusOr<std::unique_ptr<ModelFiles>> source = ModelFiles::InMemory(std::move(files));
   FUZZ_CHECK(source.ok(), "InMemory: %s", source.status().ToString().c_str());
-  absl::StatusOr<std::unique_ptr<Model>> loaded = LoadOnnxModel("fuzz", "1", **source, "model.onnx");
+  absl::StatusOr<std::unique_ptr<Model>> loaded =
+      LoadOnnxModel("fuzz", "1", **source, "model.onnx");
   if (!loaded.ok()) {
     FUZZ_CHECK(absl::IsInvalidArgument(loaded.status()) && !built.consistent,
                "load of a %s model: %s", built.consistent ? "consistent" : "inconsistent",
@@ -338,8 +338,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::unique_ptr<Request> r = MakeRequest(in, built);
     absl::StatusOr<BoundInputs> bound = BindInputs(model.metadata(), r->view);
     absl::StatusOr<std::unique_ptr<PreparedInference>> prepared =
-        bound.ok() ? model.Prepare(*bound) : absl::StatusOr<std::unique_ptr<PreparedInference>>(
-                                                 bound.status());
+        bound.ok() ? model.Prepare(*bound)
+                   : absl::StatusOr<std::unique_ptr<PreparedInference>>(bound.status());
     FUZZ_CHECK(prepared.ok() == r->matches, "request %d %s the signature but was %s: %s", i,
                r->matches ? "matches" : "does not match", prepared.ok() ? "accepted" : "refused",
                prepared.status().ToString().c_str());

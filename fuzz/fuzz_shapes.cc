@@ -113,8 +113,7 @@ std::optional<MatMulPlan> OracleMatMul(const Shape& a, const Shape& b) {
 std::optional<GroupedMatMulPlan> OracleGroupedMatMul(const Shape& input, const Shape& weights,
                                                      const Shape& indices, const Shape* bias) {
   if (input.size() != 2 || weights.size() != 3 || indices.size() != 2) return std::nullopt;
-  if (!OracleElementCount(input) || !OracleElementCount(weights) ||
-      !OracleElementCount(indices)) {
+  if (!OracleElementCount(input) || !OracleElementCount(weights) || !OracleElementCount(indices)) {
     return std::nullopt;
   }
   GroupedMatMulPlan p;
@@ -153,29 +152,30 @@ void CheckShapeArithmetic(const Shape& shape, DataType type) {
   const std::optional<int64_t> want_count = OracleElementCount(shape);
   FUZZ_CHECK(count.ok() == want_count.has_value(), "ElementCount(%s): %s, oracle %s", s.c_str(),
              count.status().ToString().c_str(), want_count ? "fits" : "error");
-  if (count.ok()) FUZZ_CHECK(*count == *want_count, "ElementCount(%s) = %lld", s.c_str(),
-                             static_cast<long long>(*count));
-  if (!count.ok()) FUZZ_CHECK(absl::IsInvalidArgument(count.status()), "code %s",
-                              count.status().ToString().c_str());
+  if (count.ok())
+    FUZZ_CHECK(*count == *want_count, "ElementCount(%s) = %lld", s.c_str(),
+               static_cast<long long>(*count));
+  if (!count.ok())
+    FUZZ_CHECK(absl::IsInvalidArgument(count.status()), "code %s",
+               count.status().ToString().c_str());
 
   const absl::StatusOr<int64_t> bytes = ByteSize(shape, type);
   const std::optional<int64_t> want_bytes = OracleByteSize(shape, type);
   FUZZ_CHECK(bytes.ok() == want_bytes.has_value(), "ByteSize(%s, %s): %s", s.c_str(),
              std::string(DataTypeName(type)).c_str(), bytes.status().ToString().c_str());
-  if (bytes.ok()) FUZZ_CHECK(*bytes == *want_bytes, "ByteSize(%s) = %lld", s.c_str(),
-                             static_cast<long long>(*bytes));
+  if (bytes.ok())
+    FUZZ_CHECK(*bytes == *want_bytes, "ByteSize(%s) = %lld", s.c_str(),
+               static_cast<long long>(*bytes));
 }
 
 void CheckCheckedOps(int64_t a, int64_t b) {
   const absl::StatusOr<int64_t> mul = CheckedMul(a, b);
-  const std::optional<int64_t> want_mul =
-      a < 0 || b < 0 ? std::nullopt : Fit(int128{a} * b);
+  const std::optional<int64_t> want_mul = a < 0 || b < 0 ? std::nullopt : Fit(int128{a} * b);
   FUZZ_CHECK(mul.ok() == want_mul.has_value() && (!mul.ok() || *mul == *want_mul),
              "CheckedMul(%lld, %lld): %s", static_cast<long long>(a), static_cast<long long>(b),
              mul.ok() ? "ok" : mul.status().ToString().c_str());
   const absl::StatusOr<int64_t> add = CheckedAdd(a, b);
-  const std::optional<int64_t> want_add =
-      a < 0 || b < 0 ? std::nullopt : Fit(int128{a} + b);
+  const std::optional<int64_t> want_add = a < 0 || b < 0 ? std::nullopt : Fit(int128{a} + b);
   FUZZ_CHECK(add.ok() == want_add.has_value() && (!add.ok() || *add == *want_add),
              "CheckedAdd(%lld, %lld): %s", static_cast<long long>(a), static_cast<long long>(b),
              add.ok() ? "ok" : add.status().ToString().c_str());
@@ -205,8 +205,8 @@ void CheckMatMul(const Shape& a, const Shape& b) {
                  got->batch_count == want->batch_count &&
                  got->output_elements == want->output_elements && got->flops == want->flops,
              "PlanMatMul(%s): output %s, %lld elements, %lld flops", what.c_str(),
-             ShapeToString(got->output_shape).c_str(),
-             static_cast<long long>(got->output_elements), static_cast<long long>(got->flops));
+             ShapeToString(got->output_shape).c_str(), static_cast<long long>(got->output_elements),
+             static_cast<long long>(got->flops));
   // The operand batches are left-padded with 1 to the batch rank.
   FUZZ_CHECK(got->a_batch.size() == got->batch_shape.size() &&
                  got->b_batch.size() == got->batch_shape.size(),
@@ -215,10 +215,8 @@ void CheckMatMul(const Shape& a, const Shape& b) {
 
 void CheckGroupedMatMul(const Shape& input, const Shape& weights, const Shape& indices,
                         const Shape* bias) {
-  const absl::StatusOr<GroupedMatMulPlan> got =
-      PlanGroupedMatMul(input, weights, indices, bias);
-  const std::optional<GroupedMatMulPlan> want =
-      OracleGroupedMatMul(input, weights, indices, bias);
+  const absl::StatusOr<GroupedMatMulPlan> got = PlanGroupedMatMul(input, weights, indices, bias);
+  const std::optional<GroupedMatMulPlan> want = OracleGroupedMatMul(input, weights, indices, bias);
   const std::string what = ShapeToString(input) + ", " + ShapeToString(weights) + ", " +
                            ShapeToString(indices) + (bias ? ", " + ShapeToString(*bias) : "");
   FUZZ_CHECK(got.ok() == want.has_value(), "PlanGroupedMatMul(%s): %s, oracle %s", what.c_str(),
@@ -233,8 +231,8 @@ void CheckGroupedMatMul(const Shape& input, const Shape& weights, const Shape& i
                  got->output_shape == want->output_shape &&
                  got->output_elements == want->output_elements && got->flops == want->flops,
              "PlanGroupedMatMul(%s): output %s, %lld elements, %lld flops", what.c_str(),
-             ShapeToString(got->output_shape).c_str(),
-             static_cast<long long>(got->output_elements), static_cast<long long>(got->flops));
+             ShapeToString(got->output_shape).c_str(), static_cast<long long>(got->output_elements),
+             static_cast<long long>(got->flops));
 }
 
 }  // namespace

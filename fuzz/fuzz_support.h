@@ -17,15 +17,14 @@
 #include <cstring>
 #include <limits>
 
-#define FUZZ_CHECK(cond, ...)                                                  \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK(%s) failed: ", __FILE__, __LINE__, \
-                   #cond);                                                     \
-      std::fprintf(stderr, __VA_ARGS__);                                       \
-      std::fprintf(stderr, "\n");                                              \
-      std::abort();                                                            \
-    }                                                                          \
+#define FUZZ_CHECK(cond, ...)                                                            \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      std::fprintf(stderr, "%s:%d: FUZZ_CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                                 \
+      std::fprintf(stderr, "\n");                                                        \
+      std::abort();                                                                      \
+    }                                                                                    \
   } while (0)
 
 namespace gemmserve {
@@ -69,12 +68,38 @@ class ByteReader {
   static constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
   // Edges of int32 and int64, square roots of INT64_MAX (products of two or
   // three of them sit right at the overflow boundary), powers of two.
-  static constexpr int64_t kSpecial[] = {
-      0, 1, 2, 3, -1, -2, kMin, kMax, kMax - 1, kMin + 1,
-      int64_t{1} << 31, (int64_t{1} << 31) - 1, -(int64_t{1} << 31), int64_t{1} << 32,
-      (int64_t{1} << 32) + 1, (int64_t{1} << 32) - 1, int64_t{1} << 62, int64_t{1} << 61,
-      int64_t{1} << 60, int64_t{1} << 40, int64_t{1} << 21, (int64_t{1} << 21) - 1,
-      3037000499, 3037000500, 2097152, 2097151, 1000000, 65536, 65535, 4096, 1024, 7};
+  static constexpr int64_t kSpecial[] = {0,
+                                         1,
+                                         2,
+                                         3,
+                                         -1,
+                                         -2,
+                                         kMin,
+                                         kMax,
+                                         kMax - 1,
+                                         kMin + 1,
+                                         int64_t{1} << 31,
+                                         (int64_t{1} << 31) - 1,
+                                         -(int64_t{1} << 31),
+                                         int64_t{1} << 32,
+                                         (int64_t{1} << 32) + 1,
+                                         (int64_t{1} << 32) - 1,
+                                         int64_t{1} << 62,
+                                         int64_t{1} << 61,
+                                         int64_t{1} << 60,
+                                         int64_t{1} << 40,
+                                         int64_t{1} << 21,
+                                         (int64_t{1} << 21) - 1,
+                                         3037000499,
+                                         3037000500,
+                                         2097152,
+                                         2097151,
+                                         1000000,
+                                         65536,
+                                         65535,
+                                         4096,
+                                         1024,
+                                         7};
   static constexpr size_t kSpecialCount = sizeof(kSpecial) / sizeof(kSpecial[0]);
 
  private:

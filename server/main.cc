@@ -44,7 +44,8 @@ ABSL_FLAG(int32_t, shutdown_grace_seconds, 10,
 ABSL_FLAG(std::string, model_repository, kDefaults.serving.model_repository,
           "Model repository directory (Triton layout: DIR/<model>/<version>/model.onnx and an "
           "optional DIR/<model>/config.pbtxt); empty: built-in models only.");
-ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve gRPC over TLS (with --tls_key).");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve gRPC over TLS (with --tls_key).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA: require and verify client certificates it signed (mutual TLS).");
@@ -136,8 +137,7 @@ int main(int argc, char** argv) {
   }
   GEMMSERVE_LOG(INFO) << "gemmserve serving with "
                       << (*server)->serving().engine().options().compute_threads
-                      << " compute threads, BLIS config "
-                      << gemmserve::BlisArchitecture();
+                      << " compute threads, BLIS config " << gemmserve::BlisArchitecture();
   std::cout << "gemmserve listening on " << (*server)->address() << std::endl;
   if (!(*server)->metrics_address().empty()) {
     std::cout << "gemmserve metrics on " << (*server)->metrics_address() << std::endl;

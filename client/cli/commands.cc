@@ -84,17 +84,16 @@ absl::StatusOr<InputSpec> ParseInputSpec(absl::string_view operand) {
   if (parts.size() != expected_parts) {
     return absl::InvalidArgumentError(absl::StrCat(
         "input '", spec.name, "': expected ",
-        spec.kind == InputSpec::Kind::kRandom ? "random:DTYPE:DIMS"
-                                              : "random_index:DTYPE:DIMS:G",
+        spec.kind == InputSpec::Kind::kRandom ? "random:DTYPE:DIMS" : "random_index:DTYPE:DIMS:G",
         ", got '", value, "'"));
   }
   GEMMSERVE_ASSIGN_OR_RETURN(spec.type, ParseDataType(parts[1]));
   GEMMSERVE_ASSIGN_OR_RETURN(spec.shape, ParseDims(parts[2]));
   GEMMSERVE_ASSIGN_OR_RETURN(int64_t bytes, ByteSize(spec.shape, spec.type));
   if (bytes > kMaxRandomTensorBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input '", spec.name, "': ", bytes, " bytes of random data is over the limit of ",
-        kMaxRandomTensorBytes));
+    return absl::InvalidArgumentError(absl::StrCat("input '", spec.name, "': ", bytes,
+                                                   " bytes of random data is over the limit of ",
+                                                   kMaxRandomTensorBytes));
   }
   if (spec.kind == InputSpec::Kind::kRandomIndex) {
     if (IsFloatingPoint(spec.type)) {
@@ -104,8 +103,7 @@ absl::StatusOr<InputSpec> ParseInputSpec(absl::string_view operand) {
     const int64_t type_limit = spec.type == DataType::kINT32    ? int64_t{1} << 31
                                : spec.type == DataType::kUINT32 ? int64_t{1} << 32
                                                                 : INT64_MAX;
-    if (!absl::SimpleAtoi(parts[3], &spec.groups) || spec.groups <= 0 ||
-        spec.groups > type_limit) {
+    if (!absl::SimpleAtoi(parts[3], &spec.groups) || spec.groups <= 0 || spec.groups > type_limit) {
       return absl::InvalidArgumentError(absl::StrCat(
           "input '", spec.name, "': G must be a positive integer whose range [0, G) fits ",
           parts[1], ", got '", parts[3], "'"));
@@ -127,14 +125,10 @@ T Load(const std::string& bytes, int64_t index) {
 bool SameInType(double parsed, double value, DataType type) {
   const float p = static_cast<float>(parsed), v = static_cast<float>(value);
   switch (type) {
-    case DataType::kBF16:
-      return FloatToBFloat16(p) == FloatToBFloat16(v);
-    case DataType::kFP16:
-      return FloatToHalf(p) == FloatToHalf(v);
-    case DataType::kFP32:
-      return p == v;
-    default:
-      return parsed == value;
+    case DataType::kBF16: return FloatToBFloat16(p) == FloatToBFloat16(v);
+    case DataType::kFP16: return FloatToHalf(p) == FloatToHalf(v);
+    case DataType::kFP32: return p == v;
+    default: return parsed == value;
   }
 }
 
@@ -155,20 +149,13 @@ std::string FormatElement(const HostTensor& tensor, DataType type, int64_t i) {
   switch (type) {
     case DataType::kBF16:
       return FormatFloat(BFloat16ToFloat(Load<uint16_t>(tensor.bytes, i)), type);
-    case DataType::kFP16:
-      return FormatFloat(HalfToFloat(Load<uint16_t>(tensor.bytes, i)), type);
-    case DataType::kFP32:
-      return FormatFloat(Load<float>(tensor.bytes, i), type);
-    case DataType::kFP64:
-      return FormatFloat(Load<double>(tensor.bytes, i), type);
-    case DataType::kINT32:
-      return absl::StrCat(Load<int32_t>(tensor.bytes, i));
-    case DataType::kINT64:
-      return absl::StrCat(Load<int64_t>(tensor.bytes, i));
-    case DataType::kUINT32:
-      return absl::StrCat(Load<uint32_t>(tensor.bytes, i));
-    case DataType::kUINT64:
-      return absl::StrCat(Load<uint64_t>(tensor.bytes, i));
+    case DataType::kFP16: return FormatFloat(HalfToFloat(Load<uint16_t>(tensor.bytes, i)), type);
+    case DataType::kFP32: return FormatFloat(Load<float>(tensor.bytes, i), type);
+    case DataType::kFP64: return FormatFloat(Load<double>(tensor.bytes, i), type);
+    case DataType::kINT32: return absl::StrCat(Load<int32_t>(tensor.bytes, i));
+    case DataType::kINT64: return absl::StrCat(Load<int64_t>(tensor.bytes, i));
+    case DataType::kUINT32: return absl::StrCat(Load<uint32_t>(tensor.bytes, i));
+    case DataType::kUINT64: return absl::StrCat(Load<uint64_t>(tensor.bytes, i));
   }
   return "?";
 }
@@ -215,10 +202,8 @@ class ArrayPrinter {
     }
     // Sub-arrays are separated like numpy's: one space inside a row, and for
     // outer axes one newline per inner axis, indented past the brackets.
-    const std::string separator = axis + 1 == rank
-                                      ? " "
-                                      : std::string(rank - axis - 1, '\n') +
-                                            std::string(axis + 1, ' ');
+    const std::string separator =
+        axis + 1 == rank ? " " : std::string(rank - axis - 1, '\n') + std::string(axis + 1, ' ');
     const int64_t n = tensor_.shape[axis];
     out->push_back('[');
     for (int64_t i = 0; i < n; ++i) {
@@ -242,8 +227,7 @@ class ArrayPrinter {
 };
 
 void PrintTensor(const HostTensor& tensor) {
-  std::cout << tensor.name << ": " << tensor.datatype << " " << ShapeToString(tensor.shape)
-            << "\n";
+  std::cout << tensor.name << ": " << tensor.datatype << " " << ShapeToString(tensor.shape) << "\n";
   absl::StatusOr<DataType> type = ParseDataType(tensor.datatype);
   if (!type.ok()) {
     std::cout << "(" << tensor.bytes.size() << " bytes, not shown)\n";
@@ -256,8 +240,9 @@ void PrintTensor(const HostTensor& tensor) {
 // --output_dir.
 absl::Status CheckFileName(absl::string_view name) {
   const bool safe = !name.empty() && name != "." && name != ".." &&
-                    name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                           "0123456789_.-") == absl::string_view::npos;
+                    name.find_first_not_of(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                        "0123456789_.-") == absl::string_view::npos;
   if (safe) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("output name '", name, "' is not a safe file name"));
@@ -320,8 +305,7 @@ int Fail(const absl::Status& status) {
   return kExitFailure;
 }
 
-int RunHealth(const Client& client, const std::vector<std::string>& args,
-              absl::Duration timeout) {
+int RunHealth(const Client& client, const std::vector<std::string>& args, absl::Duration timeout) {
   if (args.size() > 1) return Usage("health takes at most one SERVICE");
   absl::StatusOr<ServingStatus> status = client.Health(args.empty() ? "" : args[0], timeout);
   if (!status.ok()) return Fail(status.status());
@@ -338,8 +322,8 @@ int RunMetadata(const Client& client, const std::vector<std::string>& args,
   std::cout << "model: " << metadata->name() << "\n"
             << "versions: " << absl::StrJoin(metadata->versions(), ", ") << "\n"
             << "platform: " << metadata->platform() << "\n";
-  using Tensors = google::protobuf::RepeatedPtrField<
-      inference::ModelMetadataResponse::TensorMetadata>;
+  using Tensors =
+      google::protobuf::RepeatedPtrField<inference::ModelMetadataResponse::TensorMetadata>;
   const auto print_tensors = [](absl::string_view title, const Tensors& tensors) {
     std::cout << title << ":\n";
     int name_width = 0, type_width = 0;
@@ -357,8 +341,8 @@ int RunMetadata(const Client& client, const std::vector<std::string>& args,
   return kExitOk;
 }
 
-int RunInfer(const Client& client, const std::vector<std::string>& args,
-             absl::Duration timeout, const InferOptions& options) {
+int RunInfer(const Client& client, const std::vector<std::string>& args, absl::Duration timeout,
+             const InferOptions& options) {
   if (args.empty()) return Usage("infer takes a MODEL and NAME=SPEC inputs");
   const std::string& output = options.output;
   const std::string& output_dir = options.output_dir;

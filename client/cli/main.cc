@@ -50,10 +50,10 @@ namespace gemmserve::client {
 namespace {
 
 // The flags this program accepts, in the order --help lists them.
-constexpr absl::string_view kFlagNames[] = {
-    "url",         "timeout_ms", "output", "output_dir", "seed", "u2_datatype", "model",
-    "concurrency", "duration",   "warmup", "rate",       "rows", "json_out",    "host",
-    "port"};
+constexpr absl::string_view kFlagNames[] = {"url",      "timeout_ms",  "output", "output_dir",
+                                            "seed",     "u2_datatype", "model",  "concurrency",
+                                            "duration", "warmup",      "rate",   "rows",
+                                            "json_out", "host",        "port"};
 
 // --shape repeats and its values hold commas, so it is no absl flag: the
 // parser collects its values itself.
@@ -109,9 +109,9 @@ flags (anywhere on the line, as --flag=VALUE or --flag VALUE):
 )";
   for (absl::string_view name : kFlagNames) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    absl::StrAppend(&text, absl::StrFormat("  --%-28s %s\n",
-                                           absl::StrCat(name, "=", flag->DefaultValue()),
-                                           flag->Help()));
+    absl::StrAppend(&text,
+                    absl::StrFormat("  --%-28s %s\n", absl::StrCat(name, "=", flag->DefaultValue()),
+                                    flag->Help()));
   }
   absl::StrAppend(&text, absl::StrFormat("  --%-28s %s\n", "shape=NAME:d1,d2,...",
                                          "perf: shape of input NAME (repeat per input)"));

@@ -249,12 +249,8 @@ std::string JsonString(absl::string_view text) {
   std::string out = "\"";
   for (const char c : text) {
     switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           absl::StrAppendFormat(&out, "\\u%04x", c);

@@ -45,21 +45,16 @@ absl::Status CheckOutputSize(const HostTensor& output) {
 
 absl::string_view ServingStatusName(ServingStatus status) {
   switch (status) {
-    case ServingStatus::kUnknown:
-      return "UNKNOWN";
-    case ServingStatus::kServing:
-      return "SERVING";
-    case ServingStatus::kNotServing:
-      return "NOT_SERVING";
-    case ServingStatus::kServiceUnknown:
-      return "SERVICE_UNKNOWN";
+    case ServingStatus::kUnknown: return "UNKNOWN";
+    case ServingStatus::kServing: return "SERVING";
+    case ServingStatus::kNotServing: return "NOT_SERVING";
+    case ServingStatus::kServiceUnknown: return "SERVICE_UNKNOWN";
   }
   return "UNKNOWN";
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
 absl::StatusOr<Client> Client::Connect(std::string target) {
@@ -109,8 +104,8 @@ absl::StatusOr<ServingStatus> Client::Health(absl::string_view service,
   grpc::ByteBuffer response;
   grpc::Status status;
   absl::Notification done;
-  grpc::GenericStub(channel_).UnaryCall(&context, kHealthCheckMethod, grpc::StubOptions(),
-                                        &request, &response, [&](grpc::Status s) {
+  grpc::GenericStub(channel_).UnaryCall(&context, kHealthCheckMethod, grpc::StubOptions(), &request,
+                                        &response, [&](grpc::Status s) {
                                           status = std::move(s);
                                           done.Notify();
                                         });
@@ -153,7 +148,7 @@ absl::StatusOr<inference::ModelMetadataResponse> Client::ModelMetadata(
 }
 
 absl::StatusOr<inference::ModelConfig> Client::ModelConfig(absl::string_view model,
-                                                          absl::Duration timeout) const {
+                                                           absl::Duration timeout) const {
   grpc::ClientContext context;
   SetTimeout(timeout, &context);
   inference::ModelConfigRequest request;
@@ -182,9 +177,9 @@ absl::StatusOr<std::vector<HostTensor>> Client::Infer(absl::string_view model,
   GEMMSERVE_RETURN_IF_ERROR(FromGrpcStatus(stub_->ModelInfer(&context, request, &response)));
 
   if (response.raw_output_contents_size() != response.outputs_size()) {
-    return absl::InternalError(absl::StrCat(
-        "server sent ", response.outputs_size(), " outputs but ",
-        response.raw_output_contents_size(), " raw output contents"));
+    return absl::InternalError(absl::StrCat("server sent ", response.outputs_size(),
+                                            " outputs but ", response.raw_output_contents_size(),
+                                            " raw output contents"));
   }
   std::vector<HostTensor> outputs(response.outputs_size());
   for (int i = 0; i < response.outputs_size(); ++i) {

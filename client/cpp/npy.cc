@@ -31,9 +31,8 @@ struct Dtype {
 
 // '<u2' comes last so that looking up FP16 by datatype finds '<f2'.
 constexpr Dtype kDtypes[] = {
-    {"<f2", "FP16", 2},   {"<f4", "FP32", 4},  {"<f8", "FP64", 8},
-    {"<i4", "INT32", 4},  {"<i8", "INT64", 8}, {"<u4", "UINT32", 4},
-    {"<u8", "UINT64", 8}, {"<u2", "BF16", 2},
+    {"<f2", "FP16", 2},  {"<f4", "FP32", 4},   {"<f8", "FP64", 8},   {"<i4", "INT32", 4},
+    {"<i8", "INT64", 8}, {"<u4", "UINT32", 4}, {"<u8", "UINT64", 8}, {"<u2", "BF16", 2},
 };
 
 const Dtype* FindByDescr(absl::string_view descr) {
@@ -210,8 +209,8 @@ void AppendLittleEndian(uint32_t value, int width, std::string* out) {
 // FP16 or BF16: the datatypes whose bits may be stored as '<u2'.
 absl::StatusOr<absl::string_view> CheckU2Datatype(absl::string_view u2_datatype) {
   if (u2_datatype == "BF16" || u2_datatype == "FP16") return u2_datatype;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "'<u2' data can be read as BF16 or FP16, not '", u2_datatype, "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("'<u2' data can be read as BF16 or FP16, not '", u2_datatype, "'"));
 }
 
 }  // namespace
@@ -229,16 +228,15 @@ absl::StatusOr<HostTensor> ParseNpy(absl::string_view file, absl::string_view u2
   } else if (major == 2 && minor == 0) {
     prefix = kPrefixV2;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unsupported .npy format version ", major, ".", minor,
-                     " (1.0 and 2.0 are supported)"));
+    return absl::InvalidArgumentError(absl::StrCat("unsupported .npy format version ", major, ".",
+                                                   minor, " (1.0 and 2.0 are supported)"));
   }
   if (file.size() < prefix) return absl::InvalidArgumentError("truncated .npy header");
   const uint64_t header_len = ReadLittleEndian(file.substr(8, prefix - 8));
   if (header_len > file.size() - prefix) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "truncated .npy header: ", header_len, " bytes declared, ",
-        file.size() - prefix, " present"));
+    return absl::InvalidArgumentError(absl::StrCat("truncated .npy header: ", header_len,
+                                                   " bytes declared, ", file.size() - prefix,
+                                                   " present"));
   }
   GEMMSERVE_ASSIGN_OR_RETURN(HeaderParser::Header header,
                              HeaderParser(file.substr(prefix, header_len)).Parse());
@@ -248,17 +246,17 @@ absl::StatusOr<HostTensor> ParseNpy(absl::string_view file, absl::string_view u2
   }
   const Dtype* dtype = FindByDescr(header.descr);
   if (dtype == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unsupported .npy dtype '", header.descr,
-        "' (supported: little-endian f2 f4 f8 i4 i8 u2 u4 u8)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported .npy dtype '", header.descr,
+                     "' (supported: little-endian f2 f4 f8 i4 i8 u2 u4 u8)"));
   }
   GEMMSERVE_ASSIGN_OR_RETURN(int64_t count, ElementCount(header.shape));
   GEMMSERVE_ASSIGN_OR_RETURN(int64_t expected, CheckedMul(count, dtype->size));
   const absl::string_view data = file.substr(prefix + header_len);
   if (static_cast<uint64_t>(expected) != data.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        ".npy data size mismatch for shape ", ShapeToString(header.shape),
-        " of '", header.descr, "': expected ", expected, " bytes, got ", data.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(".npy data size mismatch for shape ", ShapeToString(header.shape), " of '",
+                     header.descr, "': expected ", expected, " bytes, got ", data.size()));
   }
 
   HostTensor tensor;
@@ -271,17 +269,15 @@ absl::StatusOr<HostTensor> ParseNpy(absl::string_view file, absl::string_view u2
 absl::StatusOr<std::string> EncodeNpy(const HostTensor& tensor) {
   const Dtype* dtype = FindByDatatype(tensor.datatype);
   if (dtype == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "datatype '", tensor.datatype, "' of tensor '", tensor.name,
-        "' has no .npy dtype"));
+    return absl::InvalidArgumentError(absl::StrCat("datatype '", tensor.datatype, "' of tensor '",
+                                                   tensor.name, "' has no .npy dtype"));
   }
   GEMMSERVE_ASSIGN_OR_RETURN(int64_t count, ElementCount(tensor.shape));
   GEMMSERVE_ASSIGN_OR_RETURN(int64_t expected, CheckedMul(count, dtype->size));
   if (static_cast<uint64_t>(expected) != tensor.bytes.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "byte size mismatch for tensor '", tensor.name, "' of shape ",
-        ShapeToString(tensor.shape), ": expected ", expected, ", got ",
-        tensor.bytes.size()));
+        "byte size mismatch for tensor '", tensor.name, "' of shape ", ShapeToString(tensor.shape),
+        ": expected ", expected, ", got ", tensor.bytes.size()));
   }
 
   std::string dims = absl::StrJoin(tensor.shape, ", ");

@@ -40,8 +40,7 @@ namespace gemmserve::client {
 
 // Decodes the bytes of a .npy file. The returned tensor has no name.
 // `u2_datatype` is the datatype given to '<u2' data: "BF16" or "FP16".
-absl::StatusOr<HostTensor> ParseNpy(absl::string_view file,
-                                    absl::string_view u2_datatype = "BF16");
+absl::StatusOr<HostTensor> ParseNpy(absl::string_view file, absl::string_view u2_datatype = "BF16");
 
 // Encodes `tensor` as a .npy file (version 1.0, or 2.0 when the header needs
 // it). INVALID_ARGUMENT for a datatype without a dtype above, or when
@@ -50,8 +49,7 @@ absl::StatusOr<std::string> EncodeNpy(const HostTensor& tensor);
 
 // ParseNpy / EncodeNpy on a file; I/O failures carry the errno's code and the
 // path.
-absl::StatusOr<HostTensor> ReadNpy(const std::string& path,
-                                   absl::string_view u2_datatype = "BF16");
+absl::StatusOr<HostTensor> ReadNpy(const std::string& path, absl::string_view u2_datatype = "BF16");
 absl::Status WriteNpy(const std::string& path, const HostTensor& tensor);
 
 }  // namespace gemmserve::client

@@ -20,7 +20,7 @@ struct DatatypeCase {
 };
 
 const DatatypeCase kCases[] = {
-    {"FP16", "<f2", 2},  {"FP32", "<f4", 4},  {"FP64", "<f8", 8},  {"INT32", "<i4", 4},
+    {"FP16", "<f2", 2},  {"FP32", "<f4", 4},   {"FP64", "<f8", 8},   {"INT32", "<i4", 4},
     {"INT64", "<i8", 8}, {"UINT32", "<u4", 4}, {"UINT64", "<u8", 8}, {"BF16", "<u2", 2},
 };
 
@@ -30,7 +30,8 @@ std::string RawNpy(absl::string_view header, absl::string_view data, int major =
   out.push_back(static_cast<char>(major));
   out.push_back(0);
   const int width = major == 1 ? 2 : 4;
-  for (int i = 0; i < width; ++i) out.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
+  for (int i = 0; i < width; ++i)
+    out.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
   return absl::StrCat(out, header, data);
 }
 
@@ -54,7 +55,8 @@ void ExpectInvalid(absl::string_view file, absl::string_view fragment) {
 }
 
 TEST(NpyTest, RoundTripsEveryDatatypeAndShape) {
-  const std::vector<std::vector<int64_t>> shapes = {{}, {0}, {1}, {7}, {2, 3}, {2, 0, 3}, {3, 1, 2, 2}};
+  const std::vector<std::vector<int64_t>> shapes = {{},     {0},       {1},         {7},
+                                                    {2, 3}, {2, 0, 3}, {3, 1, 2, 2}};
   for (const DatatypeCase& c : kCases) {
     for (const std::vector<int64_t>& shape : shapes) {
       int64_t count = 1;
@@ -205,8 +207,7 @@ TEST(NpyTest, EncodeRejectsInconsistentTensors) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(EncodeNpy({"x", "BYTES", {1}, "a"}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(EncodeNpy({"x", "FP32", {-1}, ""}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeNpy({"x", "FP32", {-1}, ""}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(EncodeNpy({"x", "FP32", {int64_t{1} << 62, 4}, ""}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

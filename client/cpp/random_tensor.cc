@@ -18,39 +18,28 @@ void Store(int64_t index, T value, std::string* bytes) {
 
 void StoreFloat(DataType type, int64_t index, double value, std::string* bytes) {
   switch (type) {
-    case DataType::kBF16:
-      return Store(index, FloatToBFloat16(static_cast<float>(value)), bytes);
-    case DataType::kFP16:
-      return Store(index, FloatToHalf(static_cast<float>(value)), bytes);
-    case DataType::kFP32:
-      return Store(index, static_cast<float>(value), bytes);
-    default:
-      return Store(index, value, bytes);
+    case DataType::kBF16: return Store(index, FloatToBFloat16(static_cast<float>(value)), bytes);
+    case DataType::kFP16: return Store(index, FloatToHalf(static_cast<float>(value)), bytes);
+    case DataType::kFP32: return Store(index, static_cast<float>(value), bytes);
+    default: return Store(index, value, bytes);
   }
 }
 
 void StoreInt(DataType type, int64_t index, int64_t value, std::string* bytes) {
   switch (type) {
-    case DataType::kINT32:
-      return Store(index, static_cast<int32_t>(value), bytes);
-    case DataType::kUINT32:
-      return Store(index, static_cast<uint32_t>(value), bytes);
-    case DataType::kUINT64:
-      return Store(index, static_cast<uint64_t>(value), bytes);
-    default:
-      return Store(index, value, bytes);
+    case DataType::kINT32: return Store(index, static_cast<int32_t>(value), bytes);
+    case DataType::kUINT32: return Store(index, static_cast<uint32_t>(value), bytes);
+    case DataType::kUINT64: return Store(index, static_cast<uint64_t>(value), bytes);
+    default: return Store(index, value, bytes);
   }
 }
 
 // One past the largest index `type` can hold.
 int64_t IndexLimit(DataType type) {
   switch (type) {
-    case DataType::kINT32:
-      return int64_t{1} << 31;
-    case DataType::kUINT32:
-      return int64_t{1} << 32;
-    default:
-      return INT64_MAX;
+    case DataType::kINT32: return int64_t{1} << 31;
+    case DataType::kUINT32: return int64_t{1} << 32;
+    default: return INT64_MAX;
   }
 }
 

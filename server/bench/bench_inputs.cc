@@ -53,7 +53,9 @@ absl::StatusOr<Tensor> RandomTensor(DataType type, Shape shape, uint64_t seed) {
     case DataType::kFP64:
       Fill<double>(&t, [&rng] { return static_cast<double>(rng.Next() >> 11) * 0x1p-52 - 1.0; });
       break;
-    case DataType::kFP16: Fill<uint16_t>(&t, [&rng] { return FloatToHalf(rng.NextSigned()); }); break;
+    case DataType::kFP16:
+      Fill<uint16_t>(&t, [&rng] { return FloatToHalf(rng.NextSigned()); });
+      break;
     case DataType::kBF16:
       Fill<uint16_t>(&t, [&rng] { return FloatToBFloat16(rng.NextSigned()); });
       break;

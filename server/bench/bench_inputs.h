@@ -29,8 +29,7 @@ enum class Routing {
 };
 
 // group_indices [M, S] as INT64. INVALID_ARGUMENT when S > G.
-absl::StatusOr<Tensor> MakeRouting(int64_t m, int64_t s, int64_t g, Routing routing,
-                                   uint64_t seed);
+absl::StatusOr<Tensor> MakeRouting(int64_t m, int64_t s, int64_t g, Routing routing, uint64_t seed);
 
 // How many of the G groups `indices` (INT32 or INT64, already validated) uses.
 int64_t CountDistinctGroups(const Tensor& indices, int64_t g);

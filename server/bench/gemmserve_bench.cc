@@ -106,8 +106,8 @@ constexpr GroupedShape kGroupedShapes[] = {
 constexpr int64_t kTokenCounts[] = {1, 4, 16, 64, 256, 1024, 4096};
 constexpr DataType kGroupedTypes[] = {DataType::kFP32, DataType::kFP64, DataType::kFP16,
                                       DataType::kBF16};
-constexpr DataType kMatMulTypes[] = {DataType::kFP32,  DataType::kFP64,  DataType::kFP16,
-                                     DataType::kBF16,  DataType::kINT32, DataType::kINT64,
+constexpr DataType kMatMulTypes[] = {DataType::kFP32,   DataType::kFP64,  DataType::kFP16,
+                                     DataType::kBF16,   DataType::kINT32, DataType::kINT64,
                                      DataType::kUINT32, DataType::kUINT64};
 constexpr int64_t kSquareSizes[] = {64, 256, 512, 1024, 2048};
 // The naive triple loop is O(n^3) at a few ns per step: n = 1024 alone would
@@ -207,8 +207,8 @@ Cache& TheCache() {
 // counters divide by the main thread's CPU time unless UseRealTime(), which
 // would append "/real_time" to every name. (The JSON's real_time is wall-clock
 // either way; its cpu_time is the main thread's.)
-std::optional<double> CheckAndTime(benchmark::State& state, const std::string& name,
-                                   Tensor* output, const std::function<absl::Status()>& call,
+std::optional<double> CheckAndTime(benchmark::State& state, const std::string& name, Tensor* output,
+                                   const std::function<absl::Status()>& call,
                                    const std::function<absl::Status()>& check,
                                    const std::function<void()>& before_each = nullptr) {
   Cache& cache = TheCache();
@@ -392,9 +392,8 @@ absl::StatusOr<GroupedCase> MakeGroupedCase(const GroupedSpec& spec) {
   GEMMSERVE_ASSIGN_OR_RETURN(c.input, RandomTensor(spec.type, {spec.m, shape.k}, /*seed=*/2));
   GEMMSERVE_ASSIGN_OR_RETURN(c.indices,
                              MakeRouting(spec.m, shape.s, shape.g, spec.routing, /*seed=*/3));
-  GEMMSERVE_ASSIGN_OR_RETURN(
-      c.plan, PlanGroupedMatMul(c.input.shape(), {shape.g, shape.k, shape.n}, c.indices.shape(),
-                                nullptr));
+  GEMMSERVE_ASSIGN_OR_RETURN(c.plan, PlanGroupedMatMul(c.input.shape(), {shape.g, shape.k, shape.n},
+                                                       c.indices.shape(), nullptr));
   GEMMSERVE_RETURN_IF_ERROR(ValidateGroupIndices(c.indices, shape.g));
   GEMMSERVE_ASSIGN_OR_RETURN(c.output, Tensor::Allocate(spec.type, c.plan.output_shape));
   std::vector<bool> used(shape.g, false);
@@ -411,29 +410,28 @@ void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
   const GroupedShape& shape = spec.shape;
   if (spec.impl == GroupedImpl::kOnnxDecomposition &&
       OnnxGatheredBytes(spec) > kOnnxMaterialisedLimitBytes) {
-    state.SkipWithError(
-        absl::StrCat("not run: onnx_decomposition would materialise ",
-                     static_cast<double>(OnnxGatheredBytes(spec)) / (1 << 30),
-                     " GiB of gathered weights (limit ", kOnnxMaterialisedLimitBytes >> 30, " GiB)")
-            .c_str());
+    state.SkipWithError(absl::StrCat("not run: onnx_decomposition would materialise ",
+                                     static_cast<double>(OnnxGatheredBytes(spec)) / (1 << 30),
+                                     " GiB of gathered weights (limit ",
+                                     kOnnxMaterialisedLimitBytes >> 30, " GiB)")
+                            .c_str());
     return;
   }
   const std::string weights_key = absl::StrCat(TypeLabel(spec.type), "/", shape.name);
   if (cache.grouped_weights.key() != weights_key) {
     cache.onnx_scratch = OnnxDecompositionScratch();  // up to 4 GiB: not for longer than needed
   }
-  absl::StatusOr<Tensor*> weights =
-      cache.grouped_weights.Get(weights_key, [&] {
-        return RandomTensor(spec.type, {shape.g, shape.k, shape.n}, /*seed=*/1);
-      });
+  absl::StatusOr<Tensor*> weights = cache.grouped_weights.Get(weights_key, [&] {
+    return RandomTensor(spec.type, {shape.g, shape.k, shape.n}, /*seed=*/1);
+  });
   if (!weights.ok()) {
     FailCase(state, weights.status().ToString());
     return;
   }
-  absl::StatusOr<GroupedCase*> data = cache.grouped_case.Get(
-      absl::StrCat(TypeLabel(spec.type), "/", shape.name, "/", static_cast<int>(spec.routing), "/",
-                   spec.m),
-      [&] { return MakeGroupedCase(spec); });
+  absl::StatusOr<GroupedCase*> data =
+      cache.grouped_case.Get(absl::StrCat(TypeLabel(spec.type), "/", shape.name, "/",
+                                          static_cast<int>(spec.routing), "/", spec.m),
+                             [&] { return MakeGroupedCase(spec); });
   if (!data.ok()) {
     FailCase(state, data.status().ToString());
     return;
@@ -589,7 +587,11 @@ void RegisterGrouped(GroupedImpl impl, DataType type, const GroupedShape& shape,
                      Routing routing) {
   GroupedSpec spec{absl::StrCat("GroupedMatMul/", ImplLabel(impl), "/", TypeLabel(type), "/",
                                 shape.name, routing == Routing::kSkewed ? "-skewed" : "", "/", m),
-                   impl, type, shape, m, routing};
+                   impl,
+                   type,
+                   shape,
+                   m,
+                   routing};
   // No per-case settings (Iterations, MinTime, UseRealTime): each would add a
   // suffix such as "/iterations:1" to the name. A call longer than the
   // minimum time runs once per repetition anyway.
@@ -599,8 +601,8 @@ void RegisterGrouped(GroupedImpl impl, DataType type, const GroupedShape& shape,
 void RegisterMatMul(MatMulImpl impl, DataType type, const std::string& label, Shape a_shape,
                     Shape b_shape) {
   const char* impl_label = impl == MatMulImpl::kNaive ? "naive" : "fused";
-  MatMulSpec spec{absl::StrCat("MatMul/", impl_label, "/", TypeLabel(type), "/", label), impl,
-                  type, std::move(a_shape), std::move(b_shape)};
+  MatMulSpec spec{absl::StrCat("MatMul/", impl_label, "/", TypeLabel(type), "/", label), impl, type,
+                  std::move(a_shape), std::move(b_shape)};
   Register(spec.name, [spec](benchmark::State& state) { BenchMatMul(state, spec); });
 }
 
@@ -609,7 +611,10 @@ void RegisterAll() {
   Register("Limit/read_bandwidth", BenchReadBandwidth);
   for (DataType type : {DataType::kFP32, DataType::kFP64}) {
     MatMulSpec spec{type == DataType::kFP32 ? "Limit/sgemm/2048" : "Limit/dgemm/2048",
-                    MatMulImpl::kBlisLimit, type, {2048, 2048}, {2048, 2048}};
+                    MatMulImpl::kBlisLimit,
+                    type,
+                    {2048, 2048},
+                    {2048, 2048}};
     Register(spec.name, [spec](benchmark::State& state) { BenchMatMul(state, spec); });
   }
 
@@ -633,7 +638,8 @@ void RegisterAll() {
   for (DataType type : kMatMulTypes) {
     for (int64_t n : kSquareSizes) {
       RegisterMatMul(MatMulImpl::kFused, type, absl::StrCat(n), {n, n}, {n, n});
-      if (n <= kNaiveMaxSize) RegisterMatMul(MatMulImpl::kNaive, type, absl::StrCat(n), {n, n}, {n, n});
+      if (n <= kNaiveMaxSize)
+        RegisterMatMul(MatMulImpl::kNaive, type, absl::StrCat(n), {n, n}, {n, n});
     }
   }
   struct Batched {
@@ -694,8 +700,8 @@ void AddCpuContext() {
     if (key == "flags" && flags.empty()) flags = " " + value + " ";
   }
   std::vector<std::string> simd;
-  for (const char* feature : {"avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16",
-                              "amx_bf16", "amx_tile"}) {
+  for (const char* feature :
+       {"avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"}) {
     if (absl::StrContains(flags, absl::StrCat(" ", feature, " "))) simd.push_back(feature);
   }
   benchmark::AddCustomContext("cpu_model", model.empty() ? "unknown" : model);

@@ -21,13 +21,12 @@ int64_t IndexAt(const Tensor& indices, int64_t p) {
 
 absl::Status CheckFloatingInput(const Tensor& input) {
   if (IsFloatingPoint(input.type())) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "input 'input': GroupedMatMul needs BF16, FP16, FP32 or FP64, got ",
-      DataTypeName(input.type())));
+  return absl::InvalidArgumentError(
+      absl::StrCat("input 'input': GroupedMatMul needs BF16, FP16, FP32 or FP64, got ",
+                   DataTypeName(input.type())));
 }
 
-void Gemm(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
-          int threads) {
+void Gemm(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c, int threads) {
   SgemmRowMajor(m, n, k, a, k, b, n, c, n, threads);
 }
 void Gemm(int64_t m, int64_t n, int64_t k, const double* a, const double* b, double* c,
@@ -133,8 +132,7 @@ absl::StatusOr<int64_t> OnnxGatheredWeightsBytes(const GroupedMatMulPlan& plan, 
 
 absl::Status RunOnnxDecomposition(const GroupedMatMulPlan& plan, const Tensor& input,
                                   const Tensor& weights, const Tensor& indices,
-                                  OnnxDecompositionScratch* scratch, Tensor* output,
-                                  int threads) {
+                                  OnnxDecompositionScratch* scratch, Tensor* output, int threads) {
   GEMMSERVE_RETURN_IF_ERROR(CheckFloatingInput(input));
   const DataType type = input.type();
   const int64_t k = plan.k, n = plan.n, s = plan.s, pairs = plan.m * plan.s;
@@ -154,8 +152,7 @@ absl::Status RunOnnxDecomposition(const GroupedMatMulPlan& plan, const Tensor& i
 
   // Gather: weights[group_indices] -> [M*S, K, N].
   for (int64_t p = 0; p < pairs; ++p) {
-    std::memcpy(gathered + p * matrix_bytes, w + IndexAt(indices, p) * matrix_bytes,
-                matrix_bytes);
+    std::memcpy(gathered + p * matrix_bytes, w + IndexAt(indices, p) * matrix_bytes, matrix_bytes);
   }
   // Unsqueeze + Expand: input [M, 1, 1, K] -> [M, S, 1, K], i.e. [M*S, 1, K].
   for (int64_t p = 0; p < pairs; ++p) {
@@ -164,8 +161,8 @@ absl::Status RunOnnxDecomposition(const GroupedMatMulPlan& plan, const Tensor& i
   // MatMul [M*S, 1, K] x [M*S, K, N] -> [M*S, 1, N], which is [M, S, N].
   for (int64_t p = 0; p < pairs; ++p) {
     GEMMSERVE_RETURN_IF_ERROR(GemmRowMajor(type, 1, n, k, expanded + p * row_bytes, k,
-                                           gathered + p * matrix_bytes, n,
-                                           out + p * n * element, n, threads));
+                                           gathered + p * matrix_bytes, n, out + p * n * element, n,
+                                           threads));
   }
   return absl::OkStatus();
 }

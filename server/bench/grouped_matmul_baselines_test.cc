@@ -54,10 +54,10 @@ absl::Status CheckAllRows(const Problem& p) {
     const int64_t group = p.indices.type() == DataType::kINT32
                               ? int64_t{p.indices.data<int32_t>()[pair]}
                               : p.indices.data<int64_t>()[pair];
-    absl::Status status = CheckGemmRow(
-        p.input.type(), x + (pair / p.plan.s) * p.plan.k * element,
-        w + group * p.plan.k * p.plan.n * element, p.plan.k, p.plan.n,
-        out + pair * p.plan.n * element, absl::StrCat("pair ", pair));
+    absl::Status status =
+        CheckGemmRow(p.input.type(), x + (pair / p.plan.s) * p.plan.k * element,
+                     w + group * p.plan.k * p.plan.n * element, p.plan.k, p.plan.n,
+                     out + pair * p.plan.n * element, absl::StrCat("pair ", pair));
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
@@ -67,8 +67,8 @@ absl::Status CheckAllRows(const Problem& p) {
 struct Dims {
   int64_t m, k, n, g, s;
 };
-constexpr Dims kDims[] = {{1, 1, 1, 1, 1}, {5, 7, 3, 4, 2}, {13, 31, 17, 8, 3},
-                          {2, 64, 1, 16, 4}, {37, 5, 9, 3, 3}};
+constexpr Dims kDims[] = {
+    {1, 1, 1, 1, 1}, {5, 7, 3, 4, 2}, {13, 31, 17, 8, 3}, {2, 64, 1, 16, 4}, {37, 5, 9, 3, 3}};
 
 TEST(RunPerGroupLoopTest, MatchesTheReferenceForEveryFloatType) {
   for (DataType type : kFloatTypes) {

@@ -55,8 +55,8 @@ absl::Status CheckIntegerRow(const T* a, const T* b, int64_t k, int64_t n, const
   }
   for (int64_t j = 0; j < n; ++j) {
     if (static_cast<U>(c[j]) != ref[j]) {
-      return absl::InternalError(absl::StrCat(what, " column ", j, ": got ", c[j], ", expected ",
-                                              static_cast<T>(ref[j])));
+      return absl::InternalError(
+          absl::StrCat(what, " column ", j, ": got ", c[j], ", expected ", static_cast<T>(ref[j])));
     }
   }
   return absl::OkStatus();
@@ -84,15 +84,17 @@ absl::Status CheckGemmRow(DataType type, const void* a_row, const void* b, int64
                            static_cast<const double*>(c_row), as_double,
                            FloatRounding{kDoubleU, kDoubleU, 0x1p-1074}, what);
     case DataType::kFP16:
-      return CheckFloatRow(static_cast<const uint16_t*>(a_row), static_cast<const uint16_t*>(b), k,
-                           n, static_cast<const uint16_t*>(c_row),
-                           [](uint16_t v) { return static_cast<double>(HalfToFloat(v)); },
-                           FloatRounding{kFloatU, 0x1p-11, 0x1p-24}, what);
+      return CheckFloatRow(
+          static_cast<const uint16_t*>(a_row), static_cast<const uint16_t*>(b), k, n,
+          static_cast<const uint16_t*>(c_row),
+          [](uint16_t v) { return static_cast<double>(HalfToFloat(v)); },
+          FloatRounding{kFloatU, 0x1p-11, 0x1p-24}, what);
     case DataType::kBF16:
-      return CheckFloatRow(static_cast<const uint16_t*>(a_row), static_cast<const uint16_t*>(b), k,
-                           n, static_cast<const uint16_t*>(c_row),
-                           [](uint16_t v) { return static_cast<double>(BFloat16ToFloat(v)); },
-                           FloatRounding{kFloatU, 0x1p-8, 0x1p-133}, what);
+      return CheckFloatRow(
+          static_cast<const uint16_t*>(a_row), static_cast<const uint16_t*>(b), k, n,
+          static_cast<const uint16_t*>(c_row),
+          [](uint16_t v) { return static_cast<double>(BFloat16ToFloat(v)); },
+          FloatRounding{kFloatU, 0x1p-8, 0x1p-133}, what);
     case DataType::kINT32:
       return CheckIntegerRow(static_cast<const int32_t*>(a_row), static_cast<const int32_t*>(b), k,
                              n, static_cast<const int32_t*>(c_row), what);
@@ -119,12 +121,11 @@ absl::Status CheckGroupedMatMulSample(const GroupedMatMulPlan& plan, const Tenso
   for (int64_t token : SampleRows(plan.m)) {
     for (int64_t slot = 0; slot < plan.s; ++slot) {
       const int64_t p = token * plan.s + slot;
-      const int64_t group = indices.type() == DataType::kINT32
-                                ? int64_t{indices.data<int32_t>()[p]}
-                                : indices.data<int64_t>()[p];
+      const int64_t group = indices.type() == DataType::kINT32 ? int64_t{indices.data<int32_t>()[p]}
+                                                               : indices.data<int64_t>()[p];
       GEMMSERVE_RETURN_IF_ERROR(CheckGemmRow(
-          input.type(), x + token * plan.k * element, w + group * plan.k * plan.n * element,
-          plan.k, plan.n, out + p * plan.n * element,
+          input.type(), x + token * plan.k * element, w + group * plan.k * plan.n * element, plan.k,
+          plan.n, out + p * plan.n * element,
           absl::StrCat("output[", token, ",", slot, ",:] (group ", group, ")")));
     }
   }
@@ -141,10 +142,9 @@ absl::Status CheckMatMulSample(const MatMulPlan& plan, const Tensor& a, const Te
   const auto* y_bytes = static_cast<const uint8_t*>(y.raw_data());
   for (int64_t row : SampleRows(plan.batch_count * plan.m)) {
     const int64_t batch = b_batched ? row / plan.m : 0;
-    GEMMSERVE_RETURN_IF_ERROR(CheckGemmRow(a.type(), a_bytes + row * plan.k * element,
-                                           b_bytes + batch * b_matrix * element, plan.k, plan.n,
-                                           y_bytes + row * plan.n * element,
-                                           absl::StrCat("output row ", row)));
+    GEMMSERVE_RETURN_IF_ERROR(CheckGemmRow(
+        a.type(), a_bytes + row * plan.k * element, b_bytes + batch * b_matrix * element, plan.k,
+        plan.n, y_bytes + row * plan.n * element, absl::StrCat("output row ", row)));
   }
   return absl::OkStatus();
 }

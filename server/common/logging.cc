@@ -16,10 +16,11 @@ LogMessage::LogMessage(LogSeverity severity, const char* file, int line) {
   gmtime_r(&now.tv_sec, &utc);
   char when[32];
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &utc);
-  const char letter = severity == LogSeverity::kInfo ? 'I' : severity == LogSeverity::kWarning ? 'W' : 'E';
+  const char letter = severity == LogSeverity::kInfo      ? 'I'
+                      : severity == LogSeverity::kWarning ? 'W'
+                                                          : 'E';
   stream_ << letter << " " << when << "." << std::setw(3) << std::setfill('0')
-          << now.tv_nsec / 1000000 << "Z "
-          << (base ? base + 1 : file) << ":" << line << "] ";
+          << now.tv_nsec / 1000000 << "Z " << (base ? base + 1 : file) << ":" << line << "] ";
 }
 
 LogMessage::~LogMessage() {

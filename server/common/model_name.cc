@@ -14,13 +14,13 @@ absl::Status ValidateModelName(absl::string_view name) {
   if (!ok) {
     if (name.empty()) return absl::InvalidArgumentError("model name is empty");
     return absl::InvalidArgumentError(absl::StrCat(
-        "model name '", ClientText(name), "' is not valid: it must be 1 to ",
-        kMaxModelNameLength, " characters of A-Z a-z 0-9 _ . - and not start with '.'"));
+        "model name '", ClientText(name), "' is not valid: it must be 1 to ", kMaxModelNameLength,
+        " characters of A-Z a-z 0-9 _ . - and not start with '.'"));
   }
   if (name == kUnknownModelLabel) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model name '", kUnknownModelLabel,
-        "' is reserved (the metric label of requests naming no served model)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model name '", kUnknownModelLabel,
+                     "' is reserved (the metric label of requests naming no served model)"));
   }
   return absl::OkStatus();
 }

@@ -42,8 +42,8 @@ absl::Status DynamicBatcher::Enqueue(std::unique_ptr<BatchTask>& task, uint64_t 
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return ModelClosedError();
     if (options_.max_queue_size > 0 && queued_ >= options_.max_queue_size) {
-      return QueueFullError(absl::StrCat("queue full (", queued_,
-                                         " requests waiting); retry later"));
+      return QueueFullError(
+          absl::StrCat("queue full (", queued_, " requests waiting); retry later"));
     }
     // Allocation first (either may throw), the task moved last: on a throw
     // the queue is as it was and the task still the caller's.
@@ -144,8 +144,7 @@ void DynamicBatcher::CollectDue(absl::Time now, std::vector<Batch>* batches,
   };
   // Takes an entry out of the queue. The only allocation (the rejection's
   // slot) comes first, so a throw leaves the entry queued and counted.
-  auto remove = [&](std::deque<Entry>& level, std::deque<Entry>::iterator it,
-                    absl::Status status) {
+  auto remove = [&](std::deque<Entry>& level, std::deque<Entry>::iterator it, absl::Status status) {
     if (!status.ok()) {
       rejected->emplace_back();
       rejected->back() = Rejection{std::move(it->task), std::move(status)};

@@ -79,7 +79,7 @@ struct BatchingOptions {
   int max_concurrent_batches = 1;
   int64_t max_queue_size = 0;  // requests; 0: no limit
   absl::Duration default_timeout = absl::InfiniteDuration();
-  int priority_levels = 0;        // 0: one level, priorities ignored
+  int priority_levels = 0;         // 0: one level, priorities ignored
   int default_priority_level = 0;  // 0: the lowest level
 };
 
@@ -168,7 +168,7 @@ class DynamicBatcher {
   // (tests/run.sh) would otherwise report its own locking as races.
   mutable std::mutex mu_;
   std::vector<std::deque<Entry>> levels_ ABSL_GUARDED_BY(mu_);  // [0] highest
-  std::multiset<absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);  // finite ones, of queued entries
+  std::multiset<absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);    // finite ones, of queued entries
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_rows_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;

@@ -33,8 +33,8 @@ class FakeTask final : public BatchTask {
   int64_t rows() const override { return rows_; }
   bool IsCancelled() const override { return cancelled_ && *cancelled_; }
   void Reject(absl::Status status) override {
-    outcome_->rejected.push_back(
-        name_ + ":" + std::string(absl::StatusCodeToString(status.code())));
+    outcome_->rejected.push_back(name_ + ":" +
+                                 std::string(absl::StatusCodeToString(status.code())));
   }
   const std::string& name() const { return name_; }
 
@@ -50,7 +50,8 @@ class BatcherTest : public ::testing::Test {
  protected:
   void Make(BatchingOptions options) {
     batcher_ = std::make_unique<DynamicBatcher>(
-        options, &clock_, [this](DynamicBatcher::Batch batch) {
+        options, &clock_,
+        [this](DynamicBatcher::Batch batch) {
           std::vector<std::string> names;
           for (auto& t : batch) names.push_back(static_cast<FakeTask*>(t.get())->name());
           batches_.push_back(names);
@@ -67,8 +68,7 @@ class BatcherTest : public ::testing::Test {
   absl::Status Add(const std::string& name, int64_t rows, uint64_t priority = 0,
                    absl::Time deadline = absl::InfiniteFuture(),
                    absl::Duration timeout = absl::ZeroDuration(), bool* cancelled = nullptr) {
-    std::unique_ptr<BatchTask> task =
-        std::make_unique<FakeTask>(name, rows, &outcome_, cancelled);
+    std::unique_ptr<BatchTask> task = std::make_unique<FakeTask>(name, rows, &outcome_, cancelled);
     absl::Status status = batcher_->Enqueue(task, priority, deadline, timeout);
     // Taken on success, left with the caller on a refusal.
     EXPECT_EQ(status.ok(), task == nullptr) << status;
@@ -226,7 +226,8 @@ TEST_F(BatcherTest, TheTimeoutParameterAndTheDefaultTimeoutApply) {
   EXPECT_THAT(outcome_.rejected, ElementsAre("short:DEADLINE_EXCEEDED"));
   clock_.Advance(absl::Microseconds(200));
   batcher_->Poll();
-  EXPECT_THAT(outcome_.rejected, ElementsAre("short:DEADLINE_EXCEEDED", "default:DEADLINE_EXCEEDED"));
+  EXPECT_THAT(outcome_.rejected,
+              ElementsAre("short:DEADLINE_EXCEEDED", "default:DEADLINE_EXCEEDED"));
 }
 
 TEST_F(BatcherTest, ACancelledRequestLeavesTheQueueWithoutCompute) {
@@ -264,7 +265,7 @@ TEST_F(BatcherTest, ClosedBatcherRefusesNewWorkAndRunsWhatIsQueued) {
   absl::Status closed = Add("c", 1);
   EXPECT_EQ(closed.code(), absl::StatusCode::kUnavailable);
   EXPECT_FALSE(IsQueueFull(closed));  // unloading, not overload
-  batcher_->Poll();  // closed: nothing waits for company any more
+  batcher_->Poll();                   // closed: nothing waits for company any more
   EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b")));
 }
 
@@ -283,8 +284,7 @@ TEST_F(BatcherTest, TheTimerIsWokenOnlyWhenTheNextPollMovesEarlier) {
 // ThreadSanitizer by tests/run.sh.
 class CountingTask final : public BatchTask {
  public:
-  CountingTask(std::atomic<int>* answers, std::atomic<int>* dropped, int64_t rows,
-               bool cancelled)
+  CountingTask(std::atomic<int>* answers, std::atomic<int>* dropped, int64_t rows, bool cancelled)
       : answers_(answers), dropped_(dropped), rows_(rows), cancelled_(cancelled) {}
   // Refused tasks are destroyed unanswered (the caller answers them); no task
   // may be answered twice.
@@ -356,8 +356,8 @@ TEST(BatcherThreadsTest, ConcurrentProducersAndWorkersAnswerEveryRequestOnce) {
       std::mt19937 rng(p);
       for (int i = 0; i < 500; ++i) {
         const bool cancelled = rng() % 10 == 0;
-        const absl::Time deadline =
-            rng() % 10 == 0 ? absl::Now() + absl::Microseconds(rng() % 300) : absl::InfiniteFuture();
+        const absl::Time deadline = rng() % 10 == 0 ? absl::Now() + absl::Microseconds(rng() % 300)
+                                                    : absl::InfiniteFuture();
         std::unique_ptr<BatchTask> task =
             std::make_unique<CountingTask>(&answers, &dropped, 1 + rng() % 4, cancelled);
         if (batcher->Enqueue(task, 0, deadline).ok()) accepted.fetch_add(1);

@@ -348,14 +348,14 @@ absl::StatusOr<std::shared_ptr<ServedModel>> InferenceEngine::Find(
     switch (status.state) {
       case ModelState::kReady: served = it->second.served; break;
       case ModelState::kLoading:
-        return absl::UnavailableError(absl::StrCat("model '", status.name,
-                                                   "' is loading; retry later"));
+        return absl::UnavailableError(
+            absl::StrCat("model '", status.name, "' is loading; retry later"));
       case ModelState::kFailed:
         return absl::UnavailableError(absl::StrCat(
             "model '", status.name, "' is not available (failed to load); retry later"));
       case ModelState::kUnloaded:
-        return absl::UnavailableError(absl::StrCat(
-            "model '", status.name, "' is not available (unloaded); retry later"));
+        return absl::UnavailableError(
+            absl::StrCat("model '", status.name, "' is not available (unloaded); retry later"));
     }
   }
   const std::vector<std::string>& versions = served->metadata().versions;
@@ -435,9 +435,8 @@ absl::Status InferenceEngine::Admit(std::unique_ptr<InferRequestView> request,
     bool known = std::any_of(metadata.outputs.begin(), metadata.outputs.end(),
                              [&](const TensorSpec& s) { return s.name == wanted; });
     if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown output '", ClientText(wanted),
-                                                     "' requested from model '", metadata.name,
-                                                     "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown output '", ClientText(wanted), "' requested from model '", metadata.name, "'"));
     }
   }
   GEMMSERVE_ASSIGN_OR_RETURN(BoundInputs bound, BindInputs(metadata, *request));
@@ -450,22 +449,22 @@ absl::Status InferenceEngine::Admit(std::unique_ptr<InferRequestView> request,
   const DataType type = bound.empty() ? DataType::kFP32 : bound.front().type;
   // Everything the request holds until it is answered: the front end's
   // message, what the model computes with, and the response it is copied into.
-  int64_t cost = SaturatingAdd(request->message_bytes,
-                               prepared->held_bytes(options_.compute_threads));
+  int64_t cost =
+      SaturatingAdd(request->message_bytes, prepared->held_bytes(options_.compute_threads));
   cost = SaturatingAdd(SaturatingAdd(cost, prepared->output_bytes()), kRequestBookkeepingBytes);
   if (cost > options_.max_inflight_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the request would hold ", cost, " bytes (its message, input copies, outputs, "
-        "bookkeeping and scratch), over the server's limit of ", options_.max_inflight_bytes,
-        " (raise it with --max_inflight_bytes)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the request would hold ", cost,
+                     " bytes (its message, input copies, outputs, "
+                     "bookkeeping and scratch), over the server's limit of ",
+                     options_.max_inflight_bytes, " (raise it with --max_inflight_bytes)"));
   }
   const int64_t held = inflight_bytes_.fetch_add(cost, std::memory_order_relaxed);
   if (held > options_.max_inflight_bytes - cost) {
     inflight_bytes_.fetch_sub(cost, std::memory_order_relaxed);
     return QueueFullError(absl::StrCat(
         "queue full: the server holds ", held, " bytes of accepted requests and this one needs ",
-        cost, " more, over --max_inflight_bytes=", options_.max_inflight_bytes,
-        "; retry later"));
+        cost, " more, over --max_inflight_bytes=", options_.max_inflight_bytes, "; retry later"));
   }
   // Reserved: the Pending releases it. Until it exists, this does.
   struct Reservation {
@@ -475,10 +474,9 @@ absl::Status InferenceEngine::Admit(std::unique_ptr<InferRequestView> request,
       if (cost > 0) bytes->fetch_sub(cost, std::memory_order_relaxed);
     }
   } reservation{&inflight_bytes_, cost};
-  *pending = std::make_unique<Pending>(served.get(), clock_, std::move(request),
-                                       std::move(prepared), std::move(is_cancelled),
-                                       std::move(done), arrival, type, input_bytes,
-                                       &inflight_bytes_, options_.metrics, cost);
+  *pending = std::make_unique<Pending>(
+      served.get(), clock_, std::move(request), std::move(prepared), std::move(is_cancelled),
+      std::move(done), arrival, type, input_bytes, &inflight_bytes_, options_.metrics, cost);
   reservation.cost = 0;
   if (options_.metrics) options_.metrics->AddInflightBytes(cost);
   served->RecordAdmitted(cost);
@@ -489,8 +487,8 @@ absl::Status InferenceEngine::Admit(std::unique_ptr<InferRequestView> request,
 absl::Status InferenceEngine::Dispatch(const std::shared_ptr<ServedModel>& served,
                                        std::unique_ptr<Pending>& pending) {
   const uint64_t priority = pending->request().priority;
-  const absl::Duration timeout = absl::Microseconds(static_cast<int64_t>(
-      std::min<uint64_t>(pending->request().timeout_us, uint64_t{1} << 62)));
+  const absl::Duration timeout = absl::Microseconds(
+      static_cast<int64_t>(std::min<uint64_t>(pending->request().timeout_us, uint64_t{1} << 62)));
   const absl::Time deadline = pending->request().deadline;
   const bool tiny = pending->prepared()->flops() <= options_.inline_max_flops;
   DynamicBatcher* const batcher = served->batcher();
@@ -559,9 +557,9 @@ void InferenceEngine::RunBatch(const std::shared_ptr<ServedModel>& served, Pendi
                         dynamic_cast<const std::length_error*>(&e) != nullptr;
     GEMMSERVE_LOG(ERROR) << "a batch of model '" << served->metadata().name
                          << "' failed: " << e.what();
-    const absl::Status status =
-        memory ? AllocationFailure("the batch")
-               : absl::InternalError("the batch failed; see the server log");
+    const absl::Status status = memory
+                                    ? AllocationFailure("the batch")
+                                    : absl::InternalError("the batch failed; see the server log");
     for (auto& p : batch) {
       if (p && !p->answered()) {
         served->RecordFailure(clock_->Now() - p->arrival());

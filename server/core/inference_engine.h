@@ -202,9 +202,9 @@ class InferenceEngine {
                                                     absl::string_view version) const;
   // Validates the request and counts what it will hold; on success *pending
   // owns it and `done`.
-  absl::Status Admit(std::unique_ptr<InferRequestView> request,
-                     std::function<bool()> is_cancelled, DoneCallback& done,
-                     std::shared_ptr<ServedModel>* served, std::unique_ptr<Pending>* pending);
+  absl::Status Admit(std::unique_ptr<InferRequestView> request, std::function<bool()> is_cancelled,
+                     DoneCallback& done, std::shared_ptr<ServedModel>* served,
+                     std::unique_ptr<Pending>* pending);
   // Runs it inline, queues it or schedules it, taking `pending`; an error
   // only when the batcher refused it, which leaves `pending` with the caller.
   absl::Status Dispatch(const std::shared_ptr<ServedModel>& served,

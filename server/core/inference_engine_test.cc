@@ -125,7 +125,6 @@ class Completion {
   absl::Notification done_;
 };
 
-
 // A model of one input "x" (any FP32 shape) whose RunBatch does what the
 // test says: throw, block until released, or answer.
 class FakeModel final : public Model {
@@ -215,12 +214,11 @@ TEST_F(EngineFaultTest, AThrowingModelFailsThatRequestOnlyAndServesOn) {
   for (bool batched : {true, false}) {
     for (int64_t flops : {int64_t{1}, int64_t{1} << 20}) {  // inline, then on a worker
       SCOPED_TRACE(absl::StrCat(batched ? "batched" : "unbatched", " flops=", flops));
-      Install(EngineOptions{}, batched ? std::optional<BatchingOptions>(BatchingOptions{})
-                                       : std::nullopt);
-      for (auto [mode, code] : {std::pair{FakeModel::Mode::kThrowBadAlloc,
-                                          absl::StatusCode::kResourceExhausted},
-                                std::pair{FakeModel::Mode::kThrowOther,
-                                          absl::StatusCode::kInternal}}) {
+      Install(EngineOptions{},
+              batched ? std::optional<BatchingOptions>(BatchingOptions{}) : std::nullopt);
+      for (auto [mode, code] :
+           {std::pair{FakeModel::Mode::kThrowBadAlloc, absl::StatusCode::kResourceExhausted},
+            std::pair{FakeModel::Mode::kThrowOther, absl::StatusCode::kInternal}}) {
         model_->set_mode(mode);
         Request r = FakeRequest("fake", flops);
         Completion c;

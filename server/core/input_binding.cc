@@ -28,7 +28,6 @@ ContentsKind TypedKindFor(DataType type) {
   return ContentsKind::kNone;
 }
 
-
 std::string InputNames(const ModelMetadata& metadata) {
   std::vector<std::string> names;
   for (const TensorSpec& spec : metadata.inputs) {
@@ -50,16 +49,15 @@ absl::Status CheckSignature(const TensorSpec& spec, absl::string_view name,
                             absl::Span<const int64_t> shape) {
   if (spec.variable_rank) return absl::OkStatus();
   if (shape.size() != spec.shape.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("input '", name, "': expected rank ",
-                                                   spec.shape.size(), " (shape ",
-                                                   ShapeToString(spec.shape), "), got ",
-                                                   ShapeToString(shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", name, "': expected rank ", spec.shape.size(), " (shape ",
+                     ShapeToString(spec.shape), "), got ", ShapeToString(shape)));
   }
   for (size_t d = 0; d < shape.size(); ++d) {
     if (spec.shape[d] >= 0 && shape[d] != spec.shape[d]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", name, "': expected dimension ", d, " to be ", spec.shape[d], " (shape ",
-          ShapeToString(spec.shape), "), got ", ShapeToString(shape)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", name, "': expected dimension ", d, " to be ", spec.shape[d],
+                       " (shape ", ShapeToString(spec.shape), "), got ", ShapeToString(shape)));
     }
   }
   return absl::OkStatus();
@@ -76,8 +74,7 @@ absl::Status CheckContents(const BoundInput& bound, int64_t elements) {
     case ContentsKind::kNone:
       if (elements == 0) return absl::OkStatus();
       return absl::InvalidArgumentError(absl::StrCat(
-          where, "no data: expected ", bound.byte_size, " bytes ", what,
-          " in raw_input_contents",
+          where, "no data: expected ", bound.byte_size, " bytes ", what, " in raw_input_contents",
           typed == ContentsKind::kNone ? "" : absl::StrCat(" or ", ContentsKindName(typed))));
     case ContentsKind::kRaw:
       if (view.count != bound.byte_size) {
@@ -97,10 +94,9 @@ absl::Status CheckContents(const BoundInput& bound, int64_t elements) {
                                                        ContentsKindName(view.contents)));
       }
       if (view.count != elements) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "expected ", elements,
-                                                       " elements ", what, " in ",
-                                                       ContentsKindName(typed), ", got ",
-                                                       view.count));
+        return absl::InvalidArgumentError(absl::StrCat(where, "expected ", elements, " elements ",
+                                                       what, " in ", ContentsKindName(typed),
+                                                       ", got ", view.count));
       }
       return absl::OkStatus();
   }
@@ -116,8 +112,8 @@ absl::StatusOr<BoundInputs> BindInputs(const ModelMetadata& metadata,
                            [&](const TensorSpec& s) { return s.name == view.name; });
     if (it == metadata.inputs.end()) {
       return absl::InvalidArgumentError(absl::StrCat("unknown input '", ClientText(view.name),
-                                                     "' for model '", metadata.name,
-                                                     "'; it takes ", InputNames(metadata)));
+                                                     "' for model '", metadata.name, "'; it takes ",
+                                                     InputNames(metadata)));
     }
     BoundInput& slot = bound[it - metadata.inputs.begin()];
     if (slot.spec != nullptr) {
@@ -132,9 +128,9 @@ absl::StatusOr<BoundInputs> BindInputs(const ModelMetadata& metadata,
           absl::StrCat("input '", view.name, "': ", type.status().message()));
     }
     if (std::find(it->datatypes.begin(), it->datatypes.end(), *type) == it->datatypes.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", view.name, "': datatype ", DataTypeName(*type), " is not accepted; expected ",
-          TypeNames(it->datatypes)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", view.name, "': datatype ", DataTypeName(*type),
+                       " is not accepted; expected ", TypeNames(it->datatypes)));
     }
     slot.type = *type;
     absl::StatusOr<int64_t> elements = ElementCount(view.shape);

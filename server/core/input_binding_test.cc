@@ -45,12 +45,13 @@ class RequestBuilder {
   RequestBuilder& Raw(const std::string& name, const std::string& datatype, Shape shape,
                       int64_t bytes) {
     buffers_.push_back(std::make_unique<std::vector<uint8_t>>(static_cast<size_t>(bytes) + 1));
-    return Add({name, datatype, std::move(shape), ContentsKind::kRaw, buffers_.back()->data(),
-                bytes});
+    return Add(
+        {name, datatype, std::move(shape), ContentsKind::kRaw, buffers_.back()->data(), bytes});
   }
   RequestBuilder& Typed(const std::string& name, const std::string& datatype, Shape shape,
                         ContentsKind kind, int64_t elements) {
-    buffers_.push_back(std::make_unique<std::vector<uint8_t>>(static_cast<size_t>(elements) * 8 + 1));
+    buffers_.push_back(
+        std::make_unique<std::vector<uint8_t>>(static_cast<size_t>(elements) * 8 + 1));
     return Add({name, datatype, std::move(shape), kind, buffers_.back()->data(), elements});
   }
   InferRequestView View(absl::string_view model = "matmul") const {
@@ -89,8 +90,8 @@ class InputBindingTest : public ::testing::Test {
   // Signatures like the built-in models' (server/models/builtin_models.cc):
   // binding knows nothing of what a model computes.
   static std::unique_ptr<ModelMetadata> MatMulSignature() {
-    const std::vector<DataType> all = {DataType::kFP32,  DataType::kFP64,  DataType::kFP16,
-                                       DataType::kBF16,  DataType::kINT32, DataType::kINT64,
+    const std::vector<DataType> all = {DataType::kFP32,   DataType::kFP64,  DataType::kFP16,
+                                       DataType::kBF16,   DataType::kINT32, DataType::kINT64,
                                        DataType::kUINT32, DataType::kUINT64};
     auto m = std::make_unique<ModelMetadata>();
     m->name = "matmul";
@@ -250,15 +251,24 @@ TEST_F(InputBindingTest, E5EachDatatypeBindsFromItsOwnTypedField) {
 
 TEST_F(InputBindingTest, E5TypedFieldOfTheWrongKind) {
   const std::vector<std::tuple<DataType, ContentsKind, std::string>> wrong = {
-      {DataType::kFP32, ContentsKind::kInt32, "FP32 data belongs in fp32_contents, got int_contents"},
-      {DataType::kFP32, ContentsKind::kFp64, "FP32 data belongs in fp32_contents, got fp64_contents"},
-      {DataType::kFP64, ContentsKind::kFp32, "FP64 data belongs in fp64_contents, got fp32_contents"},
-      {DataType::kINT32, ContentsKind::kInt64, "INT32 data belongs in int_contents, got int64_contents"},
-      {DataType::kINT64, ContentsKind::kInt32, "INT64 data belongs in int64_contents, got int_contents"},
-      {DataType::kUINT32, ContentsKind::kInt32, "UINT32 data belongs in uint_contents, got int_contents"},
-      {DataType::kUINT64, ContentsKind::kUint32, "UINT64 data belongs in uint64_contents, got uint_contents"},
-      {DataType::kINT32, ContentsKind::kBool, "INT32 data belongs in int_contents, got bool_contents"},
-      {DataType::kFP32, ContentsKind::kBytes, "FP32 data belongs in fp32_contents, got bytes_contents"},
+      {DataType::kFP32, ContentsKind::kInt32,
+       "FP32 data belongs in fp32_contents, got int_contents"},
+      {DataType::kFP32, ContentsKind::kFp64,
+       "FP32 data belongs in fp32_contents, got fp64_contents"},
+      {DataType::kFP64, ContentsKind::kFp32,
+       "FP64 data belongs in fp64_contents, got fp32_contents"},
+      {DataType::kINT32, ContentsKind::kInt64,
+       "INT32 data belongs in int_contents, got int64_contents"},
+      {DataType::kINT64, ContentsKind::kInt32,
+       "INT64 data belongs in int64_contents, got int_contents"},
+      {DataType::kUINT32, ContentsKind::kInt32,
+       "UINT32 data belongs in uint_contents, got int_contents"},
+      {DataType::kUINT64, ContentsKind::kUint32,
+       "UINT64 data belongs in uint64_contents, got uint_contents"},
+      {DataType::kINT32, ContentsKind::kBool,
+       "INT32 data belongs in int_contents, got bool_contents"},
+      {DataType::kFP32, ContentsKind::kBytes,
+       "FP32 data belongs in fp32_contents, got bytes_contents"},
   };
   for (const auto& [type, kind, message] : wrong) {
     const std::string name(DataTypeName(type));

@@ -39,14 +39,17 @@ inline absl::Status ModelClosedError() {
 
 inline bool IsModelClosed(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable &&
-         status.GetPayload(absl::string_view(kModelClosedPayloadUrl.data(),
-                                             kModelClosedPayloadUrl.size())).has_value();
+         status
+             .GetPayload(
+                 absl::string_view(kModelClosedPayloadUrl.data(), kModelClosedPayloadUrl.size()))
+             .has_value();
 }
 
 inline bool IsQueueFull(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable &&
-         status.GetPayload(absl::string_view(kOverloadPayloadUrl.data(),
-                                             kOverloadPayloadUrl.size())).has_value();
+         status
+             .GetPayload(absl::string_view(kOverloadPayloadUrl.data(), kOverloadPayloadUrl.size()))
+             .has_value();
 }
 
 }  // namespace gemmserve

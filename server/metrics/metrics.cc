@@ -76,9 +76,7 @@ void ModelMetrics::RecordRejected(RejectReason reason) {
   rejected_[static_cast<int>(reason)]->Increment();
 }
 
-void ModelMetrics::SetQueueDepth(int64_t depth) {
-  queue_depth_->Set(static_cast<double>(depth));
-}
+void ModelMetrics::SetQueueDepth(int64_t depth) { queue_depth_->Set(static_cast<double>(depth)); }
 
 void ModelMetrics::RecordAdmitted(int64_t bytes) {
   if (bytes > 0) admitted_bytes_->Increment(static_cast<double>(bytes));
@@ -133,8 +131,9 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& bind_
                       .Add({});
   m->inflight_bytes_ = &prometheus::BuildGauge()
                             .Name("gemmserve_inflight_bytes")
-                            .Help("Bytes that accepted, unanswered requests hold, as counted "
-                                  "against --max_inflight_bytes.")
+                            .Help(
+                                "Bytes that accepted, unanswered requests hold, as counted "
+                                "against --max_inflight_bytes.")
                             .Register(r)
                             .Add({});
   m->families_ = std::make_unique<Families>(Families{

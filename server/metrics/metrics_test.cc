@@ -52,7 +52,8 @@ std::optional<double> Scraped(const Metrics& metrics, const std::string& family,
       switch (f.type) {
         case prometheus::MetricType::Counter: return m.counter.value;
         case prometheus::MetricType::Gauge: return m.gauge.value;
-        case prometheus::MetricType::Histogram: return static_cast<double>(m.histogram.sample_count);
+        case prometheus::MetricType::Histogram:
+          return static_cast<double>(m.histogram.sample_count);
         default: return std::nullopt;
       }
     }

@@ -15,8 +15,8 @@ namespace {
 
 const std::vector<DataType> kFloatTypes = {DataType::kFP32, DataType::kFP64, DataType::kFP16,
                                            DataType::kBF16};
-const std::vector<DataType> kMatMulTypes = {DataType::kFP32,  DataType::kFP64,  DataType::kFP16,
-                                            DataType::kBF16,  DataType::kINT32, DataType::kINT64,
+const std::vector<DataType> kMatMulTypes = {DataType::kFP32,   DataType::kFP64,  DataType::kFP16,
+                                            DataType::kBF16,   DataType::kINT32, DataType::kINT64,
                                             DataType::kUINT32, DataType::kUINT64};
 const std::vector<DataType> kIndexTypes = {DataType::kINT64, DataType::kINT32};
 
@@ -30,8 +30,8 @@ int64_t InputBytes(const BoundInputs& inputs) {
 absl::Status SameType(const BoundInput& reference, const BoundInput& other) {
   if (other.type == reference.type) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "input '", other.spec->name, "': expected datatype ", DataTypeName(reference.type),
-      " like '", reference.spec->name, "', got ", DataTypeName(other.type)));
+      "input '", other.spec->name, "': expected datatype ", DataTypeName(reference.type), " like '",
+      reference.spec->name, "', got ", DataTypeName(other.type)));
 }
 
 // A built-in request staged for a batch: its tensors copied in, its output
@@ -51,8 +51,7 @@ class PreparedBuiltin : public PreparedInference {
 
 // Stages each request (a request's own error fails it alone), runs all their
 // problems in one call, and hands back each request's outputs.
-std::vector<InferOutputs> RunStagedBatch(absl::Span<PreparedInference* const> batch,
-                                         int threads) {
+std::vector<InferOutputs> RunStagedBatch(absl::Span<PreparedInference* const> batch, int threads) {
   std::vector<InferOutputs> results(batch.size());
   std::vector<Staged> staged(batch.size());
   std::vector<absl::Status> stage_status(batch.size());
@@ -87,9 +86,7 @@ class PreparedMatMul final : public PreparedBuiltin {
   PreparedMatMul(MatMulPlan plan, BoundInput a, BoundInput b)
       : plan_(std::move(plan)), a_(std::move(a)), b_(std::move(b)) {}
 
-  int64_t output_bytes() const override {
-    return SaturatingBytes(plan_.output_elements, a_.type);
-  }
+  int64_t output_bytes() const override { return SaturatingBytes(plan_.output_elements, a_.type); }
   std::vector<std::pair<std::string, Shape>> output_shapes() const override {
     return {{"Y", plan_.output_shape}};
   }
@@ -175,9 +172,9 @@ class PreparedGroupedMatMul final : public PreparedBuiltin {
       GEMMSERVE_ASSIGN_OR_RETURN(bias, inputs_[3].Materialize());
     }
     GEMMSERVE_ASSIGN_OR_RETURN(Tensor output, Tensor::Allocate(input.type(), plan_.output_shape));
-    GEMMSERVE_ASSIGN_OR_RETURN(
-        staged->grouped, BuildGroupedMatMulWork(plan_, input, weights, indices,
-                                                plan_.has_bias ? &bias : nullptr, &output));
+    GEMMSERVE_ASSIGN_OR_RETURN(staged->grouped,
+                               BuildGroupedMatMulWork(plan_, input, weights, indices,
+                                                      plan_.has_bias ? &bias : nullptr, &output));
     staged->problems = staged->grouped.problems;
     staged->inputs.push_back(std::move(indices));
     staged->inputs.push_back(std::move(input));
@@ -211,10 +208,9 @@ class GroupedMatMulModel final : public Model {
     GEMMSERVE_RETURN_IF_ERROR(SameType(inputs[0], inputs[1]));
     const bool has_bias = inputs[3].spec != nullptr;
     if (has_bias) GEMMSERVE_RETURN_IF_ERROR(SameType(inputs[0], inputs[3]));
-    GEMMSERVE_ASSIGN_OR_RETURN(
-        GroupedMatMulPlan plan,
-        PlanGroupedMatMul(inputs[0].shape, inputs[1].shape, inputs[2].shape,
-                          has_bias ? &inputs[3].shape : nullptr));
+    GEMMSERVE_ASSIGN_OR_RETURN(GroupedMatMulPlan plan,
+                               PlanGroupedMatMul(inputs[0].shape, inputs[1].shape, inputs[2].shape,
+                                                 has_bias ? &inputs[3].shape : nullptr));
     return std::make_unique<PreparedGroupedMatMul>(std::move(plan), inputs);
   }
   std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
@@ -229,8 +225,6 @@ class GroupedMatMulModel final : public Model {
 }  // namespace
 
 std::unique_ptr<Model> MakeMatMulModel() { return std::make_unique<MatMulModel>(); }
-std::unique_ptr<Model> MakeGroupedMatMulModel() {
-  return std::make_unique<GroupedMatMulModel>();
-}
+std::unique_ptr<Model> MakeGroupedMatMulModel() { return std::make_unique<GroupedMatMulModel>(); }
 
 }  // namespace gemmserve

@@ -126,7 +126,6 @@ class Completion {
   absl::Notification done_;
 };
 
-
 std::function<bool()> NeverCancelled() {
   return [] { return false; };
 }
@@ -146,8 +145,7 @@ class InferenceEngineTest : public ::testing::Test {
   // checked in TearDown, after the engine's destructor has drained the pool.
   absl::Status SubmitExpectingSyncError(const Request& request) {
     auto completion = std::make_unique<Completion>();
-    absl::Status status =
-        engine_->Submit(request.View(), NeverCancelled(), completion->Callback());
+    absl::Status status = engine_->Submit(request.View(), NeverCancelled(), completion->Callback());
     EXPECT_FALSE(status.ok()) << "accepted; done got "
                               << (status.ok() ? completion->Wait().status() : status);
     if (!status.ok()) never_done_.push_back(std::move(completion));
@@ -209,14 +207,30 @@ TEST_F(InferenceEngineTest, MatMulComputesEveryDatatype) {
     const std::string name(DataTypeName(type));
     Request r("matmul");
     switch (type) {
-      case DataType::kFP32: r.Add("A", name, {2, 3}, Cast<float>(a)).Add("B", name, {3, 2}, Cast<float>(b)); break;
-      case DataType::kFP64: r.Add("A", name, {2, 3}, Cast<double>(a)).Add("B", name, {3, 2}, Cast<double>(b)); break;
-      case DataType::kINT32: r.Add("A", name, {2, 3}, Cast<int32_t>(a)).Add("B", name, {3, 2}, Cast<int32_t>(b)); break;
-      case DataType::kINT64: r.Add("A", name, {2, 3}, Cast<int64_t>(a)).Add("B", name, {3, 2}, Cast<int64_t>(b)); break;
-      case DataType::kUINT32: r.Add("A", name, {2, 3}, Cast<uint32_t>(a)).Add("B", name, {3, 2}, Cast<uint32_t>(b)); break;
-      case DataType::kUINT64: r.Add("A", name, {2, 3}, Cast<uint64_t>(a)).Add("B", name, {3, 2}, Cast<uint64_t>(b)); break;
-      case DataType::kFP16: r.Add("A", name, {2, 3}, half(a, false)).Add("B", name, {3, 2}, half(b, false)); break;
-      case DataType::kBF16: r.Add("A", name, {2, 3}, half(a, true)).Add("B", name, {3, 2}, half(b, true)); break;
+      case DataType::kFP32:
+        r.Add("A", name, {2, 3}, Cast<float>(a)).Add("B", name, {3, 2}, Cast<float>(b));
+        break;
+      case DataType::kFP64:
+        r.Add("A", name, {2, 3}, Cast<double>(a)).Add("B", name, {3, 2}, Cast<double>(b));
+        break;
+      case DataType::kINT32:
+        r.Add("A", name, {2, 3}, Cast<int32_t>(a)).Add("B", name, {3, 2}, Cast<int32_t>(b));
+        break;
+      case DataType::kINT64:
+        r.Add("A", name, {2, 3}, Cast<int64_t>(a)).Add("B", name, {3, 2}, Cast<int64_t>(b));
+        break;
+      case DataType::kUINT32:
+        r.Add("A", name, {2, 3}, Cast<uint32_t>(a)).Add("B", name, {3, 2}, Cast<uint32_t>(b));
+        break;
+      case DataType::kUINT64:
+        r.Add("A", name, {2, 3}, Cast<uint64_t>(a)).Add("B", name, {3, 2}, Cast<uint64_t>(b));
+        break;
+      case DataType::kFP16:
+        r.Add("A", name, {2, 3}, half(a, false)).Add("B", name, {3, 2}, half(b, false));
+        break;
+      case DataType::kBF16:
+        r.Add("A", name, {2, 3}, half(a, true)).Add("B", name, {3, 2}, half(b, true));
+        break;
     }
     Completion c;
     ASSERT_TRUE(engine_->Submit(r.View(), NeverCancelled(), c.Callback()).ok()) << name;
@@ -238,8 +252,8 @@ TEST_F(InferenceEngineTest, MatMulComputesEveryDatatype) {
         case DataType::kBF16: got = BFloat16ToFloat(y.data<uint16_t>()[i]); break;
       }
       // 139 and 154 are not BF16 numbers: 8 significant bits.
-      const double expected = type == DataType::kBF16 ? BFloat16ToFloat(FloatToBFloat16(want[i]))
-                                                      : want[i];
+      const double expected =
+          type == DataType::kBF16 ? BFloat16ToFloat(FloatToBFloat16(want[i])) : want[i];
       EXPECT_EQ(got, expected) << name << " element " << i;
     }
   }
@@ -311,7 +325,8 @@ TEST_F(InferenceEngineTest, EmptyOutputsAreFine) {
   absl::StatusOr<InferResult>& zeros = c0.Wait();
   ASSERT_TRUE(zeros.ok()) << zeros.status();
   const Tensor& y = zeros->outputs.at(0).tensor;
-  EXPECT_THAT(std::vector<float>(y.data<float>(), y.data<float>() + 6), ElementsAre(0, 0, 0, 0, 0, 0));
+  EXPECT_THAT(std::vector<float>(y.data<float>(), y.data<float>() + 6),
+              ElementsAre(0, 0, 0, 0, 0, 0));
 }
 
 TEST_F(InferenceEngineTest, TheEngineKeepsItsOwnCopyOfTheView) {
@@ -339,12 +354,13 @@ TEST_F(InferenceEngineTest, ManyConcurrentRequestsEachGetTheirOwnAnswer) {
   for (int i = 0; i < kRequests; ++i) {
     // [1, i+1] of ones x [i+1, 1] of i: the answer is (i+1) * i.
     const int k = i + 1;
-    requests.push_back(std::make_unique<Request>(MatMulFp32(
-        {1, k}, std::vector<float>(k, 1.0f), {k, 1}, std::vector<float>(k, static_cast<float>(i)))));
+    requests.push_back(
+        std::make_unique<Request>(MatMulFp32({1, k}, std::vector<float>(k, 1.0f), {k, 1},
+                                             std::vector<float>(k, static_cast<float>(i)))));
     completions.push_back(std::make_unique<Completion>());
-    ASSERT_TRUE(engine_->Submit(requests.back()->View(), NeverCancelled(),
-                                completions.back()->Callback())
-                    .ok());
+    ASSERT_TRUE(
+        engine_->Submit(requests.back()->View(), NeverCancelled(), completions.back()->Callback())
+            .ok());
   }
   for (int i = 0; i < kRequests; ++i) {
     absl::StatusOr<InferResult>& result = completions[i]->Wait();
@@ -367,12 +383,13 @@ TEST_F(InferenceEngineTest, CancelledRequestFinishesWithCancelledAndIsNotCompute
   Completion c;
   std::atomic<int> polls{0};
   ASSERT_TRUE(engine_
-                  ->Submit(r.View(),
-                           [&polls] {
-                             polls.fetch_add(1);
-                             return true;
-                           },
-                           c.Callback())
+                  ->Submit(
+                      r.View(),
+                      [&polls] {
+                        polls.fetch_add(1);
+                        return true;
+                      },
+                      c.Callback())
                   .ok());
   absl::StatusOr<InferResult>& result = c.Wait();
   EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
@@ -417,8 +434,8 @@ TEST_F(InferenceEngineTest, E8MaxOutputBytesIsAnInclusiveLimit) {
   Request over = MatMulFp32({4, 1}, {1, 2, 3, 4}, {1, 5}, {1, 1, 1, 1, 1});
   absl::Status status = SubmitExpectingSyncError(over);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(status.message()),
-              AllOf(HasSubstr("80 bytes"), HasSubstr("limit of 64"), HasSubstr("--max_output_bytes")));
+  EXPECT_THAT(std::string(status.message()), AllOf(HasSubstr("80 bytes"), HasSubstr("limit of 64"),
+                                                   HasSubstr("--max_output_bytes")));
 }
 
 TEST_F(InferenceEngineTest, E8GroupedMatMulOutputLimit) {
@@ -570,18 +587,21 @@ TEST_F(InferenceEngineTest, ModelShapeErrorsAreReturnedSynchronously) {
   m1.Add<float>("A", "FP32", {1, 1}, {1}).Add<double>("B", "FP64", {1, 1}, {1});
   absl::Status s1 = SubmitExpectingSyncError(m1);
   EXPECT_EQ(s1.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s1.message()), AllOf(HasSubstr("'B'"), HasSubstr("FP32"), HasSubstr("FP64")));
+  EXPECT_THAT(std::string(s1.message()),
+              AllOf(HasSubstr("'B'"), HasSubstr("FP32"), HasSubstr("FP64")));
   // M2 rank 0
   Request m2("matmul");
   m2.Add<float>("A", "FP32", {}, {1}).Add<float>("B", "FP32", {1}, {1});
   EXPECT_EQ(SubmitExpectingSyncError(m2).code(), absl::StatusCode::kInvalidArgument);
   // M3 K differs
   Request m3("matmul");
-  m3.Add<float>("A", "FP32", {2, 3}, std::vector<float>(6)).Add<float>("B", "FP32", {4, 5}, std::vector<float>(20));
+  m3.Add<float>("A", "FP32", {2, 3}, std::vector<float>(6))
+      .Add<float>("B", "FP32", {4, 5}, std::vector<float>(20));
   EXPECT_EQ(SubmitExpectingSyncError(m3).code(), absl::StatusCode::kInvalidArgument);
   // M4 batch does not broadcast
   Request m4("matmul");
-  m4.Add<float>("A", "FP32", {2, 3, 4}, std::vector<float>(24)).Add<float>("B", "FP32", {3, 4, 5}, std::vector<float>(60));
+  m4.Add<float>("A", "FP32", {2, 3, 4}, std::vector<float>(24))
+      .Add<float>("B", "FP32", {3, 4, 5}, std::vector<float>(60));
   EXPECT_EQ(SubmitExpectingSyncError(m4).code(), absl::StatusCode::kInvalidArgument);
   // G4 bias datatype differs from input
   Request g4("grouped_matmul");

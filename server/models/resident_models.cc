@@ -112,12 +112,11 @@ class ResidentMatMulModel final : public Model {
     // BindInputs held A to the signature; the rows are sized from it, so
     // what they depend on is checked here again.
     const int64_t k = spec_.b.shape()[0];
-    if (a.type != spec_.b.type() || a.shape.size() != spec_.a.shape.size() ||
-        a.shape.back() != k) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", spec_.a.name, "': expected ", DataTypeName(spec_.b.type()), " of shape ",
-          ShapeToString(spec_.a.shape), " (K=", k, "), got ", DataTypeName(a.type), " ",
-          ShapeToString(a.shape)));
+    if (a.type != spec_.b.type() || a.shape.size() != spec_.a.shape.size() || a.shape.back() != k) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", spec_.a.name, "': expected ", DataTypeName(spec_.b.type()),
+                       " of shape ", ShapeToString(spec_.a.shape), " (K=", k, "), got ",
+                       DataTypeName(a.type), " ", ShapeToString(a.shape)));
     }
     GEMMSERVE_ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a.shape, spec_.b.shape()));
     return std::make_unique<PreparedResidentMatMul>(std::move(plan), a, spec_.output_name);
@@ -262,10 +261,10 @@ class ResidentGroupedModel final : public Model {
     // from the model's K and S, so those are checked here again.
     const int64_t k = spec_.weights.shape()[1], s = spec_.group_indices.shape[1];
     if (input.type != spec_.weights.type() || input.shape.size() != 2 || input.shape[1] != k) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", spec_.input.name, "': expected ", DataTypeName(spec_.weights.type()),
-          " of shape [M, ", k, "], got ", DataTypeName(input.type), " ",
-          ShapeToString(input.shape)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", spec_.input.name, "': expected ",
+                       DataTypeName(spec_.weights.type()), " of shape [M, ", k, "], got ",
+                       DataTypeName(input.type), " ", ShapeToString(input.shape)));
     }
     if (indices.shape.size() != 2 || indices.shape[1] != s) {
       return absl::InvalidArgumentError(absl::StrCat("input '", spec_.group_indices.name,
@@ -351,8 +350,8 @@ class ResidentGroupedModel final : public Model {
     GEMMSERVE_ASSIGN_OR_RETURN(Tensor output, Tensor::Allocate(type, plan.output_shape));
     GEMMSERVE_ASSIGN_OR_RETURN(
         GroupedMatMulWork work,
-        BuildGroupedMatMulWork(plan, input, spec_.weights, idx,
-                               spec_.bias ? &*spec_.bias : nullptr, &output));
+        BuildGroupedMatMulWork(plan, input, spec_.weights, idx, spec_.bias ? &*spec_.bias : nullptr,
+                               &output));
     GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems(work.problems, threads));
     std::vector<InferOutputs> computed(ran.size());
     GEMMSERVE_RETURN_IF_ERROR(
@@ -377,9 +376,9 @@ absl::Status OneDatatype(const TensorSpec& spec, DataType want, const char* what
 
 absl::StatusOr<std::unique_ptr<Model>> MakeResidentMatMulModel(ResidentMatMulSpec spec) {
   if (spec.b.shape().size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "initializer B: a resident MatMul weight must be 2-D [K, N], got ",
-        ShapeToString(spec.b.shape())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("initializer B: a resident MatMul weight must be 2-D [K, N], got ",
+                     ShapeToString(spec.b.shape())));
   }
   GEMMSERVE_RETURN_IF_ERROR(OneDatatype(spec.a, spec.b.type(), "initializer B"));
   if (spec.a.shape.empty()) {
@@ -389,8 +388,8 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentMatMulModel(ResidentMatMulSpe
   const int64_t k = spec.a.shape.back();
   if (k != -1 && k != spec.b.shape()[0]) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "input '", spec.a.name, "': last dimension ", k, " differs from K=",
-        spec.b.shape()[0], " of initializer B ", ShapeToString(spec.b.shape())));
+        "input '", spec.a.name, "': last dimension ", k, " differs from K=", spec.b.shape()[0],
+        " of initializer B ", ShapeToString(spec.b.shape())));
   }
   if (k == -1) spec.a.shape.back() = spec.b.shape()[0];
   return std::unique_ptr<Model>(new ResidentMatMulModel(std::move(spec)));
@@ -400,8 +399,8 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
     ResidentGroupedMatMulSpec spec) {
   const Shape& w = spec.weights.shape();
   if (w.size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "initializer weights: expected rank 3 [G, K, N], got ", ShapeToString(w)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("initializer weights: expected rank 3 [G, K, N], got ", ShapeToString(w)));
   }
   if (!IsFloatingPoint(spec.weights.type())) {
     return absl::InvalidArgumentError(
@@ -423,9 +422,9 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
   }
   const int64_t m_input = spec.input.shape[0], m_indices = spec.group_indices.shape[0];
   if (m_input >= 0 && m_indices >= 0 && m_input != m_indices) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input '", spec.group_indices.name, "': first dimension ", m_indices, " differs from M=",
-        m_input, " of input '", spec.input.name, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", spec.group_indices.name, "': first dimension ", m_indices,
+                     " differs from M=", m_input, " of input '", spec.input.name, "'"));
   }
   if (spec.group_indices.datatypes.empty()) {
     return absl::InvalidArgumentError(
@@ -433,17 +432,15 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
   }
   for (DataType t : spec.group_indices.datatypes) {
     if (t != DataType::kINT32 && t != DataType::kINT64) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", spec.group_indices.name,
-                                                     "': expected INT32 or INT64, got ",
-                                                     DataTypeName(t)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", spec.group_indices.name, "': expected INT32 or INT64, got ", DataTypeName(t)));
     }
   }
   if (spec.bias) {
     const Shape& b = spec.bias->shape();
     if (b.size() != 2 || b[0] != w[0] || b[1] != w[2]) {
-      return absl::InvalidArgumentError(absl::StrCat("initializer bias: expected [G, N] = [",
-                                                     w[0], ",", w[2], "], got ",
-                                                     ShapeToString(b)));
+      return absl::InvalidArgumentError(absl::StrCat("initializer bias: expected [G, N] = [", w[0],
+                                                     ",", w[2], "], got ", ShapeToString(b)));
     }
     if (spec.bias->type() != spec.weights.type()) {
       return absl::InvalidArgumentError("initializer bias: datatype differs from weights");

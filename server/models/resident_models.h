@@ -39,7 +39,7 @@ struct ResidentGroupedMatMulSpec {
   TensorSpec input;          // [M, K]
   TensorSpec group_indices;  // [M, S], INT32 or INT64
   std::string output_name;
-  Tensor weights;             // [G, K, N]
+  Tensor weights;              // [G, K, N]
   std::optional<Tensor> bias;  // [G, N]
 };
 

@@ -109,7 +109,8 @@ TEST(ResidentGroupedMatMulTest, BatchedRequestsGetTheirOwnRowsAndBadIndicesFailA
           const int64_t e = idx[r][m * s + j];
           for (int64_t c = 0; c < n; ++c) {
             double want = bv[e * n + c];
-            for (int64_t p = 0; p < k; ++p) want += double{xs[r][m * k + p]} * wv[(e * k + p) * n + c];
+            for (int64_t p = 0; p < k; ++p)
+              want += double{xs[r][m * k + p]} * wv[(e * k + p) * n + c];
             EXPECT_NEAR(y.data<float>()[(m * s + j) * n + c], want, 1e-5)
                 << "request " << r << " token " << m << " slot " << j;
           }
@@ -124,9 +125,10 @@ TEST(ResidentMatMulTest, RowsOfEveryRequestStackIntoOneGemm) {
   const int64_t k = 5, n = 3;
   absl::StatusOr<Tensor> b = Tensor::Allocate(DataType::kINT64, {k, n});
   ASSERT_TRUE(b.ok());
-  for (int64_t i = 0; i < k * n; ++i) b->data<int64_t>()[i] = static_cast<int64_t>(rng() % 100) - 50;
-  ResidentMatMulSpec spec{"lin", "1", {"a", {DataType::kINT64}, {-1, -1, k}, false, false}, "c",
-                          *std::move(b)};
+  for (int64_t i = 0; i < k * n; ++i)
+    b->data<int64_t>()[i] = static_cast<int64_t>(rng() % 100) - 50;
+  ResidentMatMulSpec spec{
+      "lin", "1", {"a", {DataType::kINT64}, {-1, -1, k}, false, false}, "c", *std::move(b)};
   const std::vector<int64_t> bv(spec.b.data<int64_t>(), spec.b.data<int64_t>() + k * n);
   auto model = MakeResidentMatMulModel(std::move(spec));
   ASSERT_TRUE(model.ok()) << model.status();
@@ -161,8 +163,8 @@ TEST(ResidentMatMulTest, RowsOfEveryRequestStackIntoOneGemm) {
 
 TEST(ResidentModelsTest, SpecsThatDisagreeAreRejected) {
   absl::StatusOr<Tensor> b = Tensor::Allocate(DataType::kFP32, {4, 3});
-  ResidentMatMulSpec spec{"lin", "1", {"a", {DataType::kFP32}, {-1, 5}, false, false}, "c",
-                          *std::move(b)};
+  ResidentMatMulSpec spec{
+      "lin", "1", {"a", {DataType::kFP32}, {-1, 5}, false, false}, "c", *std::move(b)};
   auto m = MakeResidentMatMulModel(std::move(spec));
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(m.status().message()), ::testing::HasSubstr("differs from K=4"));

@@ -60,17 +60,14 @@ void StoreRowsT(const GemmProblem& p, const Acc* acc, Load load, Store store) {
 void StoreRows(const GemmProblem& p, const void* acc) {
   auto same = [](auto v) { return v; };
   switch (p.type) {
-    case DataType::kFP32:
-      return StoreRowsT<float>(p, static_cast<const float*>(acc), same, same);
-    case DataType::kFP64:
-      return StoreRowsT<double>(p, static_cast<const double*>(acc), same, same);
+    case DataType::kFP32: return StoreRowsT<float>(p, static_cast<const float*>(acc), same, same);
+    case DataType::kFP64: return StoreRowsT<double>(p, static_cast<const double*>(acc), same, same);
     case DataType::kBF16:
       return StoreRowsT<uint16_t>(p, static_cast<const float*>(acc), BFloat16ToFloat,
                                   FloatToBFloat16);
     case DataType::kFP16:
       return StoreRowsT<uint16_t>(p, static_cast<const float*>(acc), HalfToFloat, FloatToHalf);
-    default:
-      return;  // integer problems never take a gather/scatter path
+    default: return;  // integer problems never take a gather/scatter path
   }
 }
 
@@ -247,8 +244,8 @@ PackedLayout LayOutPacked(const std::vector<const GemmProblem*>& problems, int t
   constexpr int64_t kMinTileColumns = 128;
   const int64_t wanted_tiles = (2 * threads + count - 1) / count;
   for (const GemmProblem* p : problems) {
-    const int64_t split = std::max<int64_t>(
-        1, std::min<int64_t>(wanted_tiles, p->n / kMinTileColumns));
+    const int64_t split =
+        std::max<int64_t>(1, std::min<int64_t>(wanted_tiles, p->n / kMinTileColumns));
     for (int64_t t = 0; t < split; ++t) {
       const int64_t j0 = p->n * t / split, j1 = p->n * (t + 1) / split;
       l.tiles.push_back(ColumnTile(*p, j0, j1 - j0));
@@ -259,7 +256,8 @@ PackedLayout LayOutPacked(const std::vector<const GemmProblem*>& problems, int t
     const int64_t acc = AccSize(p.type);
     if (IsDirect(p)) {
       if (IsHalfPrecision(p.type)) {
-        l.half_block_bytes = std::max(l.half_block_bytes, std::min(p.m, kHalfGemmRowBlock) * p.n * 4);
+        l.half_block_bytes =
+            std::max(l.half_block_bytes, std::min(p.m, kHalfGemmRowBlock) * p.n * 4);
       }
       continue;
     }
@@ -311,7 +309,8 @@ constexpr int64_t kProblemBookkeepingBytes = 1024;
 
 int64_t GemmWorkBytes(const GemmWorkShape& w, int threads) {
   const int64_t t = std::max(threads, 1);
-  if (w.problems <= 0 || w.rows <= 0 || w.n <= 0) return SaturatingMul(w.problems, kProblemBookkeepingBytes);
+  if (w.problems <= 0 || w.rows <= 0 || w.n <= 0)
+    return SaturatingMul(w.problems, kProblemBookkeepingBytes);
   const int64_t acc = AccSize(w.type);
   // The per-problem bookkeeping, and the items or tiles beyond one per
   // problem that splitting for `t` threads adds (at most 2t).
@@ -321,8 +320,7 @@ int64_t GemmWorkBytes(const GemmWorkShape& w, int threads) {
     // widened, and partial sums per K slice. Slices per problem are
     // ceil(2t / problems) at most, so partials hold at most the rows' own
     // results plus 4t * kStreamingMaxRows rows more.
-    const int64_t rows =
-        std::min(w.rows, SaturatingMul(w.problems, kStreamingMaxRows));
+    const int64_t rows = std::min(w.rows, SaturatingMul(w.problems, kStreamingMaxRows));
     bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingMul(rows, w.k), acc));
     const int64_t partial_rows = SaturatingAdd(rows, 4 * t * kStreamingMaxRows);
     bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingMul(partial_rows, w.n), acc));
@@ -334,9 +332,9 @@ int64_t GemmWorkBytes(const GemmWorkShape& w, int threads) {
     // GEMMs run in place, with BLIS's own pooled packing buffers.
     int64_t block_bytes = 0;
     if (w.gathered) {
-      block_bytes = SaturatingMul(
-          std::min(w.max_rows, kGatherBlockRows),
-          SaturatingMul(SaturatingAdd(IsHalfPrecision(w.type) ? 0 : w.k, w.n), acc));
+      block_bytes =
+          SaturatingMul(std::min(w.max_rows, kGatherBlockRows),
+                        SaturatingMul(SaturatingAdd(IsHalfPrecision(w.type) ? 0 : w.k, w.n), acc));
     } else if (IsHalfPrecision(w.type)) {
       block_bytes = SaturatingMul(std::min(w.max_rows, kHalfGemmRowBlock), SaturatingMul(w.n, 4));
     }

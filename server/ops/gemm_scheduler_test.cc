@@ -105,7 +105,8 @@ void Check(const Owned& o, const std::string& where) {
         std::vector<uint8_t> arow(p.k * es);
         std::memcpy(arow.data(), o.a.data() + ar * p.k * es, arow.size());
         std::vector<uint8_t> bcol(p.k * es);
-        for (int64_t q = 0; q < p.k; ++q) std::memcpy(bcol.data() + q * es, o.b.data() + (q * p.n + j) * es, es);
+        for (int64_t q = 0; q < p.k; ++q)
+          std::memcpy(bcol.data() + q * es, o.b.data() + (q * p.n + j) * es, es);
         ReferenceGemm(p.type, 1, 1, p.k, arow.data(), p.k, bcol.data(), 1, exact.data(), 1);
         ASSERT_TRUE(SameBits(p.type, o.c.data(), cr * p.n + j, exact.data(), 0)) << where;
       } else {
@@ -145,7 +146,8 @@ TEST(RunGemmProblemsTest, MixedListsGiveEachProblemItsOwnResult) {
     owned.push_back(Make(DataType::kBF16, 1025, 9, 7, true, true, rng));
     owned.push_back(Make(DataType::kFP64, 512, 5, 3, true, true, rng));
     owned.push_back(Make(DataType::kFP32, 700, 8, 5, false, true, rng));  // bias, rows in order
-    owned.push_back(Make(DataType::kFP16, 600, 600, 3, false, false, rng));  // direct, blocks of 512
+    owned.push_back(
+        Make(DataType::kFP16, 600, 600, 3, false, false, rng));  // direct, blocks of 512
     // Degenerate sizes in the same list.
     owned.push_back(Make(DataType::kFP32, 4, 6, 0, true, true, rng));
     owned.push_back(Make(DataType::kFP32, 0, 6, 3, false, false, rng));
@@ -153,8 +155,8 @@ TEST(RunGemmProblemsTest, MixedListsGiveEachProblemItsOwnResult) {
     for (const Owned& o : owned) problems.push_back(o.p);
     ASSERT_TRUE(RunGemmProblems(problems, threads).ok());
     for (size_t i = 0; i < owned.size(); ++i) {
-      Check(owned[i], absl::StrCat("problem ", i, " ", DataTypeName(owned[i].p.type),
-                                   " threads=", threads));
+      Check(owned[i],
+            absl::StrCat("problem ", i, " ", DataTypeName(owned[i].p.type), " threads=", threads));
     }
   }
 }

@@ -14,14 +14,14 @@ namespace gemmserve {
 namespace {
 
 absl::Status RankError(const char* name, const char* expected, absl::Span<const int64_t> shape) {
-  return absl::InvalidArgumentError(absl::StrCat("input '", name, "': expected rank ",
-                                                 expected, ", got ", ShapeToString(shape)));
+  return absl::InvalidArgumentError(
+      absl::StrCat("input '", name, "': expected rank ", expected, ", got ", ShapeToString(shape)));
 }
 
 template <typename Index>
 GroupedMatMulWork BuildProblems(const GroupedMatMulPlan& plan, const Index* indices,
-                              const Tensor& input, const Tensor& weights, const Tensor* bias,
-                              Tensor* output) {
+                                const Tensor& input, const Tensor& weights, const Tensor* bias,
+                                Tensor* output) {
   const int64_t pairs = plan.m * plan.s;
   std::vector<std::pair<int64_t, int64_t>> keyed(pairs);
   for (int64_t p = 0; p < pairs; ++p) keyed[p] = {static_cast<int64_t>(indices[p]), p};
@@ -80,30 +80,30 @@ absl::StatusOr<GroupedMatMulPlan> PlanGroupedMatMul(absl::Span<const int64_t> in
   plan.n = weights_shape[2];
   plan.s = indices_shape[1];
   if (weights_shape[1] != plan.k) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input 'weights': expected K=", plan.k, " (from input ", ShapeToString(input_shape),
-        "), got ", ShapeToString(weights_shape)));
+    return absl::InvalidArgumentError(absl::StrCat("input 'weights': expected K=", plan.k,
+                                                   " (from input ", ShapeToString(input_shape),
+                                                   "), got ", ShapeToString(weights_shape)));
   }
   if (indices_shape[0] != plan.m) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input 'group_indices': expected first dimension M=", plan.m, " (from input ",
-        ShapeToString(input_shape), "), got ", ShapeToString(indices_shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input 'group_indices': expected first dimension M=", plan.m, " (from input ",
+                     ShapeToString(input_shape), "), got ", ShapeToString(indices_shape)));
   }
   if (bias_shape != nullptr) {
     plan.has_bias = true;
     if (bias_shape->size() != 2 || (*bias_shape)[0] != plan.g || (*bias_shape)[1] != plan.n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input 'bias': expected shape [G, N] = [", plan.g, ",", plan.n, "], got ",
-          ShapeToString(*bias_shape)));
+      return absl::InvalidArgumentError(absl::StrCat("input 'bias': expected shape [G, N] = [",
+                                                     plan.g, ",", plan.n, "], got ",
+                                                     ShapeToString(*bias_shape)));
     }
   }
   plan.output_shape = {plan.m, plan.s, plan.n};
   GEMMSERVE_ASSIGN_OR_RETURN(plan.output_elements, ElementCount(plan.output_shape));
   GEMMSERVE_ASSIGN_OR_RETURN(int64_t pairs, CheckedMul(plan.m, plan.s));
   if (plan.g == 0 && pairs > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input 'weights': G = 0 groups, but group_indices ", ShapeToString(indices_shape),
-        " selects ", pairs, " of them"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input 'weights': G = 0 groups, but group_indices ",
+                     ShapeToString(indices_shape), " selects ", pairs, " of them"));
   }
   plan.flops = SaturatingMul(SaturatingMul(plan.output_elements, plan.k), 2);
   return plan;
@@ -115,9 +115,9 @@ absl::Status CheckIndices(const Index* data, int64_t count, int64_t s, int64_t g
   for (int64_t p = 0; p < count; ++p) {
     const int64_t v = static_cast<int64_t>(data[p]);
     if (v < 0 || v >= g) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input 'group_indices': value ", v, " at [", p / s, ",", p % s,
-          "] is outside [0, G) with G=", g));
+      return absl::InvalidArgumentError(absl::StrCat("input 'group_indices': value ", v, " at [",
+                                                     p / s, ",", p % s,
+                                                     "] is outside [0, G) with G=", g));
     }
   }
   return absl::OkStatus();
@@ -144,14 +144,13 @@ absl::Status ValidateGroupIndices(absl::Span<const int64_t> indices, int64_t s, 
 }
 
 absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan& plan,
-                                                         const Tensor& input,
-                                                         const Tensor& weights,
-                                                         const Tensor& indices,
-                                                         const Tensor* bias, Tensor* output) {
+                                                         const Tensor& input, const Tensor& weights,
+                                                         const Tensor& indices, const Tensor* bias,
+                                                         Tensor* output) {
   if (!IsFloatingPoint(input.type())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input 'input': GroupedMatMul needs BF16, FP16, FP32 or FP64, got ",
-        DataTypeName(input.type())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input 'input': GroupedMatMul needs BF16, FP16, FP32 or FP64, got ",
+                     DataTypeName(input.type())));
   }
   if (plan.output_elements == 0) return GroupedMatMulWork{};
   if (indices.num_elements() != SaturatingMul(plan.m, plan.s) ||
@@ -161,15 +160,13 @@ absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan
       output->num_elements() != plan.output_elements) {
     return absl::InternalError("GroupedMatMul: tensors differ from the plan");
   }
-  return CatchAllocationFailure("GroupedMatMul's sorted (token, slot) pairs",
-                                [&]() -> absl::StatusOr<GroupedMatMulWork> {
-                                  if (indices.type() == DataType::kINT32) {
-                                    return BuildProblems(plan, indices.data<int32_t>(), input,
-                                                         weights, bias, output);
-                                  }
-                                  return BuildProblems(plan, indices.data<int64_t>(), input,
-                                                       weights, bias, output);
-                                });
+  return CatchAllocationFailure(
+      "GroupedMatMul's sorted (token, slot) pairs", [&]() -> absl::StatusOr<GroupedMatMulWork> {
+        if (indices.type() == DataType::kINT32) {
+          return BuildProblems(plan, indices.data<int32_t>(), input, weights, bias, output);
+        }
+        return BuildProblems(plan, indices.data<int64_t>(), input, weights, bias, output);
+      });
 }
 
 int64_t GroupedMatMulWorkBytes(const GroupedMatMulPlan& plan, DataType type, int threads) {

@@ -68,10 +68,9 @@ struct GroupedMatMulWork {
 // Same preconditions as RunGroupedMatMul. RESOURCE_EXHAUSTED if the lists
 // cannot be allocated.
 absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan& plan,
-                                                         const Tensor& input,
-                                                         const Tensor& weights,
-                                                         const Tensor& indices,
-                                                         const Tensor* bias, Tensor* output);
+                                                         const Tensor& input, const Tensor& weights,
+                                                         const Tensor& indices, const Tensor* bias,
+                                                         Tensor* output);
 
 // Bytes BuildGroupedMatMulWork and running its problems hold beyond the
 // tensors (the sorted pairs, the row lists, the problems and the scheduler's

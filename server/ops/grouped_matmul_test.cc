@@ -21,14 +21,14 @@
 namespace gemmserve {
 namespace {
 
-using ::testing::AllOf;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using ops_testing::ElementToString;
 using ops_testing::FillRandom;
 using ops_testing::SetValue;
 using ops_testing::ValueAt;
 using ops_testing::WithinRoundingOfExact;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 constexpr DataType kFloatTypes[] = {DataType::kFP32, DataType::kFP64, DataType::kFP16,
@@ -111,11 +111,11 @@ TEST(PlanGroupedMatMulTest, G5NoGroupsWithTokensToRoute) {
 
 TEST(PlanGroupedMatMulTest, G6EmptyRoutingIsFine) {
   for (const auto& [input, weights, indices] : std::vector<std::tuple<Shape, Shape, Shape>>{
-           {{0, 3}, {4, 3, 5}, {0, 2}},   // M = 0
-           {{2, 3}, {4, 3, 5}, {2, 0}},   // S = 0
-           {{0, 3}, {0, 3, 5}, {0, 2}},   // G = 0 with nothing routed
-           {{2, 3}, {0, 3, 5}, {2, 0}},   // G = 0, S = 0
-           {{2, 0}, {4, 0, 5}, {2, 1}},   // K = 0
+           {{0, 3}, {4, 3, 5}, {0, 2}},     // M = 0
+           {{2, 3}, {4, 3, 5}, {2, 0}},     // S = 0
+           {{0, 3}, {0, 3, 5}, {0, 2}},     // G = 0 with nothing routed
+           {{2, 3}, {0, 3, 5}, {2, 0}},     // G = 0, S = 0
+           {{2, 0}, {4, 0, 5}, {2, 1}},     // K = 0
            {{2, 3}, {4, 3, 0}, {2, 1}}}) {  // N = 0
     absl::StatusOr<GroupedMatMulPlan> plan = PlanGroupedMatMul(input, weights, indices, nullptr);
     ASSERT_TRUE(plan.ok()) << ShapeToString(input) << ShapeToString(weights)
@@ -131,9 +131,9 @@ TEST(PlanGroupedMatMulTest, RejectsBadDimensions) {
   EXPECT_EQ(PlanStatus({2, 3}, {kInt64Max, 3, 5}, {2, 1}).code(),
             absl::StatusCode::kInvalidArgument);
   // Every tensor fits, the [M, S, N] output does not.
-  EXPECT_EQ(PlanStatus({int64_t{1} << 31, 0}, {1, 0, int64_t{1} << 31}, {int64_t{1} << 31, 4})
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      PlanStatus({int64_t{1} << 31, 0}, {1, 0, int64_t{1} << 31}, {int64_t{1} << 31, 4}).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 // --- ValidateGroupIndices -------------------------------------------------------------
@@ -148,8 +148,12 @@ Tensor IndexTensor(DataType type, const Shape& shape, const std::vector<T>& valu
 }
 
 TEST(ValidateGroupIndicesTest, AcceptsIndicesInRange) {
-  EXPECT_TRUE(ValidateGroupIndices(IndexTensor<int32_t>(DataType::kINT32, {2, 3}, {0, 1, 2, 3, 3, 0}), 4).ok());
-  EXPECT_TRUE(ValidateGroupIndices(IndexTensor<int64_t>(DataType::kINT64, {2, 3}, {0, 1, 2, 3, 3, 0}), 4).ok());
+  EXPECT_TRUE(
+      ValidateGroupIndices(IndexTensor<int32_t>(DataType::kINT32, {2, 3}, {0, 1, 2, 3, 3, 0}), 4)
+          .ok());
+  EXPECT_TRUE(
+      ValidateGroupIndices(IndexTensor<int64_t>(DataType::kINT64, {2, 3}, {0, 1, 2, 3, 3, 0}), 4)
+          .ok());
   EXPECT_TRUE(ValidateGroupIndices(IndexTensor<int64_t>(DataType::kINT64, {0, 3}, {}), 0).ok());
   EXPECT_TRUE(ValidateGroupIndices(IndexTensor<int32_t>(DataType::kINT32, {3, 0}, {}), 0).ok());
 }
@@ -161,9 +165,8 @@ TEST(ValidateGroupIndicesTest, G1NegativeIndexNeverCountsBack) {
                          : IndexTensor<int64_t>(type, {2, 3}, {0, 1, 2, 0, 1, -1});
     absl::Status s = ValidateGroupIndices(t, 4);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << DataTypeName(type);
-    EXPECT_THAT(std::string(s.message()),
-                AllOf(HasSubstr("'group_indices'"), HasSubstr("-1"), HasSubstr("[1,2]"),
-                      HasSubstr("G=4")));
+    EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr("'group_indices'"), HasSubstr("-1"),
+                                                HasSubstr("[1,2]"), HasSubstr("G=4")));
   }
 }
 
@@ -178,30 +181,30 @@ TEST(ValidateGroupIndicesTest, G1IndexEqualToGIsOutOfRange) {
 }
 
 TEST(ValidateGroupIndicesTest, G1ExtremeValuesAreOutOfRange) {
-  absl::Status s = ValidateGroupIndices(
-      IndexTensor<int64_t>(DataType::kINT64, {1, 2}, {0, kInt64Max}), 3);
+  absl::Status s =
+      ValidateGroupIndices(IndexTensor<int64_t>(DataType::kINT64, {1, 2}, {0, kInt64Max}), 3);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("9223372036854775807"));
-  EXPECT_EQ(ValidateGroupIndices(IndexTensor<int64_t>(DataType::kINT64, {1, 1},
-                                                      {std::numeric_limits<int64_t>::min()}),
-                                 3)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ValidateGroupIndices(
+          IndexTensor<int64_t>(DataType::kINT64, {1, 1}, {std::numeric_limits<int64_t>::min()}), 3)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   // A value that wraps to a valid index when truncated to 32 bits.
   EXPECT_EQ(ValidateGroupIndices(
                 IndexTensor<int64_t>(DataType::kINT64, {1, 1}, {(int64_t{1} << 32) + 1}), 3)
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ValidateGroupIndices(IndexTensor<int32_t>(DataType::kINT32, {1, 1},
-                                                      {std::numeric_limits<int32_t>::max()}),
-                                 3)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ValidateGroupIndices(IndexTensor<int32_t>(DataType::kINT32, {1, 1},
-                                                      {std::numeric_limits<int32_t>::min()}),
-                                 3)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ValidateGroupIndices(
+          IndexTensor<int32_t>(DataType::kINT32, {1, 1}, {std::numeric_limits<int32_t>::max()}), 3)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ValidateGroupIndices(
+          IndexTensor<int32_t>(DataType::kINT32, {1, 1}, {std::numeric_limits<int32_t>::min()}), 3)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ValidateGroupIndicesTest, AnyIndexIsOutOfRangeWhenGIsZero) {
@@ -282,9 +285,9 @@ std::vector<GroupedCase> Cases() {
 // expectation is the exact value rounded once; |.| sums for the tolerance.
 void CheckCase(DataType type, DataType index_type, bool with_bias, const GroupedCase& c,
                int threads, std::mt19937_64& rng) {
-  const std::string where = absl::StrCat(c.name, " ", DataTypeName(type), " indices ",
-                                         DataTypeName(index_type), with_bias ? " bias" : "",
-                                         " threads=", threads);
+  const std::string where =
+      absl::StrCat(c.name, " ", DataTypeName(type), " indices ", DataTypeName(index_type),
+                   with_bias ? " bias" : "", " threads=", threads);
   absl::StatusOr<Tensor> x = Tensor::Allocate(type, {c.m, c.k});
   absl::StatusOr<Tensor> w = Tensor::Allocate(type, {c.g, c.k, c.n});
   absl::StatusOr<Tensor> bias = Tensor::Allocate(type, {c.g, c.n});
@@ -306,15 +309,16 @@ void CheckCase(DataType type, DataType index_type, bool with_bias, const Grouped
     }
 
   const Shape bias_shape = bias->shape();
-  absl::StatusOr<GroupedMatMulPlan> plan = PlanGroupedMatMul(
-      x->shape(), w->shape(), idx->shape(), with_bias ? &bias_shape : nullptr);
+  absl::StatusOr<GroupedMatMulPlan> plan =
+      PlanGroupedMatMul(x->shape(), w->shape(), idx->shape(), with_bias ? &bias_shape : nullptr);
   ASSERT_TRUE(plan.ok()) << where << ": " << plan.status();
   ASSERT_TRUE(ValidateGroupIndices(*idx, plan->g).ok()) << where;
   absl::StatusOr<Tensor> out = Tensor::Allocate(type, plan->output_shape);
   ASSERT_TRUE(out.ok()) << where;
-  if (out->byte_size() > 0) std::memset(out->raw_data(), 0xff, static_cast<size_t>(out->byte_size()));
-  absl::Status status = RunGroupedMatMul(*plan, *x, *w, *idx, with_bias ? &*bias : nullptr,
-                                         &*out, threads);
+  if (out->byte_size() > 0)
+    std::memset(out->raw_data(), 0xff, static_cast<size_t>(out->byte_size()));
+  absl::Status status =
+      RunGroupedMatMul(*plan, *x, *w, *idx, with_bias ? &*bias : nullptr, &*out, threads);
   ASSERT_TRUE(status.ok()) << where << ": " << status;
 
   std::vector<double> xd(static_cast<size_t>(c.k)), wd(static_cast<size_t>(c.k * c.n)),
@@ -415,8 +419,8 @@ TEST(RunGroupedMatMulKnownValuesTest, KZeroGivesBiasOrZeros) {
   std::memcpy(idx->raw_data(), iv, sizeof iv);
   const Shape bias_shape = {2, 3};
   for (bool with_bias : {false, true}) {
-    absl::StatusOr<GroupedMatMulPlan> plan = PlanGroupedMatMul(
-        x->shape(), w->shape(), idx->shape(), with_bias ? &bias_shape : nullptr);
+    absl::StatusOr<GroupedMatMulPlan> plan =
+        PlanGroupedMatMul(x->shape(), w->shape(), idx->shape(), with_bias ? &bias_shape : nullptr);
     ASSERT_TRUE(plan.ok());
     absl::StatusOr<Tensor> out = Tensor::Allocate(DataType::kFP32, plan->output_shape);
     ASSERT_TRUE(out.ok());

@@ -25,9 +25,9 @@ bool BShared(const MatMulPlan& plan) {
 absl::StatusOr<MatMulPlan> PlanMatMul(absl::Span<const int64_t> a_shape,
                                       absl::Span<const int64_t> b_shape) {
   if (a_shape.empty() || b_shape.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input '", a_shape.empty() ? "A" : "B",
-        "': MatMul needs operands of rank >= 1, got a scalar (shape [])"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", a_shape.empty() ? "A" : "B",
+                     "': MatMul needs operands of rank >= 1, got a scalar (shape [])"));
   }
   // Validates ranks, signs and that each operand's element count fits.
   GEMMSERVE_RETURN_IF_ERROR(ElementCount(a_shape).status());
@@ -41,12 +41,14 @@ absl::StatusOr<MatMulPlan> PlanMatMul(absl::Span<const int64_t> a_shape,
   const int64_t k_b = b_vector ? b_shape[0] : b_shape[b_shape.size() - 2];
   plan.n = b_vector ? 1 : b_shape.back();
   if (plan.k != k_b) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MatMul contracted dimensions differ: A ", ShapeToString(a_shape), " has K=",
-        plan.k, ", B ", ShapeToString(b_shape), " has K=", k_b));
+    return absl::InvalidArgumentError(absl::StrCat("MatMul contracted dimensions differ: A ",
+                                                   ShapeToString(a_shape), " has K=", plan.k,
+                                                   ", B ", ShapeToString(b_shape), " has K=", k_b));
   }
-  const auto a_batch = a_vector ? absl::Span<const int64_t>() : a_shape.subspan(0, a_shape.size() - 2);
-  const auto b_batch = b_vector ? absl::Span<const int64_t>() : b_shape.subspan(0, b_shape.size() - 2);
+  const auto a_batch =
+      a_vector ? absl::Span<const int64_t>() : a_shape.subspan(0, a_shape.size() - 2);
+  const auto b_batch =
+      b_vector ? absl::Span<const int64_t>() : b_shape.subspan(0, b_shape.size() - 2);
   GEMMSERVE_ASSIGN_OR_RETURN(plan.batch_shape, BroadcastShapes(a_batch, b_batch));
   const size_t rank = plan.batch_shape.size();
   plan.a_batch.assign(rank - a_batch.size(), 1);

@@ -19,25 +19,24 @@
 namespace gemmserve {
 namespace {
 
-using ::testing::AllOf;
-using ::testing::ElementsAre;
-using ::testing::ElementsAreArray;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-using ops_testing::ExactGemm;
 using ops_testing::ElementToString;
+using ops_testing::ExactGemm;
 using ops_testing::FillRandom;
 using ops_testing::SameBits;
 using ops_testing::ValueAt;
 using ops_testing::WithinRoundingOfExact;
 using ops_testing::WithinTolerance;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 MatMulPlan MustPlan(const Shape& a, const Shape& b) {
   absl::StatusOr<MatMulPlan> plan = PlanMatMul(a, b);
-  EXPECT_TRUE(plan.ok()) << ShapeToString(a) << " x " << ShapeToString(b) << ": "
-                         << plan.status();
+  EXPECT_TRUE(plan.ok()) << ShapeToString(a) << " x " << ShapeToString(b) << ": " << plan.status();
   return plan.ok() ? *plan : MatMulPlan{};
 }
 
@@ -179,7 +178,8 @@ TEST(PlanMatMulTest, RejectsOutputElementCountOverflow) {
 }
 
 TEST(PlanMatMulTest, FlopsSaturate) {
-  const MatMulPlan p = MustPlan({int64_t{1} << 20, int64_t{1} << 22}, {int64_t{1} << 22, int64_t{1} << 20});
+  const MatMulPlan p =
+      MustPlan({int64_t{1} << 20, int64_t{1} << 22}, {int64_t{1} << 22, int64_t{1} << 20});
   EXPECT_EQ(p.flops, kInt64Max);
   EXPECT_EQ(p.output_elements, int64_t{1} << 40);
 }
@@ -248,8 +248,8 @@ Expected ReferenceMatMul(const Shape& a_shape, const Shape& b_shape, const Tenso
 
 void CheckRunMatMul(DataType type, const Shape& a_shape, const Shape& b_shape,
                     std::mt19937_64& rng) {
-  const std::string where = absl::StrCat(DataTypeName(type), " ", ShapeToString(a_shape), " x ",
-                                         ShapeToString(b_shape));
+  const std::string where =
+      absl::StrCat(DataTypeName(type), " ", ShapeToString(a_shape), " x ", ShapeToString(b_shape));
   const MatMulPlan plan = MustPlan(a_shape, b_shape);
   const Tensor a = RandomTensor(type, a_shape, rng);
   const Tensor b = RandomTensor(type, b_shape, rng);
@@ -283,22 +283,44 @@ void CheckRunMatMul(DataType type, const Shape& a_shape, const Shape& b_shape,
 const std::vector<std::pair<Shape, Shape>>& RunCases() {
   static const std::vector<std::pair<Shape, Shape>> cases = {
       // plain, 1-D promotions
-      {{2, 3}, {3, 4}}, {{1, 1}, {1, 1}}, {{3}, {3, 5}}, {{7, 3}, {3}}, {{13}, {13}},
-      {{17, 31}, {31, 13}}, {{65, 129}, {129, 7}},
+      {{2, 3}, {3, 4}},
+      {{1, 1}, {1, 1}},
+      {{3}, {3, 5}},
+      {{7, 3}, {3}},
+      {{13}, {13}},
+      {{17, 31}, {31, 13}},
+      {{65, 129}, {129, 7}},
       // B shared: the batch folds into M (B 2-D, 1-D, or with all-1 batch dims)
-      {{5, 2, 3}, {3, 4}}, {{3, 4, 7, 5}, {5, 2}}, {{4, 3, 8}, {8}}, {{2, 3, 5, 6}, {1, 1, 6, 3}},
-      {{3, 17, 13}, {1, 13, 16}}, {{2, 129, 17}, {17, 3}},
+      {{5, 2, 3}, {3, 4}},
+      {{3, 4, 7, 5}, {5, 2}},
+      {{4, 3, 8}, {8}},
+      {{2, 3, 5, 6}, {1, 1, 6, 3}},
+      {{3, 17, 13}, {1, 13, 16}},
+      {{2, 129, 17}, {17, 3}},
       // batched B, A broadcast (A 2-D, 1-D or with 1s)
-      {{2, 3}, {4, 3, 5}}, {{3}, {4, 3, 5}}, {{1, 2, 3}, {4, 3, 5}}, {{7, 3}, {2, 1, 3, 3}},
+      {{2, 3}, {4, 3, 5}},
+      {{3}, {4, 3, 5}},
+      {{1, 2, 3}, {4, 3, 5}},
+      {{7, 3}, {2, 1, 3, 3}},
       // both batched, same batch
-      {{4, 2, 3}, {4, 3, 5}}, {{2, 3, 4, 5}, {2, 3, 5, 6}},
+      {{4, 2, 3}, {4, 3, 5}},
+      {{2, 3, 4, 5}, {2, 3, 5, 6}},
       // broadcast on both sides, mixed
-      {{2, 1, 3, 4}, {5, 4, 2}}, {{6, 1, 2, 3}, {1, 7, 3, 5}}, {{3, 1, 2, 7}, {1, 4, 7, 3}},
+      {{2, 1, 3, 4}, {5, 4, 2}},
+      {{6, 1, 2, 3}, {1, 7, 3, 5}},
+      {{3, 1, 2, 7}, {1, 4, 7, 3}},
       {{1, 5, 1, 2, 3}, {4, 1, 3, 3, 2}},
       // zero sizes: M, N, K, batch
-      {{0, 3}, {3, 4}}, {{2, 3}, {3, 0}}, {{2, 0}, {0, 4}}, {{3, 2, 0}, {0, 5}},
-      {{3, 2, 0}, {3, 0, 5}}, {{0, 2, 3}, {3, 4}}, {{0, 2, 3}, {1, 3, 4}}, {{2, 3}, {0, 3, 4}},
-      {{0}, {0}}, {{0}, {0, 5}},
+      {{0, 3}, {3, 4}},
+      {{2, 3}, {3, 0}},
+      {{2, 0}, {0, 4}},
+      {{3, 2, 0}, {0, 5}},
+      {{3, 2, 0}, {3, 0, 5}},
+      {{0, 2, 3}, {3, 4}},
+      {{0, 2, 3}, {1, 3, 4}},
+      {{2, 3}, {0, 3, 4}},
+      {{0}, {0}},
+      {{0}, {0, 5}},
   };
   return cases;
 }
@@ -334,8 +356,8 @@ TEST(RunMatMulTest, KnownBatchedBroadcastValues) {
 }
 
 TEST(RunMatMulTest, ZeroKWritesZerosOnBothPaths) {
-  for (const auto& [as, bs] : std::vector<std::pair<Shape, Shape>>{{{3, 2, 0}, {0, 4}},
-                                                                   {{3, 2, 0}, {3, 0, 4}}}) {
+  for (const auto& [as, bs] :
+       std::vector<std::pair<Shape, Shape>>{{{3, 2, 0}, {0, 4}}, {{3, 2, 0}, {3, 0, 4}}}) {
     for (DataType type : kAllDataTypes) {
       const MatMulPlan plan = MustPlan(as, bs);
       absl::StatusOr<Tensor> a = Tensor::Allocate(type, as), b = Tensor::Allocate(type, bs);

@@ -68,24 +68,25 @@ bool Inside(const fs::path& inner, const fs::path& outer, bool allow_equal) {
 }
 
 absl::Status Outside(absl::string_view shown) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "'", shown, "' leads outside its directory (an absolute path, '..' or a symbolic link "
-      "to elsewhere); model files must lie inside their version directory"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", shown,
+                   "' leads outside its directory (an absolute path, '..' or a symbolic link "
+                   "to elsewhere); model files must lie inside their version directory"));
 }
 
 // ------------------------------------------------------------------ disk
 
 class FdFile final : public ModelFile {
  public:
-  FdFile(int fd, int64_t size, std::string shown) : fd_(fd), size_(size), shown_(std::move(shown)) {}
+  FdFile(int fd, int64_t size, std::string shown)
+      : fd_(fd), size_(size), shown_(std::move(shown)) {}
   ~FdFile() override { ::close(fd_); }
   int64_t size() const override { return size_; }
 
   absl::Status Read(int64_t offset, int64_t length, void* dst) const override {
     if (offset < 0 || length < 0 || offset > size_ || length > size_ - offset) {
       return absl::InvalidArgumentError(absl::StrCat("'", shown_, "': range [", offset, ", +",
-                                                     length, ") is beyond its ", size_,
-                                                     " bytes"));
+                                                     length, ") is beyond its ", size_, " bytes"));
     }
     auto* out = static_cast<char*>(dst);
     for (int64_t done = 0; done < length;) {
@@ -124,7 +125,8 @@ class DirectoryFiles final : public ModelFiles {
     const std::string shown = Shown(dir, path);
     if (!Components(path) || (!dir.empty() && !Components(dir))) return Outside(shown);
     std::error_code ec;
-    const fs::path base = fs::canonical(dir.empty() ? model_dir_ : model_dir_ / std::string(dir), ec);
+    const fs::path base =
+        fs::canonical(dir.empty() ? model_dir_ : model_dir_ / std::string(dir), ec);
     if (ec) return absl::NotFoundError(absl::StrCat("'", ClientText(dir), "' does not exist"));
     if (!Inside(base, model_dir_, /*allow_equal=*/true)) return Outside(ClientText(dir));
     const fs::path target = fs::canonical(base / std::string(path), ec);
@@ -132,7 +134,8 @@ class DirectoryFiles final : public ModelFiles {
     if (!Inside(target, base, /*allow_equal=*/false)) return Outside(shown);
     // O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOFOLLOW: the
     // last component was resolved above and must not have become a link.
-    const int fd = ::open(target.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    const int fd =
+        ::open(target.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return absl::NotFoundError(absl::StrCat("'", shown, "' cannot be opened"));
     struct stat st;
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -174,8 +177,7 @@ class MemoryFile final : public ModelFile {
   absl::Status Read(int64_t offset, int64_t length, void* dst) const override {
     if (offset < 0 || length < 0 || offset > size() || length > size() - offset) {
       return absl::InvalidArgumentError(absl::StrCat("range [", offset, ", +", length,
-                                                     ") is beyond the file's ", size(),
-                                                     " bytes"));
+                                                     ") is beyond the file's ", size(), " bytes"));
     }
     if (length > 0) std::memcpy(dst, bytes_.data() + offset, static_cast<size_t>(length));
     return absl::OkStatus();
@@ -244,8 +246,7 @@ class MemoryFiles final : public ModelFiles {
 bool IsPlainRelativePath(absl::string_view path) {
   if (path.empty() || path.size() > kMaxPathLength || path.front() == '/') return false;
   for (absl::string_view part : absl::StrSplit(path, '/')) {
-    if (part.empty() || part == "." || part == ".." ||
-        part.find('\0') != absl::string_view::npos) {
+    if (part.empty() || part == "." || part == ".." || part.find('\0') != absl::string_view::npos) {
       return false;
     }
   }
@@ -253,7 +254,7 @@ bool IsPlainRelativePath(absl::string_view path) {
 }
 
 absl::StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::InDirectory(const std::string& root,
-                                                                     const std::string& name) {
+                                                                    const std::string& name) {
   std::error_code ec;
   const fs::path canonical_root = fs::canonical(root, ec);
   if (ec) return absl::NotFoundError("the model repository directory cannot be read");
@@ -263,9 +264,9 @@ absl::StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::InDirectory(const std::s
         absl::StrCat("no model '", ClientText(name), "' in the model repository"));
   }
   if (!Inside(dir, canonical_root, /*allow_equal=*/false)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model directory '", ClientText(name),
-        "' leads outside the model repository (a symbolic link to elsewhere)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model directory '", ClientText(name),
+                     "' leads outside the model repository (a symbolic link to elsewhere)"));
   }
   return std::unique_ptr<ModelFiles>(new DirectoryFiles(dir));
 }

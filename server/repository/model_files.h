@@ -54,7 +54,7 @@ class ModelFiles {
   // The model directory `root`/`name`. NOT_FOUND when it is not a directory
   // inside the repository.
   static absl::StatusOr<std::unique_ptr<ModelFiles>> InDirectory(const std::string& root,
-                                                                  const std::string& name);
+                                                                 const std::string& name);
   // Uploaded files: path inside the model directory -> contents. Each path
   // is checked as a relative path of plain components (INVALID_ARGUMENT).
   static absl::StatusOr<std::unique_ptr<ModelFiles>> InMemory(

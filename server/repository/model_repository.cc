@@ -32,8 +32,8 @@ class CollectErrors final : public google::protobuf::io::ErrorCollector {
   void AddError(int line, int column, const std::string& message) override {
     // The parser's message quotes the text it choked on: the client's.
     if (first_.empty()) {
-      first_ = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ",
-                            ClientText(message, 200));
+      first_ =
+          absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", ClientText(message, 200));
     }
   }
   const std::string& first() const { return first_; }
@@ -48,10 +48,10 @@ constexpr int64_t kMaxConfigBytes = int64_t{1} << 20;
 constexpr size_t kMaxQueuedLoads = 16;
 
 // The limits of config.pbtxt's numeric fields (README: model configuration).
-constexpr uint64_t kMaxQueueDelayUs = 10'000'000;          // 10 s
+constexpr uint64_t kMaxQueueDelayUs = 10'000'000;  // 10 s
 constexpr uint64_t kMaxBatchRows = uint64_t{1} << 24;
 constexpr uint64_t kMaxQueueSize = 1'000'000;
-constexpr uint64_t kMaxDefaultTimeoutUs = 3'600'000'000;   // 1 h
+constexpr uint64_t kMaxDefaultTimeoutUs = 3'600'000'000;  // 1 h
 constexpr uint32_t kMaxConcurrentBatches = 64;
 constexpr size_t kMaxModelFilenameLength = 255;
 
@@ -75,8 +75,8 @@ absl::StatusOr<std::string> ReadConfigText(const ModelFiles& files) {
 
 absl::StatusOr<config::ModelConfigFile> ParseModelConfigFile(absl::string_view text) {
   if (static_cast<int64_t>(text.size()) > kMaxConfigBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("config.pbtxt: ", text.size(),
-                                                   " bytes, over the limit of ", kMaxConfigBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.pbtxt: ", text.size(), " bytes, over the limit of ", kMaxConfigBytes));
   }
   config::ModelConfigFile config;
   google::protobuf::TextFormat::Parser parser;
@@ -115,17 +115,17 @@ absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
         " is above priority_levels ", db.priority_levels()));
   }
   if (db.max_concurrent_batches() > kMaxConcurrentBatches) {
-    return OverLimit("max_concurrent_batches", db.max_concurrent_batches(),
-                     kMaxConcurrentBatches);
+    return OverLimit("max_concurrent_batches", db.max_concurrent_batches(), kMaxConcurrentBatches);
   }
   // Every value is now small enough for the types it goes into.
   BatchingOptions o;
   o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(db.max_queue_delay_microseconds()));
   o.max_batch_rows = static_cast<int64_t>(db.max_batch_rows());
   o.max_queue_size = static_cast<int64_t>(db.max_queue_size());
-  o.default_timeout = db.default_timeout_microseconds() == 0
-                          ? absl::InfiniteDuration()
-                          : absl::Microseconds(static_cast<int64_t>(db.default_timeout_microseconds()));
+  o.default_timeout =
+      db.default_timeout_microseconds() == 0
+          ? absl::InfiniteDuration()
+          : absl::Microseconds(static_cast<int64_t>(db.default_timeout_microseconds()));
   o.priority_levels = static_cast<int>(db.priority_levels());
   o.default_priority_level = static_cast<int>(db.default_priority_level());
   o.max_concurrent_batches = std::max<int>(1, static_cast<int>(db.max_concurrent_batches()));
@@ -197,23 +197,23 @@ absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles
     GEMMSERVE_ASSIGN_OR_RETURN(config, ParseModelConfigFile(text));
   }
   if (!config.name().empty() && config.name() != name) {
-    return absl::InvalidArgumentError(absl::StrCat("config.pbtxt: name '", ClientText(config.name()),
-                                                   "' differs from the model directory '", name,
-                                                   "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.pbtxt: name '", ClientText(config.name()),
+                     "' differs from the model directory '", name, "'"));
   }
   config.set_name(name);
   GEMMSERVE_ASSIGN_OR_RETURN(std::optional<BatchingOptions> batching, BatchingFromConfig(config));
   const std::string file =
       config.default_model_filename().empty() ? kDefaultModelFile : config.default_model_filename();
   if (!IsPlainRelativePath(file) || file.size() > kMaxModelFilenameLength) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config.pbtxt: default_model_filename must be a relative path of at most ",
-        kMaxModelFilenameLength, " characters without '.' or '..' components"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.pbtxt: default_model_filename must be a relative path of at most ",
+                     kMaxModelFilenameLength, " characters without '.' or '..' components"));
   }
   std::optional<int64_t> version = files.LatestVersion(file);
   if (!version) {
-    return absl::NotFoundError(absl::StrCat("model '", name, "': no numeric version directory holds ",
-                                            ClientText(file)));
+    return absl::NotFoundError(
+        absl::StrCat("model '", name, "': no numeric version directory holds ", ClientText(file)));
   }
   const std::string version_name = absl::StrCat(*version);
   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
@@ -253,7 +253,8 @@ absl::Status ModelRepository::Load(const std::string& name, const ModelLoadReque
   engine_->MarkLoading(name);  // a model being served keeps serving meanwhile
   absl::Status status;
   try {
-    status = CatchAllocationFailure("loading the model", [&] { return LoadOrThrow(name, request); });
+    status =
+        CatchAllocationFailure("loading the model", [&] { return LoadOrThrow(name, request); });
   } catch (const std::exception& e) {
     GEMMSERVE_LOG(ERROR) << "loading model '" << name << "' failed: " << e.what();
     status = absl::InternalError("loading the model failed; see the server log");
@@ -273,8 +274,8 @@ void ModelRepository::LoadAsync(std::string name, ModelLoadRequest request,
       return;
     }
   }
-  std::move(done)(absl::UnavailableError(absl::StrCat(
-      "too many model loads waiting (", kMaxQueuedLoads, "); retry later")));
+  std::move(done)(absl::UnavailableError(
+      absl::StrCat("too many model loads waiting (", kMaxQueuedLoads, "); retry later")));
 }
 
 absl::Status ModelRepository::Unload(const std::string& name) {

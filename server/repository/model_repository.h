@@ -42,8 +42,8 @@
 namespace gemmserve {
 
 struct ModelLoadRequest {
-  std::optional<std::string> config;          // config.pbtxt text
-  std::map<std::string, std::string> files;   // path inside the model directory -> bytes
+  std::optional<std::string> config;         // config.pbtxt text
+  std::map<std::string, std::string> files;  // path inside the model directory -> bytes
 };
 
 // Parses config.pbtxt text. INVALID_ARGUMENT with the parser's line and column.

@@ -105,8 +105,8 @@ std::vector<float> Iota(int64_t count) {
 
 // The temporary directory as a model directory (the repository is its parent).
 std::unique_ptr<ModelFiles> FilesOf(const TempDir& dir) {
-  auto files = ModelFiles::InDirectory(dir.path().parent_path().string(),
-                                       dir.path().filename().string());
+  auto files =
+      ModelFiles::InDirectory(dir.path().parent_path().string(), dir.path().filename().string());
   EXPECT_TRUE(files.ok()) << files.status();
   return files.ok() ? *std::move(files) : nullptr;
 }
@@ -161,8 +161,8 @@ std::vector<Out> RunModel(const Model& model, const Inputs&... inputs) {
 
 template <typename T>
 std::tuple<std::string, std::string, Shape, std::vector<T>> In(std::string name,
-                                                                std::string datatype, Shape shape,
-                                                                std::vector<T> values) {
+                                                               std::string datatype, Shape shape,
+                                                               std::vector<T> values) {
   return {std::move(name), std::move(datatype), std::move(shape), std::move(values)};
 }
 
@@ -198,8 +198,8 @@ TEST(OnnxModelLoaderTest, GroupedModelTakesNamesAndShapesFromTheGraph) {
   EXPECT_EQ(md.inputs[1].name, "route");
   EXPECT_EQ(md.outputs[0].name, "y");
   EXPECT_EQ(md.outputs[0].shape, (Shape{-1, 2, 5}));
-  EXPECT_THAT((*model)->parameters(), ::testing::Contains(std::make_pair(std::string("groups"),
-                                                                          std::string("4"))));
+  EXPECT_THAT((*model)->parameters(),
+              ::testing::Contains(std::make_pair(std::string("groups"), std::string("4"))));
 }
 
 // Weights and bias in one external file, each at its own non-zero offset
@@ -245,7 +245,7 @@ TEST(OnnxModelLoaderTest, ExternalDataAtNonZeroOffsetsServesThoseBytes) {
   const std::vector<float> x = {1, 2, 3, -1, 0.5f, 2};
   const std::vector<int64_t> idx = {1, 0, 0, 1};
   const std::vector<float> y = RunModel<float>(**model, In<float>("x", "FP32", {2, k}, x),
-                                          In<int64_t>("route", "INT64", {2, s}, idx));
+                                               In<int64_t>("route", "INT64", {2, s}, idx));
   EXPECT_EQ(y, GroupedReference(x, w, idx, k, n, s, &bias));
 }
 
@@ -338,17 +338,24 @@ TEST(OnnxModelLoaderTest, EveryModelFileErrorIsNamed) {
     const char* message;
   };
   const std::vector<Case> cases = {
-      {"two nodes", [](onnx::ModelProto* m) { *m->mutable_graph()->add_node() = m->graph().node(0); },
+      {"two nodes",
+       [](onnx::ModelProto* m) { *m->mutable_graph()->add_node() = m->graph().node(0); },
        "the graph has 2 nodes"},
-      {"unknown op", [](onnx::ModelProto* m) { m->mutable_graph()->mutable_node(0)->set_op_type("Gemm"); },
+      {"unknown op",
+       [](onnx::ModelProto* m) { m->mutable_graph()->mutable_node(0)->set_op_type("Gemm"); },
        "unknown op 'Gemm'"},
       {"wrong initializer shape",
        [](onnx::ModelProto* m) { m->mutable_graph()->mutable_initializer(0)->set_dims(2, 5); },
        "initializer 'experts': shape [2,3,5] of FP32 needs 120 bytes, the file holds 96"},
       {"weights K differs from input K",
        [](onnx::ModelProto* m) {
-         m->mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()
-             ->mutable_shape()->mutable_dim(1)->set_dim_value(7);
+         m->mutable_graph()
+             ->mutable_input(0)
+             ->mutable_type()
+             ->mutable_tensor_type()
+             ->mutable_shape()
+             ->mutable_dim(1)
+             ->set_dim_value(7);
        },
        "expected [M, K] with K=3"},
       {"weights not an initializer",
@@ -516,7 +523,8 @@ TEST(ModelConfigFileTest, EveryNumericFieldIsRangeChecked) {
                            "dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
                            "dynamic_batching { default_priority_level: 1 }"}) {
     auto config = ParseModelConfigFile(text);
-    const absl::Status status = config.ok() ? BatchingFromConfig(*config).status() : config.status();
+    const absl::Status status =
+        config.ok() ? BatchingFromConfig(*config).status() : config.status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << text;
   }
   EXPECT_EQ(ParseModelConfigFile(std::string((1 << 20) + 1, ' ')).status().code(),
@@ -578,11 +586,10 @@ TEST(ModelRepositoryTest, NamesFollowOneRuleEverywhere) {
   upload.config = "";
   upload.files["1/model.onnx"] = bytes;
   for (const std::string& bad :
-       {std::string("with\0nul", 8), std::string("ctrl\x01"), std::string("a/b"),
-        std::string(".."), std::string(".hidden"), std::string(129, 'x'), std::string("_unknown"),
-        std::string("")}) {
-    for (absl::Status s : {repo.Load(bad, upload), repo.Unload(bad),
-                           engine.FindModel(bad, "").status()}) {
+       {std::string("with\0nul", 8), std::string("ctrl\x01"), std::string("a/b"), std::string(".."),
+        std::string(".hidden"), std::string(129, 'x'), std::string("_unknown"), std::string("")}) {
+    for (absl::Status s :
+         {repo.Load(bad, upload), repo.Unload(bad), engine.FindModel(bad, "").status()}) {
       EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << ClientText(bad) << ": " << s;
       EXPECT_EQ(std::string(s.message()).find_first_of(std::string("\0\x01", 2)),
                 std::string::npos);

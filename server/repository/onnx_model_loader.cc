@@ -56,8 +56,7 @@ class Context {
   std::string model_, file_;
 };
 
-absl::StatusOr<onnx::ModelProto> ReadModelProto(const ModelFiles& files,
-                                                const std::string& version,
+absl::StatusOr<onnx::ModelProto> ReadModelProto(const ModelFiles& files, const std::string& version,
                                                 const std::string& filename, const Context& ctx) {
   absl::StatusOr<std::unique_ptr<ModelFile>> file = files.Open(version, filename);
   if (!file.ok()) {
@@ -65,7 +64,8 @@ absl::StatusOr<onnx::ModelProto> ReadModelProto(const ModelFiles& files,
                         absl::StrCat("model '", ctx.model(), "': ", file.status().message()));
   }
   onnx::ModelProto model;
-  if (!(*file)->ParseInto(&model)) return ctx.Invalid("not a valid ONNX model (protobuf parse failed)");
+  if (!(*file)->ParseInto(&model))
+    return ctx.Invalid("not a valid ONNX model (protobuf parse failed)");
   return model;
 }
 
@@ -76,7 +76,8 @@ absl::StatusOr<Tensor> ReadInitializer(const onnx::TensorProto& proto, const Mod
                                        const std::string& version, const Context& ctx) {
   const std::string name = ClientText(proto.name());
   absl::StatusOr<DataType> type = FromOnnxType(proto.data_type());
-  if (!type.ok()) return ctx.Invalid(absl::StrCat("initializer '", name, "': ", type.status().message()));
+  if (!type.ok())
+    return ctx.Invalid(absl::StrCat("initializer '", name, "': ", type.status().message()));
   Shape shape(proto.dims().begin(), proto.dims().end());
   const absl::StatusOr<int64_t> elements = ElementCount(shape);
   const absl::StatusOr<int64_t> byte_size = ByteSize(shape, *type);
@@ -198,8 +199,8 @@ absl::StatusOr<TensorSpec> GraphInputSpec(const onnx::ValueInfoProto& info, cons
   }
   for (const auto& dim : tt.shape().dim()) {
     if (dim.has_dim_value() && dim.dim_value() < 0) {
-      return ctx.Invalid(absl::StrCat("graph input '", name, "' has a negative dimension ",
-                                      dim.dim_value()));
+      return ctx.Invalid(
+          absl::StrCat("graph input '", name, "' has a negative dimension ", dim.dim_value()));
     }
     spec.shape.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
   }
@@ -213,8 +214,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_na
                                                      const ModelFiles& files,
                                                      const std::string& filename) {
   const Context ctx(model_name, absl::StrCat(version, "/", ClientText(filename)));
-  GEMMSERVE_ASSIGN_OR_RETURN(onnx::ModelProto proto,
-                             ReadModelProto(files, version, filename, ctx));
+  GEMMSERVE_ASSIGN_OR_RETURN(onnx::ModelProto proto, ReadModelProto(files, version, filename, ctx));
   const onnx::GraphProto& graph = proto.graph();
   if (graph.node_size() != 1) {
     return ctx.Invalid(absl::StrCat("the graph has ", graph.node_size(),
@@ -264,7 +264,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_na
     }
     return GraphInputSpec(*it->second, ctx);
   };
-  auto wrap = [&](absl::StatusOr<std::unique_ptr<Model>> m) -> absl::StatusOr<std::unique_ptr<Model>> {
+  auto wrap =
+      [&](absl::StatusOr<std::unique_ptr<Model>> m) -> absl::StatusOr<std::unique_ptr<Model>> {
     if (!m.ok()) return ctx.Invalid(m.status().message());
     return m;
   };

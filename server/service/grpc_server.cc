@@ -22,14 +22,14 @@ constexpr char kInferenceServiceName[] = "inference.GRPCInferenceService";
 absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(ServerOptions options) {
   const GrpcOptions& g = options.grpc;
   if (g.port < 0 || g.port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--grpc_port ", g.port,
-                                                   " is not a port number"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--grpc_port ", g.port, " is not a port number"));
   }
   // gRPC takes the limits as int; protobuf cannot carry 2 GiB anyway.
   const int64_t max_message_bytes = options.serving.engine.max_message_bytes;
   if (max_message_bytes <= 0 || max_message_bytes > std::numeric_limits<int>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_message_bytes must be in [1, ", std::numeric_limits<int>::max(), "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_message_bytes must be in [1, ", std::numeric_limits<int>::max(), "]"));
   }
   for (int64_t ms : {g.keepalive_time_ms, g.keepalive_timeout_ms, g.max_connection_idle_ms,
                      g.max_connection_age_ms, g.max_connection_age_grace_ms}) {

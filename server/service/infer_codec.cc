@@ -13,7 +13,6 @@ namespace {
 void EncodeInto(const InferResult& result, const std::string& id,
                 inference::ModelInferResponse* response);
 
-
 struct TypedField {
   ContentsKind kind;
   const void* data;
@@ -50,8 +49,7 @@ absl::Status UnsignedParameter(const inference::ModelInferRequest& request, cons
     *out = p.uint64_param();
     return absl::OkStatus();
   }
-  if (p.parameter_choice_case() == inference::InferParameter::kInt64Param &&
-      p.int64_param() >= 0) {
+  if (p.parameter_choice_case() == inference::InferParameter::kInt64Param && p.int64_param() >= 0) {
     *out = static_cast<uint64_t>(p.int64_param());
     return absl::OkStatus();
   }
@@ -68,9 +66,9 @@ absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferReques
   if (absl::Status s = UnsignedParameter(request, "timeout", &view.timeout_us); !s.ok()) return s;
   const int raw_count = request.raw_input_contents_size();
   if (raw_count > 0 && raw_count != request.inputs_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the request has ", request.inputs_size(), " inputs but ", raw_count,
-        " raw_input_contents entries; they must pair one to one"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request has ", request.inputs_size(), " inputs but ", raw_count,
+                     " raw_input_contents entries; they must pair one to one"));
   }
   view.inputs.reserve(request.inputs_size());
   for (int i = 0; i < request.inputs_size(); ++i) {
@@ -94,8 +92,8 @@ absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferReques
       view.message_bytes += tensor.count;
     } else if (typed.size() > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "input '", ClientText(input.name()), "' sets both ", ContentsKindName(typed[0].kind), " and ",
-          ContentsKindName(typed[1].kind), "; use the one field of its datatype"));
+          "input '", ClientText(input.name()), "' sets both ", ContentsKindName(typed[0].kind),
+          " and ", ContentsKindName(typed[1].kind), "; use the one field of its datatype"));
     } else if (typed.size() == 1) {
       tensor.contents = typed[0].kind;
       tensor.data = typed[0].data;

@@ -100,9 +100,8 @@ TEST(DecodeInferRequestTest, E3RawAndTypedContentsMixed) {
   AddInput(&request, "B", "FP32", {1})->mutable_contents()->add_fp32_contents(1.0f);
   request.add_raw_input_contents(std::string(4, '\0'));
   request.add_raw_input_contents(std::string(4, '\0'));
-  EXPECT_THAT(DecodeError(request),
-              AllOf(HasSubstr("input 'B'"), HasSubstr("fp32_contents"),
-                    HasSubstr("raw_input_contents")));
+  EXPECT_THAT(DecodeError(request), AllOf(HasSubstr("input 'B'"), HasSubstr("fp32_contents"),
+                                          HasSubstr("raw_input_contents")));
 }
 
 TEST(DecodeInferRequestTest, EmptyContentsMessageBesideRawIsNotMixing) {
@@ -119,8 +118,8 @@ TEST(DecodeInferRequestTest, TwoTypedFieldsInOneInput) {
   auto* contents = AddInput(&request, "A", "FP32", {1})->mutable_contents();
   contents->add_int_contents(1);
   contents->add_fp32_contents(1.0f);
-  EXPECT_THAT(DecodeError(request), AllOf(HasSubstr("input 'A'"), HasSubstr("int_contents"),
-                                          HasSubstr("fp32_contents")));
+  EXPECT_THAT(DecodeError(request),
+              AllOf(HasSubstr("input 'A'"), HasSubstr("int_contents"), HasSubstr("fp32_contents")));
 }
 
 TEST(DecodeInferRequestTest, TypedKindsMapToTheirContentsKind) {
@@ -182,9 +181,8 @@ TEST(DecodeInferRequestTest, RequestedOutputsKeepTheirOrder) {
 
 TEST(DecodeInferRequestTest, HostileNamesAreEscapedInMessages) {
   inference::ModelInferRequest request;
-  auto* contents =
-      AddInput(&request, std::string("\x01\n") + std::string(300, 'q'), "FP32", {1})
-          ->mutable_contents();
+  auto* contents = AddInput(&request, std::string("\x01\n") + std::string(300, 'q'), "FP32", {1})
+                       ->mutable_contents();
   contents->add_int_contents(1);
   contents->add_fp32_contents(1.0f);
   const std::string message = DecodeError(request);
@@ -220,11 +218,13 @@ TEST(EncodeInferResponseTest, WritesOutputsAsRawContentsInOrder) {
   EXPECT_EQ(response.outputs(0).name(), "Y");
   EXPECT_EQ(response.outputs(0).datatype(), "FP32");
   EXPECT_THAT(response.outputs(0).shape(), ElementsAre(2, 2));
-  EXPECT_EQ(response.raw_output_contents(0), std::string(reinterpret_cast<const char*>(yv), sizeof yv));
+  EXPECT_EQ(response.raw_output_contents(0),
+            std::string(reinterpret_cast<const char*>(yv), sizeof yv));
   EXPECT_EQ(response.outputs(1).name(), "Z");
   EXPECT_EQ(response.outputs(1).datatype(), "BF16");
   EXPECT_THAT(response.outputs(1).shape(), ElementsAre(3));
-  EXPECT_EQ(response.raw_output_contents(1), std::string(reinterpret_cast<const char*>(zv), sizeof zv));
+  EXPECT_EQ(response.raw_output_contents(1),
+            std::string(reinterpret_cast<const char*>(zv), sizeof zv));
   EXPECT_EQ(response.outputs(2).datatype(), "INT64");
   EXPECT_THAT(response.outputs(2).shape(), ElementsAre(0, 5));
   EXPECT_TRUE(response.raw_output_contents(2).empty());

@@ -37,10 +37,10 @@ std::optional<absl::string_view> Authorization(const grpc::CallbackServerContext
 }  // namespace
 
 // Every RPC but the health ones starts with this.
-#define GEMMSERVE_AUTHENTICATE(context)                                                   \
-  do {                                                                                    \
+#define GEMMSERVE_AUTHENTICATE(context)                                                    \
+  do {                                                                                     \
     if (absl::Status auth = serving_->Authenticate(Authorization(*(context))); !auth.ok()) \
-      return FinishNow((context), ToGrpcStatus(auth));                                    \
+      return FinishNow((context), ToGrpcStatus(auth));                                     \
   } while (false)
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
@@ -101,8 +101,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   // gRPC owns `request` and `response` until Finish, so a worker may read the
   // one and fill the other.
   serving_->Infer(std::move(call), [reactor, request, response](absl::StatusOr<InferResult> r) {
-    const absl::Status status = r.ok() ? EncodeInferResponse(*r, request->id(), response)
-                                       : r.status();
+    const absl::Status status =
+        r.ok() ? EncodeInferResponse(*r, request->id(), response) : r.status();
     reactor->Finish(ToGrpcStatus(status));
     return status;
   });
@@ -154,26 +154,27 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
   for (const auto& [key, param] : request->parameters()) {
     if (key == "config") {
       if (param.parameter_choice_case() != inference::ModelRepositoryParameter::kStringParam) {
-        return FinishNow(context, ToGrpcStatus(absl::InvalidArgumentError(
-                                      "parameter 'config': expected a string (config.pbtxt text)")));
+        return FinishNow(context,
+                         ToGrpcStatus(absl::InvalidArgumentError(
+                             "parameter 'config': expected a string (config.pbtxt text)")));
       }
       load.config = param.string_param();
     } else if (absl::StartsWith(key, "file:")) {
       if (param.parameter_choice_case() != inference::ModelRepositoryParameter::kBytesParam) {
-        return FinishNow(context, ToGrpcStatus(absl::InvalidArgumentError(
-                                      "'file:' parameters must carry bytes")));
+        return FinishNow(
+            context,
+            ToGrpcStatus(absl::InvalidArgumentError("'file:' parameters must carry bytes")));
       }
       load.files[key.substr(5)] = param.bytes_param();
     } else {
-      return FinishNow(context, ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-                                    "unknown load parameter '", ClientText(key),
-                                    "'; expected 'config' or 'file:<path>'"))));
+      return FinishNow(context, ToGrpcStatus(absl::InvalidArgumentError(
+                                    absl::StrCat("unknown load parameter '", ClientText(key),
+                                                 "'; expected 'config' or 'file:<path>'"))));
     }
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  serving_->repository().LoadAsync(request->model_name(), std::move(load), [reactor](absl::Status s) {
-    reactor->Finish(ToGrpcStatus(s));
-  });
+  serving_->repository().LoadAsync(request->model_name(), std::move(load),
+                                   [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
   return reactor;
 }
 

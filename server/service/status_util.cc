@@ -17,8 +17,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
     case absl::StatusCode::kDataLoss:
       GEMMSERVE_LOG(ERROR) << "request failed: " << status;
       return grpc::Status(grpc::StatusCode::INTERNAL, "internal error; see the server log");
-    default:
-      break;
+    default: break;
   }
   std::string message(status.message().substr(0, kMaxMessageBytes));
   // absl and gRPC share the canonical code numbering.

@@ -17,7 +17,8 @@ namespace {
 
 absl::Status Validate(const ServingOptions& o) {
   const EngineOptions& e = o.engine;
-  if (e.compute_threads < 0) return absl::InvalidArgumentError("--compute_threads must not be negative");
+  if (e.compute_threads < 0)
+    return absl::InvalidArgumentError("--compute_threads must not be negative");
   if (e.max_output_bytes < 0) {
     return absl::InvalidArgumentError("--max_output_bytes must not be negative");
   }
@@ -28,8 +29,8 @@ absl::Status Validate(const ServingOptions& o) {
     return absl::InvalidArgumentError("--max_inflight_bytes must be positive");
   }
   if (o.metrics_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--metrics_port ", o.metrics_port,
-                                                   " is not a port number"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_port ", o.metrics_port, " is not a port number"));
   }
   return absl::OkStatus();
 }
@@ -81,10 +82,9 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(ServingOptions options) 
   options.metrics.version = kServerVersion;
   GEMMSERVE_ASSIGN_OR_RETURN(
       s->metrics_,
-      Metrics::Start(options.metrics_port < 0
-                         ? ""
-                         : absl::StrCat(s->metrics_host_, ":", options.metrics_port),
-                     options.metrics));
+      Metrics::Start(
+          options.metrics_port < 0 ? "" : absl::StrCat(s->metrics_host_, ":", options.metrics_port),
+          options.metrics));
   if (!options.auth_token_file.empty()) {
     GEMMSERVE_ASSIGN_OR_RETURN(s->auth_, TokenAuthenticator::FromFile(options.auth_token_file));
   }

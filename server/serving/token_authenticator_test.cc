@@ -38,8 +38,7 @@ TEST(TokenAuthenticatorTest, BearerTokensFromAFile) {
   EXPECT_EQ((*auth)->Check("Basic beta-2").code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ((*auth)->Check(std::nullopt).code(), absl::StatusCode::kUnauthenticated);
   std::remove(path.c_str());
-  EXPECT_EQ(TokenAuthenticator::FromFile(path).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TokenAuthenticator::FromFile(path).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

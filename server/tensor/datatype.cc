@@ -41,17 +41,15 @@ bool IsFloatingPoint(DataType t) {
          t == DataType::kFP64;
 }
 
-bool IsHalfPrecision(DataType t) {
-  return t == DataType::kBF16 || t == DataType::kFP16;
-}
+bool IsHalfPrecision(DataType t) { return t == DataType::kBF16 || t == DataType::kFP16; }
 
 absl::StatusOr<DataType> ParseDataType(absl::string_view name) {
   for (DataType t : kAllDataTypes) {
     if (DataTypeName(t) == name) return t;
   }
   // Valid in the KServe v2 protocol, but not computed by gemmserve.
-  static constexpr absl::string_view kOtherKServeTypes[] = {
-      "BOOL", "UINT8", "UINT16", "INT8", "INT16", "BYTES"};
+  static constexpr absl::string_view kOtherKServeTypes[] = {"BOOL", "UINT8", "UINT16",
+                                                            "INT8", "INT16", "BYTES"};
   for (absl::string_view other : kOtherKServeTypes) {
     if (other == name) {
       return absl::InvalidArgumentError(
@@ -59,9 +57,9 @@ absl::StatusOr<DataType> ParseDataType(absl::string_view name) {
     }
   }
   // Do not echo arbitrary client bytes at length.
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown datatype \"", ClientText(name, 16), "\"",
-      "; expected one of BF16, FP16, FP32, FP64, INT32, INT64, UINT32, UINT64"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown datatype \"", ClientText(name, 16), "\"",
+                   "; expected one of BF16, FP16, FP32, FP64, INT32, INT64, UINT32, UINT64"));
 }
 
 }  // namespace gemmserve

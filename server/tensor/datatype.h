@@ -50,12 +50,30 @@ absl::StatusOr<DataType> ParseDataType(absl::string_view name);
 // the half types are stored as uint16_t bits and have no mapping).
 template <typename T>
 struct DataTypeOf;
-template <> struct DataTypeOf<float> { static constexpr DataType value = DataType::kFP32; };
-template <> struct DataTypeOf<double> { static constexpr DataType value = DataType::kFP64; };
-template <> struct DataTypeOf<int32_t> { static constexpr DataType value = DataType::kINT32; };
-template <> struct DataTypeOf<int64_t> { static constexpr DataType value = DataType::kINT64; };
-template <> struct DataTypeOf<uint32_t> { static constexpr DataType value = DataType::kUINT32; };
-template <> struct DataTypeOf<uint64_t> { static constexpr DataType value = DataType::kUINT64; };
+template <>
+struct DataTypeOf<float> {
+  static constexpr DataType value = DataType::kFP32;
+};
+template <>
+struct DataTypeOf<double> {
+  static constexpr DataType value = DataType::kFP64;
+};
+template <>
+struct DataTypeOf<int32_t> {
+  static constexpr DataType value = DataType::kINT32;
+};
+template <>
+struct DataTypeOf<int64_t> {
+  static constexpr DataType value = DataType::kINT64;
+};
+template <>
+struct DataTypeOf<uint32_t> {
+  static constexpr DataType value = DataType::kUINT32;
+};
+template <>
+struct DataTypeOf<uint64_t> {
+  static constexpr DataType value = DataType::kUINT64;
+};
 
 }  // namespace gemmserve
 

@@ -25,9 +25,9 @@ struct TypeFacts {
 };
 
 constexpr TypeFacts kFacts[] = {
-    {DataType::kBF16, "BF16", 2, true, true},      {DataType::kFP16, "FP16", 2, true, true},
-    {DataType::kFP32, "FP32", 4, true, false},     {DataType::kFP64, "FP64", 8, true, false},
-    {DataType::kINT32, "INT32", 4, false, false},  {DataType::kINT64, "INT64", 8, false, false},
+    {DataType::kBF16, "BF16", 2, true, true},       {DataType::kFP16, "FP16", 2, true, true},
+    {DataType::kFP32, "FP32", 4, true, false},      {DataType::kFP64, "FP64", 8, true, false},
+    {DataType::kINT32, "INT32", 4, false, false},   {DataType::kINT64, "INT64", 8, false, false},
     {DataType::kUINT32, "UINT32", 4, false, false}, {DataType::kUINT64, "UINT64", 8, false, false},
 };
 
@@ -65,9 +65,9 @@ TEST(ParseDataTypeTest, KServeTypesGemmserveDoesNotComputeAreUnsupported) {
   for (absl::string_view name : {"BOOL", "UINT8", "UINT16", "INT8", "INT16", "BYTES"}) {
     absl::StatusOr<DataType> t = ParseDataType(name);
     ASSERT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << name;
-    EXPECT_THAT(std::string(t.status().message()),
-                AllOf(HasSubstr(std::string(name)), HasSubstr("not supported"),
-                      Not(HasSubstr("unknown"))))
+    EXPECT_THAT(
+        std::string(t.status().message()),
+        AllOf(HasSubstr(std::string(name)), HasSubstr("not supported"), Not(HasSubstr("unknown"))))
         << name;
   }
 }

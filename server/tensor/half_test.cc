@@ -161,9 +161,9 @@ TEST(HalfTest, InfinityIsKeptAndOverflowBecomesInfinity) {
   EXPECT_EQ(FloatToHalf(-kInf), 0xfc00);
   EXPECT_EQ(HalfToFloat(0x7c00), kInf);
   EXPECT_EQ(HalfToFloat(0xfc00), -kInf);
-  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);            // largest finite stays
-  EXPECT_EQ(FloatToHalf(65519.996f), 0x7bff);          // just under the midpoint
-  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);            // midpoint: ties to even = inf
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);    // largest finite stays
+  EXPECT_EQ(FloatToHalf(65519.996f), 0x7bff);  // just under the midpoint
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);    // midpoint: ties to even = inf
   EXPECT_EQ(FloatToHalf(-65520.0f), 0xfc00);
   EXPECT_EQ(FloatToHalf(65536.0f), 0x7c00);
   EXPECT_EQ(FloatToHalf(1e10f), 0x7c00);
@@ -188,10 +188,10 @@ TEST(HalfTest, NaNStaysNaN) {
 
 TEST(HalfTest, RoundsToNearestTiesToEven) {
   const float one = 1.0f;
-  const float ulp = std::ldexp(1.0f, -10);  // FP16 spacing in [1, 2)
-  EXPECT_EQ(FloatToHalf(one + ulp / 2), 0x3c00);                   // tie, 0x3c00 even: down
-  EXPECT_EQ(FloatToHalf(one + 3 * ulp / 2), 0x3c02);               // tie, 0x3c01 odd: up
-  EXPECT_EQ(FloatToHalf(one + 5 * ulp / 2), 0x3c02);               // tie, 0x3c02 even: down
+  const float ulp = std::ldexp(1.0f, -10);                              // FP16 spacing in [1, 2)
+  EXPECT_EQ(FloatToHalf(one + ulp / 2), 0x3c00);                        // tie, 0x3c00 even: down
+  EXPECT_EQ(FloatToHalf(one + 3 * ulp / 2), 0x3c02);                    // tie, 0x3c01 odd: up
+  EXPECT_EQ(FloatToHalf(one + 5 * ulp / 2), 0x3c02);                    // tie, 0x3c02 even: down
   EXPECT_EQ(FloatToHalf(std::nextafter(one + ulp / 2, 2.0f)), 0x3c01);  // above the tie
   EXPECT_EQ(FloatToHalf(std::nextafter(one + 3 * ulp / 2, 0.0f)), 0x3c01);  // below
   EXPECT_EQ(FloatToHalf(-(one + ulp / 2)), 0xbc00);
@@ -212,8 +212,8 @@ TEST(HalfTest, SubnormalsAreExactAndRoundTiesToEven) {
   EXPECT_EQ(FloatToHalf(tiny / 2), 0x0000);     // tie between 0 and 1: even 0
   EXPECT_EQ(FloatToHalf(std::nextafter(tiny / 2, 1.0f)), 0x0001);
   EXPECT_EQ(FloatToHalf(std::nextafter(tiny / 2, 0.0f)), 0x0000);
-  EXPECT_EQ(FloatToHalf(1.5f * tiny), 0x0002);  // tie between 1 and 2: even 2
-  EXPECT_EQ(FloatToHalf(2.5f * tiny), 0x0002);  // tie between 2 and 3: even 2
+  EXPECT_EQ(FloatToHalf(1.5f * tiny), 0x0002);     // tie between 1 and 2: even 2
+  EXPECT_EQ(FloatToHalf(2.5f * tiny), 0x0002);     // tie between 2 and 3: even 2
   EXPECT_EQ(FloatToHalf(1023.5f * tiny), 0x0400);  // tie between 0x3ff and 0x400: even
   EXPECT_EQ(FloatToHalf(1022.5f * tiny), 0x03fe);
   for (uint32_t m = 1; m < 1024; ++m) {
@@ -225,9 +225,10 @@ TEST(HalfTest, FloatToHalfMatchesBruteForceNearest) {
   // The brute-force search is slow; it checks the fast table on a sample
   // that includes the edges, and the table then checks many random floats.
   NearestHalfTable table;
-  std::vector<float> edges = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.0f, 65520.0f, 65535.0f,
-                              65536.0f, 1e-8f, 2.9802322e-08f, 5.9604645e-08f, 6.1035156e-05f,
-                              6.1e-05f, 3.14159265f, -2.71828f, 1e30f};
+  std::vector<float> edges = {0.0f,     -0.0f,          1.0f,           65504.0f,
+                              65519.0f, 65520.0f,       65535.0f,       65536.0f,
+                              1e-8f,    2.9802322e-08f, 5.9604645e-08f, 6.1035156e-05f,
+                              6.1e-05f, 3.14159265f,    -2.71828f,      1e30f};
   std::mt19937 rng(1234);
   std::uniform_int_distribution<uint32_t> bits_in_range(0x33000000u, 0x47800000u);
   for (int i = 0; i < 300; ++i) {
@@ -298,8 +299,8 @@ TEST(BFloat16Test, RoundsToNearestTiesToEven) {
   EXPECT_EQ(FloatToBFloat16(std::nextafter(1.0f + ulp / 2, 2.0f)), 0x3f81);
   EXPECT_EQ(FloatToBFloat16(std::nextafter(1.0f + 3 * ulp / 2, 0.0f)), 0x3f81);
   EXPECT_EQ(FloatToBFloat16(-(1.0f + ulp / 2)), 0xbf80);
-  EXPECT_EQ(FloatToBFloat16(257.0f), 0x4380);  // 256 | 258: tie to 256
-  EXPECT_EQ(FloatToBFloat16(259.0f), 0x4382);  // 258 | 260: tie to 260
+  EXPECT_EQ(FloatToBFloat16(257.0f), 0x4380);                       // 256 | 258: tie to 256
+  EXPECT_EQ(FloatToBFloat16(259.0f), 0x4382);                       // 258 | 260: tie to 260
   EXPECT_EQ(FloatToBFloat16(2.0f - std::ldexp(1.0f, -9)), 0x4000);  // carry into exponent
 }
 
@@ -316,7 +317,8 @@ TEST(BFloat16Test, InfinitySignedZeroAndOverflow) {
 }
 
 TEST(BFloat16Test, SubnormalsRoundLikeNormals) {
-  EXPECT_EQ(FloatToBFloat16(std::numeric_limits<float>::denorm_min()), 0x0000);  // below half a unit
+  EXPECT_EQ(FloatToBFloat16(std::numeric_limits<float>::denorm_min()),
+            0x0000);                                             // below half a unit
   EXPECT_EQ(FloatToBFloat16(BitsToFloat(0x00008000u)), 0x0000);  // tie, even down
   EXPECT_EQ(FloatToBFloat16(BitsToFloat(0x00018000u)), 0x0002);  // tie, odd up
   EXPECT_EQ(FloatToBFloat16(BitsToFloat(0x00008001u)), 0x0001);

@@ -13,8 +13,7 @@ namespace gemmserve {
 absl::StatusOr<int64_t> CheckedMul(int64_t a, int64_t b) {
   int64_t out;
   if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &out)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("size ", a, " x ", b, " overflows int64"));
+    return absl::InvalidArgumentError(absl::StrCat("size ", a, " x ", b, " overflows int64"));
   }
   return out;
 }
@@ -22,8 +21,7 @@ absl::StatusOr<int64_t> CheckedMul(int64_t a, int64_t b) {
 absl::StatusOr<int64_t> CheckedAdd(int64_t a, int64_t b) {
   int64_t out;
   if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &out)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("size ", a, " + ", b, " overflows int64"));
+    return absl::InvalidArgumentError(absl::StrCat("size ", a, " + ", b, " overflows int64"));
   }
   return out;
 }
@@ -46,8 +44,8 @@ int64_t SaturatingBytes(int64_t elements, DataType t) {
 
 absl::StatusOr<int64_t> ElementCount(absl::Span<const int64_t> shape) {
   if (static_cast<int64_t>(shape.size()) > kMaxRank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", shape.size(), " exceeds the maximum rank ", kMaxRank));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", shape.size(), " exceeds the maximum rank ", kMaxRank));
   }
   int64_t count = 1;
   bool zero = false;
@@ -63,8 +61,8 @@ absl::StatusOr<int64_t> ElementCount(absl::Span<const int64_t> shape) {
   for (int64_t d : shape) {
     if (d == 0) continue;
     if (__builtin_mul_overflow(count, d, &count)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "element count of shape ", ShapeToString(shape), " overflows int64"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("element count of shape ", ShapeToString(shape), " overflows int64"));
     }
   }
   return zero ? 0 : count;
@@ -74,8 +72,8 @@ absl::StatusOr<int64_t> ByteSize(absl::Span<const int64_t> shape, DataType t) {
   GEMMSERVE_ASSIGN_OR_RETURN(int64_t count, ElementCount(shape));
   int64_t bytes;
   if (__builtin_mul_overflow(count, DataTypeSize(t), &bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "byte size of shape ", ShapeToString(shape), " overflows int64"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("byte size of shape ", ShapeToString(shape), " overflows int64"));
   }
   return bytes;
 }
@@ -83,12 +81,11 @@ absl::StatusOr<int64_t> ByteSize(absl::Span<const int64_t> shape, DataType t) {
 std::string ShapeToString(absl::Span<const int64_t> shape) {
   constexpr size_t kShown = 8;
   if (shape.size() <= kShown) return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-  return absl::StrCat("[", absl::StrJoin(shape.subspan(0, kShown), ","), ",... (",
-                      shape.size(), " dims)]");
+  return absl::StrCat("[", absl::StrJoin(shape.subspan(0, kShown), ","), ",... (", shape.size(),
+                      " dims)]");
 }
 
-absl::StatusOr<Shape> BroadcastShapes(absl::Span<const int64_t> a,
-                                      absl::Span<const int64_t> b) {
+absl::StatusOr<Shape> BroadcastShapes(absl::Span<const int64_t> a, absl::Span<const int64_t> b) {
   const size_t rank = std::max(a.size(), b.size());
   Shape out(rank);
   for (size_t i = 0; i < rank; ++i) {
@@ -100,9 +97,8 @@ absl::StatusOr<Shape> BroadcastShapes(absl::Span<const int64_t> a,
     } else if (da == 1) {
       out[i] = db;
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("batch dimensions ", ShapeToString(a), " and ",
-                       ShapeToString(b), " do not broadcast"));
+      return absl::InvalidArgumentError(absl::StrCat("batch dimensions ", ShapeToString(a), " and ",
+                                                     ShapeToString(b), " do not broadcast"));
     }
   }
   return out;

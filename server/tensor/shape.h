@@ -47,8 +47,7 @@ std::string ShapeToString(absl::Span<const int64_t> shape);
 
 // numpy broadcasting of two shapes (right-aligned, 1 stretches). Returns
 // INVALID_ARGUMENT naming both shapes when they do not broadcast.
-absl::StatusOr<Shape> BroadcastShapes(absl::Span<const int64_t> a,
-                                      absl::Span<const int64_t> b);
+absl::StatusOr<Shape> BroadcastShapes(absl::Span<const int64_t> a, absl::Span<const int64_t> b);
 
 }  // namespace gemmserve
 

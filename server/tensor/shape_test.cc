@@ -35,12 +35,12 @@ TEST(CheckedMulTest, MultipliesNonNegativeOperands) {
 }
 
 TEST(CheckedMulTest, RejectsOverflow) {
-  for (auto [a, b] : std::vector<std::pair<int64_t, int64_t>>{
-           {int64_t{1} << 32, int64_t{1} << 31},
-           {int64_t{3037000500}, int64_t{3037000500}},
-           {kInt64Max, 2},
-           {2, kInt64Max},
-           {kInt64Max, kInt64Max}}) {
+  for (auto [a, b] :
+       std::vector<std::pair<int64_t, int64_t>>{{int64_t{1} << 32, int64_t{1} << 31},
+                                                {int64_t{3037000500}, int64_t{3037000500}},
+                                                {kInt64Max, 2},
+                                                {2, kInt64Max},
+                                                {kInt64Max, kInt64Max}}) {
     absl::StatusOr<int64_t> r = CheckedMul(a, b);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << a << " x " << b;
     EXPECT_THAT(std::string(r.status().message()), HasSubstr("overflows int64"));
@@ -48,9 +48,15 @@ TEST(CheckedMulTest, RejectsOverflow) {
 }
 
 TEST(CheckedMulTest, RejectsNegativeOperands) {
-  for (auto [a, b] : std::vector<std::pair<int64_t, int64_t>>{
-           {-1, 1}, {1, -1}, {-1, -1}, {-1, 0}, {0, -1}, {kInt64Min, 1}, {1, kInt64Min},
-           {kInt64Min, 0}, {kInt64Min, -1}}) {
+  for (auto [a, b] : std::vector<std::pair<int64_t, int64_t>>{{-1, 1},
+                                                              {1, -1},
+                                                              {-1, -1},
+                                                              {-1, 0},
+                                                              {0, -1},
+                                                              {kInt64Min, 1},
+                                                              {1, kInt64Min},
+                                                              {kInt64Min, 0},
+                                                              {kInt64Min, -1}}) {
     EXPECT_EQ(CheckedMul(a, b).status().code(), absl::StatusCode::kInvalidArgument)
         << a << " x " << b;
   }
@@ -101,7 +107,7 @@ TEST(ElementCountTest, OverflowIsRejected) {
                           {kInt64Max, 2},
                           {int64_t{3037000500}, int64_t{3037000500}},
                           {1 << 16, 1 << 16, 1 << 16, 1 << 16},
-                          Shape(64, 2)  /* rank check first: also an error */}) {
+                          Shape(64, 2) /* rank check first: also an error */}) {
     EXPECT_EQ(ElementCount(shape).status().code(), absl::StatusCode::kInvalidArgument)
         << ShapeToString(shape);
   }
@@ -127,8 +133,8 @@ TEST(ElementCountTest, NegativeDimensionWinsOverAZero) {
 }
 
 TEST(ElementCountTest, Int64MinDimensionIsRejected) {
-  for (const Shape& shape : std::vector<Shape>{{kInt64Min}, {2, kInt64Min}, {kInt64Min, 0},
-                                               {kInt64Min, kInt64Min}, {-1, -1}}) {
+  for (const Shape& shape : std::vector<Shape>{
+           {kInt64Min}, {2, kInt64Min}, {kInt64Min, 0}, {kInt64Min, kInt64Min}, {-1, -1}}) {
     absl::StatusOr<int64_t> r = ElementCount(shape);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << ShapeToString(shape);
     EXPECT_THAT(std::string(r.status().message()), HasSubstr("negative dimension"));
@@ -244,8 +250,7 @@ TEST(BroadcastShapesTest, FollowsNumpyRules) {
 
 TEST(BroadcastShapesTest, RejectsIncompatibleDimensionsNamingBothShapes) {
   const std::vector<std::pair<Shape, Shape>> cases = {
-      {{2}, {3}},       {{3}, {4, 1, 2}}, {{2, 3}, {3, 3}}, {{0}, {2}},
-      {{2}, {0}},       {{8, 4, 3}, {2, 1}},
+      {{2}, {3}}, {{3}, {4, 1, 2}}, {{2, 3}, {3, 3}}, {{0}, {2}}, {{2}, {0}}, {{8, 4, 3}, {2, 1}},
   };
   for (const auto& [a, b] : cases) {
     absl::StatusOr<Shape> out = BroadcastShapes(a, b);

@@ -19,8 +19,7 @@ absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(int64_t bytes) {
   if (rounded < bytes) return absl::ResourceExhaustedError("allocation size overflows");
   void* p = std::aligned_alloc(kAlignment, static_cast<size_t>(rounded));
   if (p == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("out of memory allocating ", bytes, " bytes"));
+    return absl::ResourceExhaustedError(absl::StrCat("out of memory allocating ", bytes, " bytes"));
   }
   buffer.data_.reset(p);
   buffer.size_ = bytes;
@@ -40,8 +39,8 @@ absl::StatusOr<Tensor> Tensor::Allocate(DataType type, Shape shape) {
 absl::Status Tensor::Reshape(Shape shape) {
   GEMMSERVE_ASSIGN_OR_RETURN(int64_t elements, ElementCount(shape));
   if (elements != num_elements_) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", ShapeToString(shape_),
-                                                   " to ", ShapeToString(shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot reshape ", ShapeToString(shape_), " to ", ShapeToString(shape)));
   }
   shape_ = std::move(shape);
   return absl::OkStatus();
@@ -50,8 +49,8 @@ absl::Status Tensor::Reshape(Shape shape) {
 absl::Status Tensor::Truncate(Shape shape) {
   GEMMSERVE_ASSIGN_OR_RETURN(int64_t elements, ElementCount(shape));
   if (elements > num_elements_) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot truncate ", ShapeToString(shape_),
-                                                   " to ", ShapeToString(shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot truncate ", ShapeToString(shape_), " to ", ShapeToString(shape)));
   }
   buffer_.Shrink(elements * DataTypeSize(type_));
   num_elements_ = elements;

@@ -68,9 +68,13 @@ class Tensor {
   int64_t byte_size() const { return buffer_.size(); }
 
   template <typename T>
-  T* data() { return static_cast<T*>(buffer_.data()); }
+  T* data() {
+    return static_cast<T*>(buffer_.data());
+  }
   template <typename T>
-  const T* data() const { return static_cast<const T*>(buffer_.data()); }
+  const T* data() const {
+    return static_cast<const T*>(buffer_.data());
+  }
   void* raw_data() { return buffer_.data(); }
   const void* raw_data() const { return buffer_.data(); }
 

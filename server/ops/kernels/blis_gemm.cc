@@ -34,24 +34,24 @@ rntm_t ThreadedRuntime(int threads) {
 
 }  // namespace
 
-void SgemmRowMajor(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                   const float* b, int64_t ldb, float* c, int64_t ldc, int threads) {
+void SgemmRowMajor(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                   int64_t ldb, float* c, int64_t ldc, int threads) {
   if (HandleDegenerate(m, n, k, c, ldc)) return;
   rntm_t rntm = ThreadedRuntime(threads);
   float one = 1.0f, zero = 0.0f;
-  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one,
-               const_cast<float*>(a), RowStride(lda, k), 1, const_cast<float*>(b),
-               RowStride(ldb, n), 1, &zero, c, RowStride(ldc, n), 1, nullptr, &rntm);
+  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, const_cast<float*>(a),
+               RowStride(lda, k), 1, const_cast<float*>(b), RowStride(ldb, n), 1, &zero, c,
+               RowStride(ldc, n), 1, nullptr, &rntm);
 }
 
-void DgemmRowMajor(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
-                   const double* b, int64_t ldb, double* c, int64_t ldc, int threads) {
+void DgemmRowMajor(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
+                   int64_t ldb, double* c, int64_t ldc, int threads) {
   if (HandleDegenerate(m, n, k, c, ldc)) return;
   rntm_t rntm = ThreadedRuntime(threads);
   double one = 1.0, zero = 0.0;
-  bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one,
-               const_cast<double*>(a), RowStride(lda, k), 1, const_cast<double*>(b),
-               RowStride(ldb, n), 1, &zero, c, RowStride(ldc, n), 1, nullptr, &rntm);
+  bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, const_cast<double*>(a),
+               RowStride(lda, k), 1, const_cast<double*>(b), RowStride(ldb, n), 1, &zero, c,
+               RowStride(ldc, n), 1, nullptr, &rntm);
 }
 
 }  // namespace gemmserve

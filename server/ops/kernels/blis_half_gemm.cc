@@ -120,9 +120,9 @@ void PackHalf(obj_t* a, obj_t* p, cntx_t* cntx, rntm_t* rntm, cntl_t* cntl, thri
 
 }  // namespace
 
-void HalfPackedGemm(DataType type, int64_t m, int64_t n, int64_t k, const uint16_t* a,
-                    int64_t lda, const int64_t* a_rows, const uint16_t* b, int64_t ldb, float* c,
-                    int64_t ldc, int threads) {
+void HalfPackedGemm(DataType type, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                    const int64_t* a_rows, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
+                    int threads) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);

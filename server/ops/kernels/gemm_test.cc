@@ -41,22 +41,57 @@ struct GemmShape {
 const std::vector<GemmShape>& ShapeTable() {
   static const std::vector<GemmShape> shapes = {
       // zero sizes; k == 0 must write zeros
-      {0, 0, 0}, {0, 7, 3}, {7, 0, 3}, {0, 0, 5}, {5, 3, 0}, {1, 1, 0}, {128, 129, 0},
+      {0, 0, 0},
+      {0, 7, 3},
+      {7, 0, 3},
+      {0, 0, 5},
+      {5, 3, 0},
+      {1, 1, 0},
+      {128, 129, 0},
       {257, 2, 0},
       // tiny and prime
-      {1, 1, 1}, {1, 1, 2}, {2, 3, 1}, {3, 2, 7}, {1, 17, 13}, {17, 1, 13}, {7, 8, 13},
-      {8, 7, 16}, {13, 17, 31}, {16, 16, 16}, {17, 13, 64}, {31, 64, 17},
+      {1, 1, 1},
+      {1, 1, 2},
+      {2, 3, 1},
+      {3, 2, 7},
+      {1, 17, 13},
+      {17, 1, 13},
+      {7, 8, 13},
+      {8, 7, 16},
+      {13, 17, 31},
+      {16, 16, 16},
+      {17, 13, 64},
+      {31, 64, 17},
       // integer kernel: K panel edges (127 / 128 / 129 / 256 / 257)
-      {64, 65, 127}, {65, 64, 128}, {3, 7, 129}, {5, 3, 127}, {5, 3, 128}, {5, 3, 129},
-      {4, 5, 256}, {4, 5, 257}, {31, 1, 257},
+      {64, 65, 127},
+      {65, 64, 128},
+      {3, 7, 129},
+      {5, 3, 127},
+      {5, 3, 128},
+      {5, 3, 129},
+      {4, 5, 256},
+      {4, 5, 257},
+      {31, 1, 257},
       // integer kernel: N panel edges (255 / 256 / 257 / 513)
-      {2, 255, 3}, {3, 256, 2}, {2, 257, 5}, {1, 513, 1},
+      {2, 255, 3},
+      {3, 256, 2},
+      {2, 257, 5},
+      {1, 513, 1},
       // half kernel: row block edges (511 / 512 / 513 / 1025)
-      {511, 3, 7}, {512, 2, 5}, {513, 3, 8}, {1025, 2, 3},
+      {511, 3, 7},
+      {512, 2, 5},
+      {513, 3, 8},
+      {1025, 2, 3},
       // K across BLIS's KC blocks (skx 384, haswell 256), micro-tile edges
-      {33, 13, 1100}, {65, 25, 385}, {31, 97, 513},
+      {33, 13, 1100},
+      {65, 25, 385},
+      {31, 97, 513},
       // several blocks in every direction
-      {129, 257, 129}, {257, 31, 65}, {64, 64, 64}, {128, 128, 128}, {1, 1, 1000},
+      {129, 257, 129},
+      {257, 31, 65},
+      {64, 64, 64},
+      {128, 128, 128},
+      {1, 1, 1000},
   };
   return shapes;
 }
@@ -67,8 +102,8 @@ struct Strides {
 
 // Runs GemmRowMajor with `threads` into a sentinel-filled C and checks that
 // the padding and the guard after C were not written.
-Matrix RunKernel(DataType type, const GemmShape& s, const Matrix& a, const Matrix& b,
-                 int64_t ldc, int threads, const std::string& where) {
+Matrix RunKernel(DataType type, const GemmShape& s, const Matrix& a, const Matrix& b, int64_t ldc,
+                 int threads, const std::string& where) {
   Matrix c(type, s.m, s.n, ldc, kGuard);
   std::memset(c.bytes(), kSentinel, static_cast<size_t>(c.elements() * DataTypeSize(type)));
   absl::Status status =
@@ -134,8 +169,7 @@ void ExpectRoundedOnce(DataType type, const GemmShape& s, const Matrix& c,
       if (!WithinRoundingOfExact(type, got, want, exact.abs_dot[i * s.n + j], s.k)) {
         ++reported;
         ADD_FAILURE() << where << " at (" << i << "," << j << "): got "
-                      << ElementToString(type, c.data(), i * c.ld + j) << ", exact "
-                      << want;
+                      << ElementToString(type, c.data(), i * c.ld + j) << ", exact " << want;
       }
     }
   }
@@ -208,9 +242,9 @@ TEST_P(GemmRowMajorTest, ZeroMOrNWritesNothing) {
   for (GemmShape s : {GemmShape{0, 4, 4}, GemmShape{4, 0, 4}}) {
     Matrix c(type, 1, 4, 4, kGuard);
     std::memset(c.bytes(), kSentinel, static_cast<size_t>(c.elements() * DataTypeSize(type)));
-    ASSERT_TRUE(GemmRowMajor(type, s.m, s.n, s.k, a.data(), 4, b.data(), 4, c.data(),
-                             s.n == 0 ? 0 : 4, 2)
-                    .ok());
+    ASSERT_TRUE(
+        GemmRowMajor(type, s.m, s.n, s.k, a.data(), 4, b.data(), 4, c.data(), s.n == 0 ? 0 : 4, 2)
+            .ok());
     for (int64_t q = 0; q < c.elements() * DataTypeSize(type); ++q) {
       ASSERT_EQ(c.bytes()[q], kSentinel) << DataTypeName(type);
     }
@@ -279,9 +313,9 @@ TEST(FloatGemmTest, NaNAndInfinityPropagateAsIeeeSays) {
     const std::vector<float> b = {1, 0, 1, 1};  // [[1, 0], [1, 1]]
     const std::vector<float> c = GemmDense(DataType::kFP32, 3, 2, 2, a, b, threads);
     EXPECT_TRUE(std::isnan(c[0]));
-    EXPECT_TRUE(std::isnan(c[1]));      // 1*0 + NaN*1
-    EXPECT_EQ(c[2], inf);               // 1*1 + inf*1
-    EXPECT_EQ(c[3], inf);               // 1*0 + inf*1
+    EXPECT_TRUE(std::isnan(c[1]));  // 1*0 + NaN*1
+    EXPECT_EQ(c[2], inf);           // 1*1 + inf*1
+    EXPECT_EQ(c[3], inf);           // 1*0 + inf*1
     EXPECT_EQ(c[4], 3.0f);
     EXPECT_EQ(c[5], 2.0f);
     // inf * 0 is NaN.
@@ -331,9 +365,9 @@ TEST(HalfGemmTest, RoundsOnceFromFp32Accumulation) {
   const uint16_t one = FloatToHalf(1.0f);
   const uint16_t e11 = FloatToHalf(std::ldexp(1.0f, -11));
   for (int threads : {1, 2}) {
-    EXPECT_EQ(GemmDense<uint16_t>(DataType::kFP16, 1, 1, 3, {one, e11, e11}, {one, one, one},
-                                  threads)[0],
-              0x3c01);
+    EXPECT_EQ(
+        GemmDense<uint16_t>(DataType::kFP16, 1, 1, 3, {one, e11, e11}, {one, one, one}, threads)[0],
+        0x3c01);
     const uint16_t bone = FloatToBFloat16(1.0f), b8 = FloatToBFloat16(std::ldexp(1.0f, -8));
     EXPECT_EQ(GemmDense<uint16_t>(DataType::kBF16, 1, 1, 3, {bone, b8, b8}, {bone, bone, bone},
                                   threads)[0],

@@ -50,8 +50,12 @@ inline double ValueAt(DataType type, const void* data, int64_t i) {
 // be representable).
 inline void SetValue(DataType type, void* data, int64_t i, double v) {
   switch (type) {
-    case DataType::kFP16: static_cast<uint16_t*>(data)[i] = FloatToHalf(static_cast<float>(v)); return;
-    case DataType::kBF16: static_cast<uint16_t*>(data)[i] = FloatToBFloat16(static_cast<float>(v)); return;
+    case DataType::kFP16:
+      static_cast<uint16_t*>(data)[i] = FloatToHalf(static_cast<float>(v));
+      return;
+    case DataType::kBF16:
+      static_cast<uint16_t*>(data)[i] = FloatToBFloat16(static_cast<float>(v));
+      return;
     case DataType::kFP32: static_cast<float*>(data)[i] = static_cast<float>(v); return;
     case DataType::kFP64: static_cast<double*>(data)[i] = v; return;
     case DataType::kINT32: static_cast<int32_t*>(data)[i] = static_cast<int32_t>(v); return;
@@ -101,9 +105,18 @@ struct Matrix {
 inline double Ulp(DataType type, double x) {
   int mantissa_bits = 52, min_exponent = -1074;
   switch (type) {
-    case DataType::kFP16: mantissa_bits = 10; min_exponent = -24; break;
-    case DataType::kBF16: mantissa_bits = 7; min_exponent = -133; break;
-    case DataType::kFP32: mantissa_bits = 23; min_exponent = -149; break;
+    case DataType::kFP16:
+      mantissa_bits = 10;
+      min_exponent = -24;
+      break;
+    case DataType::kBF16:
+      mantissa_bits = 7;
+      min_exponent = -133;
+      break;
+    case DataType::kFP32:
+      mantissa_bits = 23;
+      min_exponent = -149;
+      break;
     default: break;
   }
   x = std::fabs(x);
@@ -124,8 +137,8 @@ inline double AccumulationTolerance(DataType type, int64_t k, double abs_dot) {
 inline bool WithinTolerance(DataType type, double got, double want, double abs_dot, int64_t k) {
   if (std::isnan(want) || std::isnan(got)) return std::isnan(want) && std::isnan(got);
   if (std::isinf(want) || std::isinf(got)) return got == want;
-  const double allowed =
-      Ulp(type, std::max(std::fabs(got), std::fabs(want))) + AccumulationTolerance(type, k, abs_dot);
+  const double allowed = Ulp(type, std::max(std::fabs(got), std::fabs(want))) +
+                         AccumulationTolerance(type, k, abs_dot);
   return std::fabs(got - want) <= allowed;
 }
 
@@ -157,10 +170,13 @@ inline std::string ElementToString(DataType type, const void* data, int64_t i) {
     case DataType::kUINT64: out << static_cast<const uint64_t*>(data)[i]; break;
     case DataType::kFP16:
     case DataType::kBF16:
-      out << ValueAt(type, data, i) << " (0x" << std::hex
-          << static_cast<const uint16_t*>(data)[i] << ")";
+      out << ValueAt(type, data, i) << " (0x" << std::hex << static_cast<const uint16_t*>(data)[i]
+          << ")";
       break;
-    default: out.precision(17); out << ValueAt(type, data, i); break;
+    default:
+      out.precision(17);
+      out << ValueAt(type, data, i);
+      break;
   }
   return out.str();
 }

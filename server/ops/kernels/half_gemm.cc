@@ -21,9 +21,9 @@ void FloatToHalfBlock(DataType type, const float* in, uint16_t* out, int64_t cou
   }
 }
 
-absl::Status HalfGemmRowMajor(DataType type, int64_t m, int64_t n, int64_t k,
-                              const uint16_t* a, int64_t lda, const uint16_t* b,
-                              int64_t ldb, uint16_t* c, int64_t ldc, int threads) {
+absl::Status HalfGemmRowMajor(DataType type, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                              int64_t lda, const uint16_t* b, int64_t ldb, uint16_t* c, int64_t ldc,
+                              int threads) {
   if (m <= 0 || n <= 0) return absl::OkStatus();
   // Rows of C per step bound the scratch; B is repacked once per step, a
   // small cost against 2 * kHalfGemmRowBlock flops per element of B.

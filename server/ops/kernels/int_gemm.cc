@@ -75,7 +75,7 @@ void IntGemmRowMajor(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, c
     rows(0, m);
     return;
   }
-#pragma omp parallel for num_threads(static_cast<int>(blocks)) schedule(static, 1)
+#pragma omp parallel for num_threads(static_cast <int>(blocks)) schedule(static, 1)
   for (int64_t t = 0; t < blocks; ++t) rows(m * t / blocks, m * (t + 1) / blocks);
 }
 

@@ -12,13 +12,13 @@ namespace {
 }  // namespace
 
 void IntGemmRows32_avx512(int64_t row_begin, int64_t row_end, int64_t n, int64_t k,
-                         const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb,
-                         uint32_t* c, int64_t ldc) {
+                          const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb,
+                          uint32_t* c, int64_t ldc) {
   IntGemmRows32(row_begin, row_end, n, k, a, lda, b, ldb, c, ldc);
 }
 void IntGemmRows64_avx512(int64_t row_begin, int64_t row_end, int64_t n, int64_t k,
-                         const uint64_t* a, int64_t lda, const uint64_t* b, int64_t ldb,
-                         uint64_t* c, int64_t ldc) {
+                          const uint64_t* a, int64_t lda, const uint64_t* b, int64_t ldb,
+                          uint64_t* c, int64_t ldc) {
   IntGemmRows64(row_begin, row_end, n, k, a, lda, b, ldb, c, ldc);
 }
 

@@ -8,12 +8,12 @@
 namespace gemmserve {
 namespace int_gemm_internal {
 
-#define GEMMSERVE_INT_GEMM_DECLARE(isa)                                                      \
-  void IntGemmRows32_##isa(int64_t row_begin, int64_t row_end, int64_t n, int64_t k,         \
-                           const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb,   \
-                           uint32_t* c, int64_t ldc);                                        \
-  void IntGemmRows64_##isa(int64_t row_begin, int64_t row_end, int64_t n, int64_t k,         \
-                           const uint64_t* a, int64_t lda, const uint64_t* b, int64_t ldb,   \
+#define GEMMSERVE_INT_GEMM_DECLARE(isa)                                                    \
+  void IntGemmRows32_##isa(int64_t row_begin, int64_t row_end, int64_t n, int64_t k,       \
+                           const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb, \
+                           uint32_t* c, int64_t ldc);                                      \
+  void IntGemmRows64_##isa(int64_t row_begin, int64_t row_end, int64_t n, int64_t k,       \
+                           const uint64_t* a, int64_t lda, const uint64_t* b, int64_t ldb, \
                            uint64_t* c, int64_t ldc);
 GEMMSERVE_INT_GEMM_DECLARE(generic)
 GEMMSERVE_INT_GEMM_DECLARE(avx2)

@@ -16,7 +16,7 @@ namespace {
 struct Dims {
   int64_t m, n, k;
 };
-const Dims kDims[] = {{1, 1, 1},   {3, 5, 7},    {2, 257, 3},  {5, 17, 129},
+const Dims kDims[] = {{1, 1, 1},     {3, 5, 7},     {2, 257, 3},  {5, 17, 129},
                       {4, 256, 128}, {7, 300, 131}, {16, 33, 260}};
 
 template <typename U, typename Fn>
@@ -31,8 +31,8 @@ void Check(Fn fn, const char* isa, uint64_t seed) {
     // Two calls over row halves, as the threaded driver makes them.
     fn(0, d.m / 2, d.n, d.k, a.data(), lda, b.data(), ldb, c.data(), ldc);
     fn(d.m / 2, d.m, d.n, d.k, a.data(), lda, b.data(), ldb, c.data(), ldc);
-    ReferenceGemm(sizeof(U) == 4 ? DataType::kUINT32 : DataType::kUINT64, d.m, d.n, d.k,
-                  a.data(), lda, b.data(), ldb, want.data(), ldc);
+    ReferenceGemm(sizeof(U) == 4 ? DataType::kUINT32 : DataType::kUINT64, d.m, d.n, d.k, a.data(),
+                  lda, b.data(), ldb, want.data(), ldc);
     ASSERT_EQ(c, want) << isa << " m=" << d.m << " n=" << d.n << " k=" << d.k;
   }
 }

@@ -31,8 +31,8 @@ inline float RoundToOddFloat(double d) {
 }
 
 template <typename T>
-void IntegerGemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-                 int64_t ldb, T* c, int64_t ldc) {
+void IntegerGemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+                 T* c, int64_t ldc) {
   using U = std::make_unsigned_t<T>;
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
@@ -44,13 +44,14 @@ void IntegerGemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const
 }
 
 template <typename T, typename Load, typename Store>
-void FloatGemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-               int64_t ldb, T* c, int64_t ldc, Load load, Store store) {
+void FloatGemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+               T* c, int64_t ldc, Load load, Store store) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0;
       for (int64_t p = 0; p < k; ++p)
-        acc += static_cast<double>(load(a[i * lda + p])) * static_cast<double>(load(b[p * ldb + j]));
+        acc +=
+            static_cast<double>(load(a[i * lda + p])) * static_cast<double>(load(b[p * ldb + j]));
       c[i * ldc + j] = store(acc);
     }
 }
@@ -63,25 +64,27 @@ inline void ReferenceGemm(DataType type, int64_t m, int64_t n, int64_t k, const 
   auto same = [](auto v) { return v; };
   switch (type) {
     case DataType::kFP32:
-      return FloatGemm(m, n, k, static_cast<const float*>(a), lda, static_cast<const float*>(b), ldb,
-                       static_cast<float*>(c), ldc, same, [](double v) { return static_cast<float>(v); });
+      return FloatGemm(m, n, k, static_cast<const float*>(a), lda, static_cast<const float*>(b),
+                       ldb, static_cast<float*>(c), ldc, same,
+                       [](double v) { return static_cast<float>(v); });
     case DataType::kFP64:
       return FloatGemm(m, n, k, static_cast<const double*>(a), lda, static_cast<const double*>(b),
                        ldb, static_cast<double*>(c), ldc, same, same);
     case DataType::kFP16:
-      return FloatGemm(m, n, k, static_cast<const uint16_t*>(a), lda, static_cast<const uint16_t*>(b),
-                       ldb, static_cast<uint16_t*>(c), ldc, HalfToFloat,
-                       [](double v) { return FloatToHalf(RoundToOddFloat(v)); });
+      return FloatGemm(m, n, k, static_cast<const uint16_t*>(a), lda,
+                       static_cast<const uint16_t*>(b), ldb, static_cast<uint16_t*>(c), ldc,
+                       HalfToFloat, [](double v) { return FloatToHalf(RoundToOddFloat(v)); });
     case DataType::kBF16:
-      return FloatGemm(m, n, k, static_cast<const uint16_t*>(a), lda, static_cast<const uint16_t*>(b),
-                       ldb, static_cast<uint16_t*>(c), ldc, BFloat16ToFloat,
+      return FloatGemm(m, n, k, static_cast<const uint16_t*>(a), lda,
+                       static_cast<const uint16_t*>(b), ldb, static_cast<uint16_t*>(c), ldc,
+                       BFloat16ToFloat,
                        [](double v) { return FloatToBFloat16(RoundToOddFloat(v)); });
     case DataType::kINT32:
-      return IntegerGemm(m, n, k, static_cast<const int32_t*>(a), lda, static_cast<const int32_t*>(b),
-                         ldb, static_cast<int32_t*>(c), ldc);
+      return IntegerGemm(m, n, k, static_cast<const int32_t*>(a), lda,
+                         static_cast<const int32_t*>(b), ldb, static_cast<int32_t*>(c), ldc);
     case DataType::kINT64:
-      return IntegerGemm(m, n, k, static_cast<const int64_t*>(a), lda, static_cast<const int64_t*>(b),
-                         ldb, static_cast<int64_t*>(c), ldc);
+      return IntegerGemm(m, n, k, static_cast<const int64_t*>(a), lda,
+                         static_cast<const int64_t*>(b), ldb, static_cast<int64_t*>(c), ldc);
     case DataType::kUINT32:
       return IntegerGemm(m, n, k, static_cast<const uint32_t*>(a), lda,
                          static_cast<const uint32_t*>(b), ldb, static_cast<uint32_t*>(c), ldc);

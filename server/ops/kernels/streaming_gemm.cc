@@ -49,8 +49,8 @@ void StreamingGemmAccumulate(DataType b_type, int64_t rows, int64_t k_begin, int
 }
 
 void StreamingGemmAccumulate(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n,
-                             const double* a, int64_t lda, const double* b, int64_t ldb,
-                             double* c, int64_t ldc) {
+                             const double* a, int64_t lda, const double* b, int64_t ldb, double* c,
+                             int64_t ldc) {
   if (streaming_internal::HaveAvx512()) {
     streaming_internal::AccumulateAvx512(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
   } else {
@@ -68,8 +68,6 @@ void WidenToFloat(DataType type, const uint16_t* src, float* dst, int64_t n) {
   }
 }
 
-const char* StreamingGemmIsa() {
-  return streaming_internal::HaveAvx512() ? "avx512" : "generic";
-}
+const char* StreamingGemmIsa() { return streaming_internal::HaveAvx512() ? "avx512" : "generic"; }
 
 }  // namespace gemmserve

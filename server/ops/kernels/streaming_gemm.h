@@ -30,8 +30,8 @@ void StreamingGemmAccumulate(DataType b_type, int64_t rows, int64_t k_begin, int
                              int64_t n, const float* a, int64_t lda, const void* b, int64_t ldb,
                              float* c, int64_t ldc);
 void StreamingGemmAccumulate(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n,
-                             const double* a, int64_t lda, const double* b, int64_t ldb,
-                             double* c, int64_t ldc);
+                             const double* a, int64_t lda, const double* b, int64_t ldb, double* c,
+                             int64_t ldc);
 
 // Widens `n` FP16 or BF16 values (bits) to FP32, exactly; vectorised.
 void WidenToFloat(DataType type, const uint16_t* src, float* dst, int64_t n);

@@ -110,8 +110,8 @@ inline __m512 LoadB16(const void* b, int64_t index, __mmask16 mask) {
   }
 }
 
-constexpr int kDepth = 8;       // rows of B per step
-constexpr int kGroupRows = 8;   // rows of A per register group
+constexpr int kDepth = 8;      // rows of B per step
+constexpr int kGroupRows = 8;  // rows of A per register group
 constexpr int64_t kPrefetchRows = 2 * kDepth;
 
 template <BKind kKind, int kRows>
@@ -124,8 +124,9 @@ void RowGroup(int64_t k, int64_t k_end, int64_t n, const float* a, int64_t lda, 
     const __mmask16 mask = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
     if (ahead && j % kLineElements == 0) {
       for (int t = 0; t < kDepth; ++t) {
-        _mm_prefetch(static_cast<const char*>(b) + ((k + kPrefetchRows + t) * ldb + j) * kElementBytes,
-                     _MM_HINT_T0);
+        _mm_prefetch(
+            static_cast<const char*>(b) + ((k + kPrefetchRows + t) * ldb + j) * kElementBytes,
+            _MM_HINT_T0);
       }
     }
     __m512 wv[kDepth];
@@ -139,8 +140,8 @@ void RowGroup(int64_t k, int64_t k_end, int64_t n, const float* a, int64_t lda, 
         q = _mm512_fmadd_ps(_mm512_set1_ps(ai[t + 1]), wv[t + 1], q);
       }
       float* ci = c + i * ldc + j;
-      _mm512_mask_storeu_ps(
-          ci, mask, _mm512_add_ps(_mm512_maskz_loadu_ps(mask, ci), _mm512_add_ps(p, q)));
+      _mm512_mask_storeu_ps(ci, mask,
+                            _mm512_add_ps(_mm512_maskz_loadu_ps(mask, ci), _mm512_add_ps(p, q)));
     }
   }
 }
@@ -151,10 +152,11 @@ void RowGroupAny(int rows, int64_t k, int64_t k_end, int64_t n, const float* a, 
   switch (rows) {
 #define GEMMSERVE_ROWS(R) \
   case R: return RowGroup<kKind, R>(k, k_end, n, a, lda, b, ldb, c, ldc, prefetch);
-    GEMMSERVE_ROWS(1) GEMMSERVE_ROWS(2) GEMMSERVE_ROWS(3) GEMMSERVE_ROWS(4)
-    GEMMSERVE_ROWS(5) GEMMSERVE_ROWS(6) GEMMSERVE_ROWS(7) GEMMSERVE_ROWS(8)
+    GEMMSERVE_ROWS(1)
+    GEMMSERVE_ROWS(2) GEMMSERVE_ROWS(3) GEMMSERVE_ROWS(4) GEMMSERVE_ROWS(5) GEMMSERVE_ROWS(6)
+        GEMMSERVE_ROWS(7) GEMMSERVE_ROWS(8)
 #undef GEMMSERVE_ROWS
-    default: return;
+            default : return;
   }
 }
 
@@ -196,14 +198,14 @@ void AccumulateAvx512(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_
   const auto* half = static_cast<const uint16_t*>(b);
   switch (b_type) {
     case DataType::kBF16:
-      return avx512::AccumulateAny<avx512::BKind::kBf16>(rows, k_begin, k_end, n, a, lda, half,
-                                                          ldb, c, ldc);
+      return avx512::AccumulateAny<avx512::BKind::kBf16>(rows, k_begin, k_end, n, a, lda, half, ldb,
+                                                         c, ldc);
     case DataType::kFP16:
-      return avx512::AccumulateAny<avx512::BKind::kFp16>(rows, k_begin, k_end, n, a, lda, half,
-                                                          ldb, c, ldc);
+      return avx512::AccumulateAny<avx512::BKind::kFp16>(rows, k_begin, k_end, n, a, lda, half, ldb,
+                                                         c, ldc);
     case DataType::kFP32:
-      return avx512::AccumulateAny<avx512::BKind::kFp32>(rows, k_begin, k_end, n, a, lda, b, ldb,
-                                                          c, ldc);
+      return avx512::AccumulateAny<avx512::BKind::kFp32>(rows, k_begin, k_end, n, a, lda, b, ldb, c,
+                                                         ldc);
     default:
       return avx512::AccumulateFloat(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
   }

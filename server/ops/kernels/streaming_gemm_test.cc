@@ -17,11 +17,25 @@ struct Shape3 {
 
 // Rows at the kernel's limit, K remainders of the four-row unroll, N around
 // the 1024-column block.
-const Shape3 kShapes[] = {{1, 1, 1},    {1, 4, 16},    {3, 5, 17},     {8, 131, 33},
-                          {2, 64, 1023}, {1, 9, 1024}, {4, 12, 1025}, {8, 67, 2049},
+const Shape3 kShapes[] = {{1, 1, 1},
+                          {1, 4, 16},
+                          {3, 5, 17},
+                          {8, 131, 33},
+                          {2, 64, 1023},
+                          {1, 9, 1024},
+                          {4, 12, 1025},
+                          {8, 67, 2049},
                           // the 1-4 row kernel: K steps of 8 with prefetch 16 ahead, tails
-                          {1, 16, 1}, {2, 17, 33}, {3, 40, 15}, {4, 8, 47}, {1, 100, 300},
-                          {3, 7, 1}, {2, 24, 16}, {5, 48, 31}, {12, 40, 33}, {16, 17, 100},
+                          {1, 16, 1},
+                          {2, 17, 33},
+                          {3, 40, 15},
+                          {4, 8, 47},
+                          {1, 100, 300},
+                          {3, 7, 1},
+                          {2, 24, 16},
+                          {5, 48, 31},
+                          {12, 40, 33},
+                          {16, 17, 100},
                           {9, 64, 16}};
 
 // Accumulates over [k_begin, k_end) in two calls, onto C that starts nonzero,
@@ -60,8 +74,8 @@ void CheckFloat(DataType b_type, const Shape3& s, Widen widen, bool use_avx512) 
         bound += std::fabs(double{a[i * s.k + p]} * b32[p * s.n + j]);
       }
       ASSERT_NEAR(c[i * s.n + j], want, 4 * (s.k + 1) * 0x1p-24 * bound)
-          << DataTypeName(b_type) << " rows=" << s.rows << " k=" << s.k << " n=" << s.n
-          << " at " << i << "," << j << (use_avx512 ? " avx512" : " generic");
+          << DataTypeName(b_type) << " rows=" << s.rows << " k=" << s.k << " n=" << s.n << " at "
+          << i << "," << j << (use_avx512 ? " avx512" : " generic");
     }
   }
 }
@@ -71,7 +85,8 @@ TEST(StreamingGemmTest, BothBuildsMatchTheReferenceForEveryWeightType) {
   if (streaming_internal::HaveAvx512()) builds.push_back(true);
   for (bool avx512 : builds) {
     for (const Shape3& s : kShapes) {
-      CheckFloat(DataType::kFP32, s, [](uint16_t) { return 0.0f; }, avx512);
+      CheckFloat(
+          DataType::kFP32, s, [](uint16_t) { return 0.0f; }, avx512);
       CheckFloat(DataType::kBF16, s, BFloat16ToFloat, avx512);
       CheckFloat(DataType::kFP16, s, HalfToFloat, avx512);
     }
