@@ -297,22 +297,14 @@ void InferenceEngine::MarkFailed(absl::string_view name, absl::string_view reaso
 }
 
 absl::Status InferenceEngine::Remove(absl::string_view name) {
-  std::shared_ptr<ServedModel> old;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = models_.find(name);
-    if (it == models_.end()) {
-      return absl::NotFoundError(absl::StrCat("model '", ClientText(name), "' is not known"));
-    }
-    old = std::move(it->second.served);
-    it->second.status.state = ModelState::kUnloaded;
-    it->second.status.reason = "unloaded";
-  }
-  if (old) CloseQueue(old.get());
-  return absl::OkStatus();
+  return Retire(name, /*forget=*/false);
 }
 
 absl::Status InferenceEngine::Forget(absl::string_view name) {
+  return Retire(name, /*forget=*/true);
+}
+
+absl::Status InferenceEngine::Retire(absl::string_view name, bool forget) {
   std::shared_ptr<ServedModel> old;
   {
     absl::MutexLock lock(&mu_);
@@ -321,7 +313,12 @@ absl::Status InferenceEngine::Forget(absl::string_view name) {
       return absl::NotFoundError(absl::StrCat("model '", ClientText(name), "' is not known"));
     }
     old = std::move(it->second.served);
-    models_.erase(it);
+    if (forget) {
+      models_.erase(it);
+    } else {
+      it->second.status.state = ModelState::kUnloaded;
+      it->second.status.reason = "unloaded";
+    }
   }
   if (old) CloseQueue(old.get());
   return absl::OkStatus();

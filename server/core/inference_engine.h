@@ -214,6 +214,8 @@ class InferenceEngine {
   // Computes a batch and answers every request in it, whatever happens.
   void RunBatch(const std::shared_ptr<ServedModel>& served, PendingBatch batch, int threads);
   void RunBatchOrThrow(ServedModel& served, PendingBatch& batch, int threads);
+  // Remove (the name stays, kUnloaded) or Forget (the name goes).
+  absl::Status Retire(absl::string_view name, bool forget);
   // Closes a replaced or removed model's queue; what it holds still runs.
   static void CloseQueue(ServedModel* served);
 

@@ -1,8 +1,8 @@
 // A decoded inference request as the core sees it: names, datatypes, shapes and
-// views of the tensor bytes, with no gRPC or protobuf type in sight. The
-// service layer builds one from a KServe ModelInferRequest without copying
-// tensor data; the views must stay valid until the request's completion
-// callback has run.
+// views of the tensor bytes, with no gRPC or protobuf type in sight. A front
+// end builds one from its wire format without copying tensor data (the gRPC
+// one from a KServe ModelInferRequest); the views must stay valid until the
+// request's completion callback has run.
 #ifndef GEMMSERVE_SERVER_CORE_INFERENCE_REQUEST_H_
 #define GEMMSERVE_SERVER_CORE_INFERENCE_REQUEST_H_
 

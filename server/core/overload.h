@@ -1,12 +1,14 @@
+// Refusals that say "retry later" (UNAVAILABLE) and what they are, as status
+// payloads, so that no layer reads another's message text:
+//   QueueFullError    the server is full: the model's queue holds
+//                     max_queue_size requests, or accepted requests hold
+//                     --max_inflight_bytes; Serving counts it as
+//                     gemmserve_rejected_total{reason="queue_full"};
+//   ModelClosedError  the model's queue was closed because the model was
+//                     replaced or removed; the engine submits the request again.
+// Payloads never reach the client.
 #ifndef GEMMSERVE_SERVER_CORE_OVERLOAD_H_
 #define GEMMSERVE_SERVER_CORE_OVERLOAD_H_
-
-// A request refused because the server is full: its model's queue holds
-// max_queue_size requests, or accepted requests hold --max_inflight_bytes.
-// Such a refusal is UNAVAILABLE, like one for a model that is unloading, and
-// both say "retry later"; the status also carries a payload naming it, so
-// the service layer counts it as gemmserve_rejected_total{reason="queue_full"}
-// without reading the message. The payload never reaches the client.
 
 #include <string_view>
 
