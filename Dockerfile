@@ -2,7 +2,12 @@
 # Debian bookworm with only the shared libraries the binaries load.
 #   docker build -t gemmserve .
 #   docker run -p 8001:8001 -p 8002:8002 gemmserve
+#   docker run -p 9001:9001 gemmserve --grpc_port=9001   # other ports: arguments
+# tests/container.sh builds and runs it for real (README: Deploying).
 FROM debian:bookworm-slim AS build
+# The build stage's image is labelled so it can be removed once the runtime
+# image is built: docker image prune -f --filter label=gemmserve.stage=build
+LABEL gemmserve.stage=build
 COPY scripts/install_deps.sh /src/scripts/install_deps.sh
 RUN /src/scripts/install_deps.sh
 COPY . /src
@@ -21,5 +26,9 @@ COPY --from=build /src/build/bin/gemmserve /src/build/bin/gemmserve-cli /usr/loc
 COPY --from=build /src/build/model_repository /models
 USER 10001
 EXPOSE 8001 8002
-HEALTHCHECK --interval=10s --timeout=3s CMD ["gemmserve-cli", "--url=127.0.0.1:8001", "health"]
-ENTRYPOINT ["gemmserve", "--grpc_port=8001", "--metrics_port=8002", "--model_repository=/models"]
+# The server writes the address it listens on to /tmp (a tmpfs under
+# --read-only), and the health check calls that one, so it follows ports moved
+# by arguments; without the file it calls the default port.
+HEALTHCHECK --interval=10s --timeout=3s CMD ["gemmserve-cli", "--url_file=/tmp/gemmserve.address", "health"]
+ENTRYPOINT ["gemmserve", "--address_file=/tmp/gemmserve.address", "--grpc_port=8001", \
+            "--metrics_port=8002", "--model_repository=/models"]

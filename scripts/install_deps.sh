@@ -21,6 +21,12 @@ if [[ "${1:-}" == "--test" ]]; then
   PACKAGES+=(clang libclang-rt-14-dev libomp-dev llvm)
 fi
 
+# The container stage (tests/container.sh): a Docker engine and client,
+# Debian's docker-compose, and debootstrap for a base image without Docker Hub.
+if [[ "${1:-}" == "--container" ]]; then
+  PACKAGES=(docker.io docker-compose debootstrap)
+fi
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

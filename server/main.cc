@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <thread>
 #include <utility>
@@ -39,6 +41,9 @@ ABSL_FLAG(int64_t, max_message_bytes, kEngine.max_message_bytes,
           "Largest request or response message, in bytes.");
 ABSL_FLAG(int64_t, max_output_bytes, kEngine.max_output_bytes,
           "Largest total output of one request, in bytes.");
+ABSL_FLAG(std::string, address_file, "",
+          "Once listening, write the bound gRPC address (host:port) to this file, so a "
+          "container's health check can follow the port (gemmserve-cli --url_file).");
 ABSL_FLAG(int32_t, shutdown_grace_seconds, 10,
           "On SIGTERM, how long in-flight calls get to finish.");
 ABSL_FLAG(std::string, model_repository, kDefaults.serving.model_repository,
@@ -139,6 +144,17 @@ int main(int argc, char** argv) {
                       << (*server)->serving().engine().options().compute_threads
                       << " compute threads, BLIS config " << gemmserve::BlisArchitecture();
   std::cout << "gemmserve listening on " << (*server)->address() << std::endl;
+  if (const std::string path = absl::GetFlag(FLAGS_address_file); !path.empty()) {
+    // Written whole, then renamed: a reader never sees half an address.
+    const std::string partial = path + ".partial";
+    std::ofstream out(partial, std::ios::trunc);
+    out << (*server)->address() << "\n";
+    out.close();
+    if (!out || std::rename(partial.c_str(), path.c_str()) != 0) {
+      GEMMSERVE_LOG(WARNING) << "cannot write --address_file " << path
+                             << "; health checks fall back to their default port";
+    }
+  }
   if (!(*server)->metrics_address().empty()) {
     std::cout << "gemmserve metrics on " << (*server)->metrics_address() << std::endl;
   }

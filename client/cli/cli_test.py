@@ -63,9 +63,10 @@ class CliTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.log = open(os.path.join(cls.tmp.name, "server.log"), "w+b")
+        cls.address_file = os.path.join(cls.tmp.name, "address")
         cls.server = subprocess.Popen(
             [SERVER, "--grpc_port=0", "--metrics_port=0", "--host=127.0.0.1",
-             "--compute_threads=1"],
+             "--compute_threads=1", f"--address_file={cls.address_file}"],
             stdout=subprocess.PIPE, stderr=cls.log)
         try:
             line = read_line(cls.server.stdout, STARTUP_TIMEOUT_S)
@@ -137,6 +138,25 @@ class CliTest(unittest.TestCase):
         result = self.cli("health")
         self.assert_exit(result, 0)
         self.assertEqual(result.stdout.strip(), "SERVING")
+
+    def test_the_server_writes_its_address_and_health_follows_it(self):
+        # What a container's HEALTHCHECK does: the port the server was given, not 8001.
+        with open(self.address_file) as f:
+            self.assertEqual(f.read(), self.url + "\n")
+        unreachable = "127.0.0.1:1"
+        result = self.cli(f"--url_file={self.address_file}", "health", url=unreachable)
+        self.assert_exit(result, 0)
+        self.assertEqual(result.stdout.strip(), "SERVING")
+        # A wildcard host as written by a server on 0.0.0.0 is called on loopback.
+        wildcard = self.path("wildcard")
+        with open(wildcard, "w") as f:
+            f.write(self.url.replace("127.0.0.1", "0.0.0.0") + "\n")
+        self.assert_exit(self.cli(f"--url_file={wildcard}", "health", url=unreachable), 0)
+        # No file: --url.
+        missing = self.path("missing")
+        self.assert_exit(self.cli(f"--url_file={missing}", "health"), 0)
+        result = self.cli("--timeout_ms=5000", f"--url_file={missing}", "health", url=unreachable)
+        self.assert_exit(result, 1)
 
     def test_health_of_unreachable_server_fails_with_unavailable(self):
         # A bound but not listening socket: connections to it are refused,

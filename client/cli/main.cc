@@ -10,6 +10,7 @@
 // --help, which would read as "unhealthy" or "RPC failed" to a script.
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -19,6 +20,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
@@ -28,6 +30,9 @@
 #include "client/cpp/client.h"
 
 ABSL_FLAG(std::string, url, "127.0.0.1:8001", "server address, host:port");
+ABSL_FLAG(std::string, url_file, "",
+          "read the server address from this file, as gemmserve --address_file writes it (a "
+          "wildcard host becomes loopback); --url when the file cannot be read");
 ABSL_FLAG(int64_t, timeout_ms, 0,
           "deadline of the call (perf: of each call), milliseconds; 0 means none");
 ABSL_FLAG(std::string, output, "", "infer: write the model's only output to this .npy file");
@@ -50,10 +55,31 @@ namespace gemmserve::client {
 namespace {
 
 // The flags this program accepts, in the order --help lists them.
-constexpr absl::string_view kFlagNames[] = {"url",      "timeout_ms",  "output", "output_dir",
-                                            "seed",     "u2_datatype", "model",  "concurrency",
-                                            "duration", "warmup",      "rate",   "rows",
-                                            "json_out", "host",        "port"};
+constexpr absl::string_view kFlagNames[] = {"url",         "url_file", "timeout_ms",  "output",
+                                            "output_dir",  "seed",     "u2_datatype", "model",
+                                            "concurrency", "duration", "warmup",      "rate",
+                                            "rows",        "json_out", "host",        "port"};
+
+// The address to call: --url_file's (what the server wrote once it was
+// listening, so a container's health check follows the port the server was
+// given), else --url.
+std::string ServerAddress() {
+  const std::string path = absl::GetFlag(FLAGS_url_file);
+  if (!path.empty()) {
+    std::ifstream in(path);
+    std::string address;
+    if (in && std::getline(in, address) && !address.empty()) {
+      for (absl::string_view wildcard : {"0.0.0.0:", "[::]:"}) {
+        if (absl::StartsWith(address, wildcard)) {
+          address = absl::StrCat(wildcard == "[::]:" ? "[::1]:" : "127.0.0.1:",
+                                 address.substr(wildcard.size()));
+        }
+      }
+      return address;
+    }
+  }
+  return absl::GetFlag(FLAGS_url);
+}
 
 // --shape repeats and its values hold commas, so it is no absl flag: the
 // parser collects its values itself.
@@ -256,7 +282,7 @@ int Main(int argc, char** argv) {
     return RunNoopServer(absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port));
   }
 
-  absl::StatusOr<Client> client = Client::Connect(absl::GetFlag(FLAGS_url));
+  absl::StatusOr<Client> client = Client::Connect(ServerAddress());
   if (!client.ok()) return Usage(client.status().message());
   if (command == "health") return RunHealth(*client, args, timeout);
   if (command == "metadata") return RunMetadata(*client, args, timeout);

@@ -1,0 +1,257 @@
+"""The image, run for real in a Docker engine (tests/container.sh builds it and
+runs this): through published loopback ports, under the restrictions the
+Kubernetes manifest asks for, with the HEALTHCHECK, `docker stop` and a model
+repository mounted from the host; then docker-compose brings up gemmserve with
+Prometheus, which must scrape it inside the compose network.
+
+Environment: GEMMSERVE_IMAGE (default gemmserve:test), GEMMSERVE_CLI (the host's
+gemmserve-cli, for health and the load generator)."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.parse
+import urllib.request
+
+import grpc
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from gemmserve_client import decode_outputs, make_infer_request, pb2_grpc
+from gemmserve_testing.base import open_channel
+from gemmserve_testing.onnx_models import grouped_graph, grouped_reference, write_model
+from gemmserve_testing.process import metric_sum
+
+DOCKER = "/usr/bin/docker"  # the package's client, not a newer static one earlier in PATH
+IMAGE = os.environ.get("GEMMSERVE_IMAGE", "gemmserve:test")
+CLI = os.environ["GEMMSERVE_CLI"]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RNG = np.random.default_rng(14)
+# What the Kubernetes manifest asks of the container (deploy/k8s/deployment.yaml).
+RESTRICTED = ("--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
+              "--security-opt", "no-new-privileges")
+
+
+def docker(*args, check=True, timeout=120):
+    result = subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)} failed ({result.returncode}):\n"
+                             f"{result.stdout}\n{result.stderr}")
+    return result.stdout.strip()
+
+
+def wait_until(predicate, what, timeout=90):
+    """Polls an outside state (a container's, Prometheus') with a deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        threading.Event().wait(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Container:
+    """One container of the image with its gRPC and metrics ports published on loopback."""
+
+    def __init__(self, *run_args, args=(), grpc_port=8001, metrics_port=8002):
+        self.id = docker("run", "-d", "-p", f"127.0.0.1::{grpc_port}",
+                         "-p", f"127.0.0.1::{metrics_port}", *run_args, IMAGE, *args)
+        self.grpc = self.published(grpc_port)
+        self.metrics_url = f"http://{self.published(metrics_port)}/metrics"
+        wait_until(self.serving, f"container {self.id[:12]} to serve")
+
+    def published(self, port):
+        return docker("port", self.id, f"{port}/tcp").splitlines()[0]
+
+    def serving(self):
+        state = docker("inspect", "-f", "{{.State.Running}}", self.id)
+        if state != "true":
+            raise AssertionError(f"the container stopped:\n{self.logs()}")
+        return subprocess.run([CLI, f"--url={self.grpc}", "--timeout_ms=2000", "health"],
+                              capture_output=True).returncode == 0
+
+    def health(self):
+        return docker("inspect", "-f", "{{.State.Health.Status}}", self.id)
+
+    def logs(self):
+        return subprocess.run([DOCKER, "logs", self.id], capture_output=True, text=True).stderr
+
+    def remove(self):
+        docker("rm", "-f", self.id, check=False)
+
+
+def example_repository_weights():
+    """The example repository the image embeds, written again here from the same seeds."""
+    repo = tempfile.mkdtemp(prefix="gemmserve-example-")
+    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "make_model_repository.py"),
+                    repo], check=True, capture_output=True)
+    weights = {}
+    for name in ("moe", "linear"):
+        model = onnx.load(os.path.join(repo, name, "1", "model.onnx"),
+                          load_external_data=False)
+        onnx.load_external_data_for_model(model, os.path.join(repo, name, "1"))
+        weights[name] = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    shutil.rmtree(repo)
+    return weights
+
+
+class ImageTest(unittest.TestCase):
+    def setUp(self):
+        self.containers = []
+
+    def tearDown(self):
+        for c in self.containers:
+            c.remove()
+
+    def start(self, *run_args, **kw):
+        c = Container(*run_args, **kw)
+        self.containers.append(c)
+        return c
+
+    def test_restricted_container_serves_operators_example_models_metrics_and_load(self):
+        c = self.start(*RESTRICTED)
+        self.assertEqual(docker("exec", c.id, "id", "-u"), "10001")
+        self.assertEqual(docker("inspect", "-f", "{{.Config.User}}", c.id), "10001")
+        stub = pb2_grpc.GRPCInferenceServiceStub(open_channel(c.grpc))
+        a = RNG.standard_normal((3, 5)).astype(np.float32)
+        b = RNG.standard_normal((5, 4)).astype(np.float32)
+        y = decode_outputs(stub.ModelInfer(make_infer_request("matmul", [("A", a), ("B", b)]),
+                                           timeout=30))["Y"]
+        np.testing.assert_allclose(y, a @ b, rtol=1e-5, atol=1e-5)
+        x = RNG.standard_normal((4, 8)).astype(np.float32)
+        w = RNG.standard_normal((3, 8, 2)).astype(np.float32)
+        idx = RNG.integers(0, 3, (4, 2)).astype(np.int64)
+        out = decode_outputs(stub.ModelInfer(make_infer_request(
+            "grouped_matmul", [("input", x), ("weights", w), ("group_indices", idx)]),
+            timeout=30))["output"]
+        np.testing.assert_allclose(out, grouped_reference(x, w, idx), rtol=1e-5, atol=1e-5)
+        weights = example_repository_weights()
+        tokens = RNG.standard_normal((3, 512)).astype(np.float32)
+        routing = RNG.integers(0, 16, (3, 2)).astype(np.int64)
+        moe = decode_outputs(stub.ModelInfer(make_infer_request(
+            "moe", [("tokens", tokens), ("routing", routing)]), timeout=30))["expert_out"]
+        np.testing.assert_allclose(moe, grouped_reference(tokens, weights["moe"]["experts"],
+                                                          routing, weights["moe"]["expert_bias"]),
+                                   rtol=1e-4, atol=1e-4)
+        hidden = RNG.standard_normal((2, 512)).astype(np.float32)
+        projected = decode_outputs(stub.ModelInfer(make_infer_request(
+            "linear", [("hidden", hidden)]), timeout=30))["projected"]
+        np.testing.assert_allclose(projected, hidden.astype(np.float64) @ weights["linear"]["proj"],
+                                   rtol=1e-4, atol=1e-4)
+        self.assertGreaterEqual(metric_sum(c.metrics_url, "gemmserve_requests_total",
+                                           model="moe", code="OK"), 1)
+        with tempfile.TemporaryDirectory() as tmp:
+            report = os.path.join(tmp, "perf.json")
+            subprocess.run([CLI, f"--url={c.grpc}", "perf", "--model=moe", "--rows=4",
+                            "--concurrency=4", "--duration=2", "--warmup=0.5",
+                            f"--json_out={report}"], check=True, capture_output=True, timeout=60)
+            with open(report) as f:
+                perf = json.load(f)
+        self.assertGreater(perf["ok"], 0)
+        self.assertEqual(perf["errors"], {})
+
+    def test_healthcheck_turns_healthy_with_default_ports_and_with_moved_ones(self):
+        fast = ("--health-interval=1s", "--health-start-period=1s")
+        default = self.start(*fast, *RESTRICTED)
+        moved = self.start(*fast, *RESTRICTED, args=("--grpc_port=18001", "--metrics_port=18002"),
+                           grpc_port=18001, metrics_port=18002)
+        for c in (default, moved):
+            wait_until(lambda c=c: c.health() == "healthy", f"{c.id[:12]} healthy")
+
+    def test_docker_stop_with_a_request_in_flight_completes_it_and_exits_0(self):
+        c = self.start(*RESTRICTED)
+        a = np.ones((3072, 3072), np.float32)
+        stub = pb2_grpc.GRPCInferenceServiceStub(open_channel(c.grpc))
+        future = stub.ModelInfer.future(make_infer_request("matmul", [("A", a), ("B", a)]),
+                                        timeout=300)
+        wait_until(lambda: metric_sum(c.metrics_url, "gemmserve_inflight_requests") >= 1
+                   or future.done(), "the request in flight", timeout=60)
+        self.assertFalse(future.done(), "the request ended before docker stop was sent")
+        start = time.monotonic()
+        docker("stop", "-t", "30", c.id, timeout=60)
+        took = time.monotonic() - start
+        y = decode_outputs(future.result(timeout=60))["Y"]
+        self.assertEqual(float(y[0, 0]), 3072.0)
+        self.assertEqual(docker("inspect", "-f", "{{.State.ExitCode}}", c.id), "0")
+        self.assertLess(took, 15, "the stop took most of the 30 s grace period")
+
+    def test_a_model_repository_mounted_read_only_from_the_host_is_served(self):
+        repo = tempfile.mkdtemp(prefix="gemmserve-mounted-")
+        self.addCleanup(shutil.rmtree, repo, True)
+        w = RNG.standard_normal((4, 6, 3)).astype(np.float32)
+        write_model(repo, "mounted", grouped_graph("mounted", w, 2), external=True)
+        for dirpath, dirnames, filenames in os.walk(repo):  # readable by uid 10001
+            os.chmod(dirpath, 0o755)
+            for name in filenames:
+                os.chmod(os.path.join(dirpath, name), 0o644)
+        c = self.start(*RESTRICTED, "-v", f"{repo}:/models:ro")
+        stub = pb2_grpc.GRPCInferenceServiceStub(open_channel(c.grpc))
+        x = RNG.standard_normal((5, 6)).astype(np.float32)
+        idx = RNG.integers(0, 4, (5, 2)).astype(np.int64)
+        out = decode_outputs(stub.ModelInfer(make_infer_request(
+            "mounted", [("tokens", x), ("routing", idx)]), timeout=30))["expert_out"]
+        np.testing.assert_allclose(out, grouped_reference(x, w, idx), rtol=1e-5, atol=1e-5)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ComposeTest(unittest.TestCase):
+    """deploy/docker-compose.yml with Debian's docker-compose, Prometheus from Debian's
+    package (tests/container/compose.test.yml); Grafana is not started."""
+    PROJECT = "gemmserve-container-test"
+
+    def compose(self, *args, timeout=600):
+        env = {**os.environ, **self.ports}
+        result = subprocess.run(
+            ["docker-compose", "-p", self.PROJECT,
+             "-f", os.path.join(ROOT, "deploy", "docker-compose.yml"),
+             "-f", os.path.join(ROOT, "tests", "container", "compose.test.yml"), *args],
+            capture_output=True, text=True, env=env, timeout=timeout)
+        if result.returncode != 0:
+            raise AssertionError(f"docker-compose {' '.join(args)}:\n{result.stderr}")
+        return result.stdout
+
+    def test_prometheus_scrapes_gemmserve_inside_the_compose_network(self):
+        self.ports = {"GEMMSERVE_GRPC_PORT": str(free_port()),
+                      "GEMMSERVE_METRICS_PORT": str(free_port()),
+                      "PROMETHEUS_PORT": str(free_port())}
+        self.addCleanup(self.compose, "down", "--volumes", "--remove-orphans")
+        self.compose("up", "-d", "gemmserve", "prometheus")
+        grpc_address = f"127.0.0.1:{self.ports['GEMMSERVE_GRPC_PORT']}"
+        wait_until(lambda: subprocess.run([CLI, f"--url={grpc_address}", "--timeout_ms=2000",
+                                           "health"], capture_output=True).returncode == 0,
+                   "gemmserve in compose to serve")
+        stub = pb2_grpc.GRPCInferenceServiceStub(open_channel(grpc_address))
+        a = np.ones((2, 2), np.float32)
+        for _ in range(3):
+            stub.ModelInfer(make_infer_request("matmul", [("A", a), ("B", a)]), timeout=30)
+        api = f"http://127.0.0.1:{self.ports['PROMETHEUS_PORT']}/api/v1/query?"
+
+        def query(expr):
+            try:
+                with urllib.request.urlopen(api + urllib.parse.urlencode({"query": expr}),
+                                            timeout=5) as r:
+                    result = json.load(r)["data"]["result"]
+            except OSError:
+                return None  # not up yet
+            return float(result[0]["value"][1]) if result else None
+
+        self.assertEqual(wait_until(lambda: query('up{job="gemmserve"}') == 1,
+                                    "Prometheus to scrape gemmserve", timeout=120), True)
+        wait_until(lambda: (query('sum(gemmserve_requests_total{model="matmul",code="OK"})')
+                            or 0) >= 3, "the requests in Prometheus", timeout=120)
+
+
+if __name__ == "__main__":
+    unittest.main()
