@@ -61,12 +61,41 @@ if ! "$DOCKER" info >/dev/null 2>&1; then
   echo "container: started dockerd"
 fi
 
+# What the published debian:bookworm-slim does (debuerreotype --slimify): dpkg
+# leaves out documentation, manuals and translations, also for packages
+# installed later, and apt keeps no package cache or lists in the image.
+slim_base() {
+  local root=$1
+  cat >"$root/etc/dpkg/dpkg.cfg.d/docker" <<'DPKG'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/info/*
+path-exclude /usr/share/linda/*
+path-exclude /usr/share/lintian/overrides/*
+path-exclude /usr/share/locale/*
+path-include /usr/share/locale/locale.alias
+path-exclude /usr/share/man/*
+DPKG
+  cat >"$root/etc/apt/apt.conf.d/docker-clean" <<'APT'
+DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+APT
+  find "$root/usr/share/doc" -mindepth 1 -not -name copyright -not -type d -delete
+  find "$root/usr/share/doc" -mindepth 1 -type d -empty -delete
+  find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 -not -name locale.alias -exec rm -rf {} +
+  rm -rf "$root"/usr/share/{info,man,linda,lintian/overrides}/* \
+         "$root"/var/cache/apt/archives/*.deb "$root"/var/cache/apt/*.bin "$root"/var/lib/apt/lists/*
+}
+
 if ! "$DOCKER" image inspect debian:bookworm-slim >/dev/null 2>&1; then
   mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
   mirror=${mirror:-http://deb.debian.org/debian}
   echo "container: making debian:bookworm-slim with debootstrap from $mirror"
   debootstrap --variant=minbase bookworm "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 \
     || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
+  slim_base "$work/rootfs"
   tar -C "$work/rootfs" -c . | "$DOCKER" import -c 'CMD ["bash"]' - debian:bookworm-slim >/dev/null
   rm -rf "$work/rootfs"
 fi

@@ -2,7 +2,8 @@
 # The whole test suite: installs dependencies, builds, runs every test through
 # ctest. Exits non-zero if anything fails.
 #   tests/run.sh                 # Release build in build/, then the sanitizer stages
-#   GEMMSERVE_SKIP_TSAN=1 GEMMSERVE_SKIP_ASAN=1 GEMMSERVE_SKIP_FUZZ=1 tests/run.sh
+#   GEMMSERVE_SKIP_TSAN=1 GEMMSERVE_SKIP_ASAN=1 GEMMSERVE_SKIP_FUZZ=1 \
+#     GEMMSERVE_SKIP_CONTAINER=1 tests/run.sh
 #                                # the Release stage only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,4 +41,13 @@ fi
 # seed corpus, in the same build-asan/ tree.
 if [[ "${GEMMSERVE_SKIP_FUZZ:-0}" != 1 ]]; then
   tests/fuzz.sh "${GEMMSERVE_FUZZ_SECONDS:-30}"
+fi
+
+# The container (tests/container.sh, README: Docker): builds the image from this
+# checkout in a real Docker engine (starting dockerd if none runs) and checks it
+# serving under the Kubernetes manifest's restrictions, its HEALTHCHECK, docker
+# stop, a mounted repository, and docker-compose with Prometheus. Skipped with a
+# message where no engine can start. About 7 minutes on a fresh machine.
+if [[ "${GEMMSERVE_SKIP_CONTAINER:-0}" != 1 ]]; then
+  tests/container.sh
 fi
