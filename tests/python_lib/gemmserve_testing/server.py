@@ -43,6 +43,31 @@ def _with_parent_death_signal(argv):
     return [setpriv, "--pdeathsig", "KILL", *argv] if setpriv else list(argv)
 
 
+def _where_it_waits(pid):
+    """What each thread of a process that does not answer is doing, from /proc: its
+    program, and per thread its name, state, kernel wait channel and system call."""
+    def read(path):
+        try:
+            with open(path, "rb") as f:
+                return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError as e:
+            return f"({e.strerror})"
+    lines = [f"pid {pid}: {read(f'/proc/{pid}/cmdline')}"]
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError as e:
+        return "\n".join(lines + [f"no /proc/{pid}/task ({e.strerror})"])
+    for tid in tids[:64]:
+        task = f"/proc/{pid}/task/{tid}"
+        state = read(f"{task}/stat").rsplit(")", 1)[-1].split()[:1]
+        lines.append(f"  {tid} {read(f'{task}/comm')} state={''.join(state)} "
+                     f"wchan={read(f'{task}/wchan')} syscall={read(f'{task}/syscall')}")
+        stack = read(f"{task}/stack")
+        if stack and not stack.startswith("("):
+            lines.extend("      " + frame for frame in stack.splitlines()[:3])
+    return "\n".join(lines)
+
+
 class SanitizerReport(Exception):
     """The server's stderr holds a sanitizer's report. Not an AssertionError, so a
     test that expects the server to fail (assertRaises(AssertionError)) cannot
@@ -120,7 +145,8 @@ class ServerProcess:
                 if remaining <= 0:
                     raise AssertionError(
                         f"gemmserve printed no ready line within {self.start_timeout}s "
-                        f"(got {line!r}); stderr:\n{self.stderr_text()}")
+                        f"(got {line!r}); stderr:\n{self.stderr_text()}\n"
+                        f"where it waits:\n{_where_it_waits(self.proc.pid)}")
                 if not sel.select(remaining):
                     continue
                 chunk = os.read(self.proc.stdout.fileno(), 1)
