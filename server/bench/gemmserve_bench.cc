@@ -65,6 +65,7 @@
 #include "server/bench/row_check.h"
 #include "server/common/status_macros.h"
 #include "server/ops/grouped_matmul.h"
+#include "server/ops/packed_weights.h"
 #include "server/ops/kernels/compute_environment.h"
 #include "server/ops/kernels/gemm.h"
 #include "server/ops/kernels/reference_gemm.h"
@@ -114,11 +115,14 @@ constexpr int64_t kSquareSizes[] = {64, 256, 512, 1024, 2048};
 // take seconds per call.
 constexpr int64_t kNaiveMaxSize = 512;
 
-enum class GroupedImpl { kFused, kPerGroupLoop, kOnnxDecomposition };
+// kResident: the fused kernel on weights packed once (PackedWeights), as a
+// resident model runs it; where the type has no panels, as kFused.
+enum class GroupedImpl { kFused, kResident, kPerGroupLoop, kOnnxDecomposition };
 
 const char* ImplLabel(GroupedImpl impl) {
   switch (impl) {
     case GroupedImpl::kFused: return "fused";
+    case GroupedImpl::kResident: return "resident";
     case GroupedImpl::kPerGroupLoop: return "per_group_loop";
     case GroupedImpl::kOnnxDecomposition: return "onnx_decomposition";
   }
@@ -174,6 +178,7 @@ enum class Family { kNone, kLimit, kGrouped, kMatMul };
 
 struct Cache {
   Slot<Tensor> grouped_weights;
+  Slot<PackedWeights> packed_weights;
   Slot<GroupedCase> grouped_case;
   OnnxDecompositionScratch onnx_scratch;
   Slot<MatMulCase> matmul_case;
@@ -185,6 +190,7 @@ struct Cache {
   void Enter(Family next) {
     if (next == family) return;
     grouped_weights.Clear();
+    packed_weights.Clear();
     grouped_case.Clear();
     onnx_scratch = OnnxDecompositionScratch();
     matmul_case.Clear();
@@ -446,6 +452,25 @@ void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
         return RunGroupedMatMul(c.plan, c.input, w, c.indices, nullptr, &c.output, g_threads);
       };
       break;
+    case GroupedImpl::kResident: {
+      if (!PackedWeights::Supports(spec.type)) {
+        call = [&] {
+          return RunGroupedMatMul(c.plan, c.input, w, c.indices, nullptr, &c.output, g_threads);
+        };
+        break;
+      }
+      absl::StatusOr<PackedWeights*> packed =
+          cache.packed_weights.Get(weights_key, [&] { return PackedWeights::Pack(w); });
+      if (!packed.ok()) {
+        FailCase(state, packed.status().ToString());
+        return;
+      }
+      const PackedWeights& pw = **packed;
+      call = [&c, &pw] {
+        return RunGroupedMatMul(c.plan, c.input, pw, c.indices, nullptr, &c.output, g_threads);
+      };
+      break;
+    }
     case GroupedImpl::kPerGroupLoop:
       call = [&] { return RunPerGroupLoop(c.plan, c.input, w, c.indices, &c.output, g_threads); };
       break;
@@ -620,8 +645,8 @@ void RegisterAll() {
 
   // The implementations of one case run one after the other, so that their
   // ratios see the same machine state.
-  const GroupedImpl impls[] = {GroupedImpl::kFused, GroupedImpl::kPerGroupLoop,
-                               GroupedImpl::kOnnxDecomposition};
+  const GroupedImpl impls[] = {GroupedImpl::kFused, GroupedImpl::kResident,
+                               GroupedImpl::kPerGroupLoop, GroupedImpl::kOnnxDecomposition};
   for (const GroupedShape& shape : kGroupedShapes) {
     for (DataType type : kGroupedTypes) {
       for (int64_t m : kTokenCounts) {
@@ -629,7 +654,8 @@ void RegisterAll() {
       }
     }
     for (int64_t m : kTokenCounts) {
-      for (GroupedImpl impl : {GroupedImpl::kFused, GroupedImpl::kPerGroupLoop}) {
+      for (GroupedImpl impl :
+           {GroupedImpl::kFused, GroupedImpl::kResident, GroupedImpl::kPerGroupLoop}) {
         RegisterGrouped(impl, DataType::kFP32, shape, m, Routing::kSkewed);
       }
     }

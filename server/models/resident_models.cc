@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "server/ops/gemm_scheduler.h"
 #include "server/ops/grouped_matmul.h"
 #include "server/ops/matmul.h"
+#include "server/ops/packed_weights.h"
 
 namespace gemmserve {
 namespace {
@@ -185,11 +187,12 @@ class ResidentMatMulModel final : public Model {
 class PreparedResidentGrouped final : public PreparedInference {
  public:
   PreparedResidentGrouped(GroupedMatMulPlan plan, BoundInput input, BoundInput indices,
-                          std::string output_name)
+                          std::string output_name, bool panels)
       : plan_(std::move(plan)),
         input_(std::move(input)),
         indices_(std::move(indices)),
-        output_name_(std::move(output_name)) {}
+        output_name_(std::move(output_name)),
+        panels_(panels) {}
   int64_t output_bytes() const override {
     return SaturatingBytes(plan_.output_elements, input_.type);
   }
@@ -203,7 +206,7 @@ class PreparedResidentGrouped final : public PreparedInference {
     // their copy, and its share of the merged problems (GemmWorkBytes adds up).
     const int64_t indices = SaturatingMul(SaturatingMul(plan_.m, plan_.s), sizeof(int64_t));
     return ResidentHeldBytes(SaturatingAdd(input_.byte_size, indices), output_bytes(),
-                             GroupedMatMulWorkBytes(plan_, input_.type, threads));
+                             GroupedMatMulWorkBytes(plan_, input_.type, threads, panels_));
   }
   const GroupedMatMulPlan& plan() const { return plan_; }
   const BoundInput& input() const { return input_; }
@@ -213,6 +216,7 @@ class PreparedResidentGrouped final : public PreparedInference {
   GroupedMatMulPlan plan_;
   BoundInput input_, indices_;
   std::string output_name_;
+  bool panels_;
 };
 
 // The request's indices, INT32 or INT64 at any alignment on the wire, as
@@ -232,12 +236,19 @@ void WidenIndices(const BoundInput& indices, int64_t count, int64_t* dst) {
 
 class ResidentGroupedModel final : public Model {
  public:
-  explicit ResidentGroupedModel(ResidentGroupedMatMulSpec spec) : spec_(std::move(spec)) {
+  // With `packed`, the weights are computed on from their panels and the
+  // row-major tensor is dropped: one copy stays resident.
+  ResidentGroupedModel(ResidentGroupedMatMulSpec spec, std::optional<PackedWeights> packed)
+      : spec_(std::move(spec)),
+        type_(spec_.weights.type()),
+        weights_shape_(spec_.weights.shape()),
+        packed_(std::move(packed)) {
+    if (packed_) spec_.weights = Tensor();
     metadata_.name = spec_.name;
     metadata_.versions = {spec_.version};
     metadata_.platform = kResidentPlatform;
     metadata_.inputs = {spec_.input, spec_.group_indices};
-    const Shape& w = spec_.weights.shape();
+    const Shape& w = weights_shape_;
     metadata_.outputs = {{spec_.output_name,
                           spec_.input.datatypes,
                           {spec_.input.shape[0], spec_.group_indices.shape[1], w[2]},
@@ -246,7 +257,7 @@ class ResidentGroupedModel final : public Model {
   }
   const ModelMetadata& metadata() const override { return metadata_; }
   std::vector<std::pair<std::string, std::string>> parameters() const override {
-    const Shape& w = spec_.weights.shape();
+    const Shape& w = weights_shape_;
     return {{"groups", absl::StrCat(w[0])},
             {"k", absl::StrCat(w[1])},
             {"n", absl::StrCat(w[2])},
@@ -259,11 +270,11 @@ class ResidentGroupedModel final : public Model {
     const BoundInput& indices = inputs[1];
     // BindInputs held both to the signature; the batch's buffers are sized
     // from the model's K and S, so those are checked here again.
-    const int64_t k = spec_.weights.shape()[1], s = spec_.group_indices.shape[1];
-    if (input.type != spec_.weights.type() || input.shape.size() != 2 || input.shape[1] != k) {
+    const int64_t k = weights_shape_[1], s = spec_.group_indices.shape[1];
+    if (input.type != type_ || input.shape.size() != 2 || input.shape[1] != k) {
       return absl::InvalidArgumentError(
           absl::StrCat("input '", spec_.input.name, "': expected ",
-                       DataTypeName(spec_.weights.type()), " of shape [M, ", k, "], got ",
+                       DataTypeName(type_), " of shape [M, ", k, "], got ",
                        DataTypeName(input.type), " ", ShapeToString(input.shape)));
     }
     if (indices.shape.size() != 2 || indices.shape[1] != s) {
@@ -280,9 +291,9 @@ class ResidentGroupedModel final : public Model {
     const Shape* bias_shape = spec_.bias ? &spec_.bias->shape() : nullptr;
     GEMMSERVE_ASSIGN_OR_RETURN(
         GroupedMatMulPlan plan,
-        PlanGroupedMatMul(input.shape, spec_.weights.shape(), indices.shape, bias_shape));
+        PlanGroupedMatMul(input.shape, weights_shape_, indices.shape, bias_shape));
     return std::make_unique<PreparedResidentGrouped>(std::move(plan), input, indices,
-                                                     spec_.output_name);
+                                                     spec_.output_name, packed_.has_value());
   }
 
   std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
@@ -305,8 +316,8 @@ class ResidentGroupedModel final : public Model {
   // its rows are overwritten by the next request's.
   absl::Status RunTogether(absl::Span<PreparedInference* const> batch, int threads,
                            std::vector<InferOutputs>* results) const {
-    const DataType type = spec_.weights.type();
-    const Shape& w = spec_.weights.shape();
+    const DataType type = type_;
+    const Shape& w = weights_shape_;
     const int64_t k = w[1], n = w[2], s = spec_.group_indices.shape[1];
     const int64_t es = DataTypeSize(type);
     int64_t capacity = 0;
@@ -350,7 +361,7 @@ class ResidentGroupedModel final : public Model {
     GEMMSERVE_ASSIGN_OR_RETURN(Tensor output, Tensor::Allocate(type, plan.output_shape));
     GEMMSERVE_ASSIGN_OR_RETURN(
         GroupedMatMulWork work,
-        BuildGroupedMatMulWork(plan, input, spec_.weights, idx, spec_.bias ? &*spec_.bias : nullptr,
+        BuildGroupedMatMulWork(plan, input, weights(), idx, spec_.bias ? &*spec_.bias : nullptr,
                                &output));
     GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems(work.problems, threads));
     std::vector<InferOutputs> computed(ran.size());
@@ -360,7 +371,14 @@ class ResidentGroupedModel final : public Model {
     return absl::OkStatus();
   }
 
-  ResidentGroupedMatMulSpec spec_;
+  GroupedWeights weights() const {
+    return packed_ ? GroupedWeights(*packed_) : GroupedWeights(spec_.weights);
+  }
+
+  ResidentGroupedMatMulSpec spec_;  // weights dropped when packed_ holds them
+  DataType type_;
+  Shape weights_shape_;
+  std::optional<PackedWeights> packed_;
   ModelMetadata metadata_;
 };
 
@@ -446,7 +464,14 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
       return absl::InvalidArgumentError("initializer bias: datatype differs from weights");
     }
   }
-  return std::unique_ptr<Model>(new ResidentGroupedModel(std::move(spec)));
+  // Weights that the micro-kernel can read from panels are packed once, here:
+  // requests then pack only their own rows.
+  std::optional<PackedWeights> packed;
+  if (PackedWeights::Supports(spec.weights.type())) {
+    GEMMSERVE_ASSIGN_OR_RETURN(PackedWeights p, PackedWeights::Pack(spec.weights));
+    packed = std::move(p);
+  }
+  return std::unique_ptr<Model>(new ResidentGroupedModel(std::move(spec), std::move(packed)));
 }
 
 }  // namespace gemmserve

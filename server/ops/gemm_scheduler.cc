@@ -10,6 +10,7 @@
 #include "server/common/allocation.h"
 #include "server/common/status_macros.h"
 #include "server/ops/kernels/gemm.h"
+#include "server/ops/kernels/panel_gemm.h"
 #include "server/ops/kernels/streaming_gemm.h"
 #include "server/tensor/half.h"
 #include "server/tensor/shape.h"
@@ -114,6 +115,28 @@ StreamingLayout LayOutStreaming(const std::vector<const GemmProblem*>& problems,
   return l;
 }
 
+// A streaming item of a problem whose B is packed: each weight panel is a
+// row-major [K, weight_ld] matrix of its own, streamed the same way.
+void StreamPanels(const GemmProblem& p, const StreamingItem& item, const uint8_t* rows,
+                  uint8_t* partial) {
+  const PanelGeometry& g = PanelGeometryFor(p.type);
+  const int64_t stride = PanelStrideElements(g, p.k), panels = PanelCount(g, p.n);
+  for (int64_t q = 0; q < panels; ++q) {
+    const int64_t j0 = q * g.weight_lanes, cols = std::min(g.weight_lanes, p.n - j0);
+    if (p.type == DataType::kFP64) {
+      StreamingGemmAccumulate(p.m, item.k_begin, item.k_end, cols,
+                              reinterpret_cast<const double*>(rows), p.k,
+                              static_cast<const double*>(p.b_panels) + q * stride, g.weight_ld,
+                              reinterpret_cast<double*>(partial) + j0, p.n);
+    } else {
+      StreamingGemmAccumulate(DataType::kFP32, p.m, item.k_begin, item.k_end, cols,
+                              reinterpret_cast<const float*>(rows), p.k,
+                              static_cast<const float*>(p.b_panels) + q * stride, g.weight_ld,
+                              reinterpret_cast<float*>(partial) + j0, p.n);
+    }
+  }
+}
+
 // Decode: each problem's B streamed once, cut into (problem, K slice) items
 // so even one problem keeps every thread busy; each item accumulates into its
 // own partial rows, folded per problem at the end.
@@ -137,7 +160,9 @@ absl::Status RunStreaming(const std::vector<const GemmProblem*>& problems, int t
   for (int64_t i = 0; i < item_count; ++i) {
     const StreamingItem& item = items[i];
     const GemmProblem& p = *problems[item.problem];
-    if (p.type == DataType::kFP64) {
+    if (p.b_panels != nullptr) {
+      StreamPanels(p, item, rows + rows_at[item.problem], partial + item.partial);
+    } else if (p.type == DataType::kFP64) {
       StreamingGemmAccumulate(p.m, item.k_begin, item.k_end, p.n,
                               reinterpret_cast<const double*>(rows + rows_at[item.problem]), p.k,
                               static_cast<const double*>(p.b), p.ldb,
@@ -299,6 +324,118 @@ absl::Status RunPacked(const std::vector<const GemmProblem*>& problems, int thre
   return absl::OkStatus();
 }
 
+// A column tile of a problem whose B is packed: weight panels [begin, end).
+struct PanelItem {
+  const GemmProblem* problem;
+  int64_t begin, end;
+  int64_t cost;  // rows x columns, for the order of the work list
+};
+
+struct PanelLayout {
+  std::vector<PanelItem> items;
+  int lanes = 0;
+  int64_t token_bytes = 0, result_bytes = 0;  // of each lane
+};
+
+// Tiles no narrower than this many columns: each micro-kernel call still
+// streams a long enough stretch of its weight panels.
+constexpr int64_t kMinPanelTileColumns = 128;
+
+PanelLayout LayOutPanels(const std::vector<const GemmProblem*>& problems, int threads) {
+  PanelLayout l;
+  const int64_t count = static_cast<int64_t>(problems.size());
+  const int64_t wanted_tiles = (2 * threads + count - 1) / count;
+  for (const GemmProblem* p : problems) {
+    const PanelGeometry& g = PanelGeometryFor(p->type);
+    const int64_t panels = PanelCount(g, p->n);
+    const int64_t min_panels = std::max<int64_t>(1, kMinPanelTileColumns / g.weight_lanes);
+    const int64_t split = std::max<int64_t>(1, std::min(wanted_tiles, panels / min_panels));
+    for (int64_t t = 0; t < split; ++t) {
+      const int64_t begin = panels * t / split, end = panels * (t + 1) / split;
+      const int64_t cols = std::min(p->n, end * g.weight_lanes) - begin * g.weight_lanes;
+      l.items.push_back({p, begin, end, SaturatingMul(p->m, cols)});
+    }
+  }
+  // Largest first, taken dynamically: experts with many rows start early and
+  // the small ones fill in, so threads end together.
+  std::stable_sort(l.items.begin(), l.items.end(),
+                   [](const PanelItem& a, const PanelItem& b) { return a.cost > b.cost; });
+  l.lanes = static_cast<int>(std::min<int64_t>(threads, static_cast<int64_t>(l.items.size())));
+  for (const PanelItem& item : l.items) {
+    const GemmProblem& p = *item.problem;
+    const PanelGeometry& g = PanelGeometryFor(p.type);
+    const int64_t block = std::min(p.m, kGatherBlockRows);
+    l.token_bytes = std::max(l.token_bytes,
+                             PanelGemmScratchElements(g, block, p.k) * AccSize(p.type));
+    if (!IsDirect(p)) {
+      const int64_t cols =
+          std::min(p.n, item.end * g.weight_lanes) - item.begin * g.weight_lanes;
+      l.result_bytes = std::max(l.result_bytes, block * cols * AccSize(p.type));
+    }
+  }
+  return l;
+}
+
+template <typename T>
+void RunPanelItemT(const PanelItem& item, Lane& lane) {
+  const GemmProblem& p = *item.problem;
+  const PanelGeometry& g = PanelGeometryFor(p.type);
+  const int64_t j0 = item.begin * g.weight_lanes;
+  const int64_t width = std::min(p.n, item.end * g.weight_lanes) - j0;
+  const auto* a = static_cast<const T*>(p.a);
+  const auto* panels = static_cast<const T*>(p.b_panels);
+  auto* tokens = static_cast<T*>(lane.rows.data());
+  for (int64_t i0 = 0; i0 < p.m; i0 += kGatherBlockRows) {
+    const int64_t m = std::min(kGatherBlockRows, p.m - i0);
+    const int64_t* a_rows = p.a_rows ? p.a_rows + i0 : nullptr;
+    const T* a_block = p.a_rows ? a : a + i0 * p.lda;
+    if (IsDirect(p)) {  // straight into C
+      PanelGemm<T>(g, m, p.k, p.n, a_block, p.lda, a_rows, panels, item.begin, item.end,
+                   static_cast<T*>(p.c) + i0 * p.ldc + j0, p.ldc, tokens);
+      continue;
+    }
+    auto* result = static_cast<T*>(lane.result.data());
+    PanelGemm<T>(g, m, p.k, p.n, a_block, p.lda, a_rows, panels, item.begin, item.end, result,
+                 width, tokens);
+    GemmProblem block = ColumnTile(p, j0, width);
+    block.m = m;
+    block.c_rows = p.c_rows ? p.c_rows + i0 : nullptr;
+    if (!p.c_rows) block.c = static_cast<uint8_t*>(block.c) + i0 * p.ldc * sizeof(T);
+    StoreRows(block, result);
+  }
+}
+
+void RunPanelItem(const PanelItem& item, Lane& lane) {
+  if (item.problem->type == DataType::kFP64) return RunPanelItemT<double>(item, lane);
+  RunPanelItemT<float>(item, lane);
+}
+
+// Problems whose B is packed once (resident weights): each (problem, column
+// tile) item packs its block of gathered rows into token panels and runs
+// BLIS's micro-kernel over the weight panels, each read once per K block for
+// all the rows. Items run side by side, one thread each, as in RunPacked.
+absl::Status RunPanels(const std::vector<const GemmProblem*>& problems, int threads) {
+  for (const GemmProblem* p : problems) {
+    if (p->type != DataType::kFP32 && p->type != DataType::kFP64) {
+      return absl::InternalError("packed weight panels of a type other than FP32 or FP64");
+    }
+  }
+  PanelLayout layout = LayOutPanels(problems, threads);
+  const int64_t count = static_cast<int64_t>(layout.items.size());
+  std::vector<Lane> lane(layout.lanes);
+  for (Lane& l : lane) {
+    GEMMSERVE_ASSIGN_OR_RETURN(l.rows, AlignedBuffer::Allocate(layout.token_bytes));
+    GEMMSERVE_ASSIGN_OR_RETURN(l.result, AlignedBuffer::Allocate(layout.result_bytes));
+  }
+  if (layout.lanes <= 1) {
+    for (const PanelItem& item : layout.items) RunPanelItem(item, lane[0]);
+    return absl::OkStatus();
+  }
+#pragma omp parallel for num_threads(layout.lanes) schedule(dynamic, 1)
+  for (int64_t q = 0; q < count; ++q) RunPanelItem(layout.items[q], lane[omp_get_thread_num()]);
+  return absl::OkStatus();
+}
+
 // Bookkeeping of one problem, over its whole life: the GemmProblem in the
 // caller's list and in a batch's merged list (with vector slack), the pointer
 // lists and work items or column tiles of the scheduler, their statuses, and
@@ -325,7 +462,19 @@ int64_t GemmWorkBytes(const GemmWorkShape& w, int threads) {
     const int64_t partial_rows = SaturatingAdd(rows, 4 * t * kStreamingMaxRows);
     bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingMul(partial_rows, w.n), acc));
   }
-  if (!IsFloatingPoint(w.type) || w.max_rows > kStreamingMaxRows) {
+  if (w.panels) {
+    // Problems on packed weight panels with more rows than streaming takes:
+    // each of up to t lanes holds one block of rows packed into token panels,
+    // and its results when they are scattered or given a bias. Counted
+    // whatever the rows: a batch stacks the rows of requests that stream on
+    // their own into problems that do not, and these terms add up (token
+    // panels round up per part at least as much as for the whole).
+    const PanelGeometry& g = PanelGeometryFor(w.type);
+    const int64_t block = std::min(w.max_rows, kGatherBlockRows);
+    int64_t lane = SaturatingMul(PanelGemmScratchElements(g, block, w.k), acc);
+    if (w.gathered) lane = SaturatingAdd(lane, SaturatingMul(SaturatingMul(block, w.n), acc));
+    bytes = SaturatingAdd(bytes, SaturatingMul(lane, t));
+  } else if (!IsFloatingPoint(w.type) || w.max_rows > kStreamingMaxRows) {
     // Packed problems: each of up to t lanes holds one block of gathered rows
     // and its results (gathered problems), or the FP32 results of a block of
     // a half-precision GEMM (HalfGemmRowMajor); direct FP32, FP64 and integer
@@ -347,20 +496,25 @@ namespace {
 
 // The problems with work, by path.
 void Split(absl::Span<const GemmProblem> problems, std::vector<const GemmProblem*>* streaming,
-           std::vector<const GemmProblem*>* packed) {
+           std::vector<const GemmProblem*>* packed, std::vector<const GemmProblem*>* panels) {
   for (const GemmProblem& p : problems) {
     if (p.m <= 0 || p.n <= 0) continue;
     const bool stream = IsFloatingPoint(p.type) && p.m <= kStreamingMaxRows;
+    if (p.b_panels != nullptr && !stream) {
+      panels->push_back(&p);
+      continue;
+    }
     (stream ? streaming : packed)->push_back(&p);
   }
 }
 
 absl::Status RunGemmProblemsOrThrow(absl::Span<const GemmProblem> problems, int threads) {
   threads = std::max(threads, 1);
-  std::vector<const GemmProblem*> streaming, packed;
-  Split(problems, &streaming, &packed);
+  std::vector<const GemmProblem*> streaming, packed, panels;
+  Split(problems, &streaming, &packed, &panels);
   if (!streaming.empty()) GEMMSERVE_RETURN_IF_ERROR(RunStreaming(streaming, threads));
   if (!packed.empty()) GEMMSERVE_RETURN_IF_ERROR(RunPacked(packed, threads));
+  if (!panels.empty()) GEMMSERVE_RETURN_IF_ERROR(RunPanels(panels, threads));
   return absl::OkStatus();
 }
 
@@ -368,10 +522,11 @@ absl::Status RunGemmProblemsOrThrow(absl::Span<const GemmProblem> problems, int 
 
 int64_t GemmScratchBytes(absl::Span<const GemmProblem> problems, int threads) {
   threads = std::max(threads, 1);
-  std::vector<const GemmProblem*> streaming, packed;
-  Split(problems, &streaming, &packed);
-  int64_t bytes = static_cast<int64_t>(problems.size() * sizeof(GemmProblem) +
-                                       (streaming.size() + packed.size()) * sizeof(void*));
+  std::vector<const GemmProblem*> streaming, packed, panels;
+  Split(problems, &streaming, &packed, &panels);
+  int64_t bytes = static_cast<int64_t>(
+      problems.size() * sizeof(GemmProblem) +
+      (streaming.size() + packed.size() + panels.size()) * sizeof(void*));
   if (!streaming.empty()) {
     const StreamingLayout s = LayOutStreaming(streaming, threads);
     bytes += s.rows_bytes + s.partial_bytes +
@@ -382,6 +537,11 @@ int64_t GemmScratchBytes(absl::Span<const GemmProblem> problems, int threads) {
     const PackedLayout p = LayOutPacked(packed, threads);
     bytes += static_cast<int64_t>(p.lanes) * (p.rows_bytes + p.result_bytes + p.half_block_bytes) +
              static_cast<int64_t>(p.tiles.size() * (sizeof(GemmProblem) + sizeof(absl::Status)));
+  }
+  if (!panels.empty()) {
+    const PanelLayout p = LayOutPanels(panels, threads);
+    bytes += static_cast<int64_t>(p.lanes) * (p.token_bytes + p.result_bytes) +
+             static_cast<int64_t>(p.items.size() * sizeof(PanelItem));
   }
   return bytes;
 }

@@ -46,6 +46,11 @@ struct GemmProblem {
   int64_t ldc = 0;
   const int64_t* c_rows = nullptr;  // row i goes to row c_rows[i] of c; null: i
   const void* bias = nullptr;       // [n], floating types only; null: none
+  // B packed once into weight panels (PackWeightPanels with
+  // PanelGeometryFor(type); FP32 and FP64): b and ldb are unused, and the
+  // problem runs on BLIS's micro-kernel in a loop nest of ours whatever its
+  // rows, packing only its gathered rows of A. Null: B is b, row-major.
+  const void* b_panels = nullptr;
 };
 
 // Problems with at most this many rows take the streaming path, which reads B
@@ -74,6 +79,7 @@ struct GemmWorkShape {
   int64_t min_rows = 0, max_rows = 0;
   int64_t k = 0, n = 0;
   bool gathered = false;  // rows gathered, scattered or given a bias
+  bool panels = false;    // B pre-packed (GemmProblem::b_panels)
 };
 
 // Bytes RunGemmProblems holds for such a list beyond its operands (its

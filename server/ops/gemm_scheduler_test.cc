@@ -14,7 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/ops/kernels/gemm_testing.h"
+#include "server/ops/kernels/panel_gemm.h"
 #include "server/ops/kernels/reference_gemm.h"
+#include "server/tensor/tensor.h"
 
 namespace gemmserve {
 namespace {
@@ -24,8 +26,28 @@ using namespace ops_testing;
 struct Owned {
   std::vector<uint8_t> a, b, c, c_before, bias;
   std::vector<int64_t> a_rows, c_rows;
+  AlignedBuffer panels;
   GemmProblem p;
 };
+
+// The same problem with its B packed once into weight panels, as a resident
+// model holds it (FP32, FP64); p.b is cleared, so only the panels are read.
+Owned WithPanels(Owned o) {
+  const PanelGeometry& g = PanelGeometryFor(o.p.type);
+  const int64_t es = DataTypeSize(o.p.type);
+  o.panels = *AlignedBuffer::Allocate(PackedWeightElements(g, o.p.k, o.p.n) * es);
+  if (o.p.type == DataType::kFP64) {
+    PackWeightPanels<double>(g, reinterpret_cast<const double*>(o.b.data()), o.p.n, o.p.k, o.p.n,
+                             static_cast<double*>(o.panels.data()));
+  } else {
+    PackWeightPanels<float>(g, reinterpret_cast<const float*>(o.b.data()), o.p.n, o.p.k, o.p.n,
+                            static_cast<float*>(o.panels.data()));
+  }
+  o.p.b_panels = o.panels.data();
+  o.p.b = nullptr;
+  o.p.ldb = 0;
+  return o;
+}
 
 // A problem over its own buffers; `gather` permutes rows of A and C, `with_bias` adds one.
 Owned Make(DataType type, int64_t m, int64_t n, int64_t k, bool gather, bool with_bias,
@@ -148,6 +170,20 @@ TEST(RunGemmProblemsTest, MixedListsGiveEachProblemItsOwnResult) {
     owned.push_back(Make(DataType::kFP32, 700, 8, 5, false, true, rng));  // bias, rows in order
     owned.push_back(
         Make(DataType::kFP16, 600, 600, 3, false, false, rng));  // direct, blocks of 512
+    // B packed once (resident weights): streaming sizes, mid sizes and blocks
+    // of 512 rows; K across BLIS's KC blocks, N across weight panel edges;
+    // gathered with bias, and direct.
+    for (DataType type : {DataType::kFP32, DataType::kFP64}) {
+      const PanelGeometry& g = PanelGeometryFor(type);
+      const int64_t w = g.weight_lanes, kc = g.kc;
+      owned.push_back(WithPanels(Make(type, 1, 4 * w + 3, kc + 1, true, true, rng)));
+      owned.push_back(WithPanels(Make(type, 16, w - 1, 67, false, false, rng)));
+      owned.push_back(WithPanels(Make(type, 17, 3 * w, 2 * kc + 5, true, true, rng)));
+      owned.push_back(WithPanels(Make(type, 64, 300, 129, true, false, rng)));
+      owned.push_back(WithPanels(Make(type, 100, 9 * w + 1, kc - 1, false, false, rng)));
+      owned.push_back(WithPanels(Make(type, 513, 2 * w + 5, 33, true, true, rng)));
+      owned.push_back(WithPanels(Make(type, 40, 5, 0, true, true, rng)));
+    }
     // Degenerate sizes in the same list.
     owned.push_back(Make(DataType::kFP32, 4, 6, 0, true, true, rng));
     owned.push_back(Make(DataType::kFP32, 0, 6, 3, false, false, rng));
@@ -188,6 +224,7 @@ TEST(GemmWorkBytesTest, BoundsWhatTheSchedulerAllocatesAlsoForMergedLists) {
       w.min_rows = std::min(w.min_rows, p.m);
       w.max_rows = std::max(w.max_rows, p.m);
       w.gathered |= p.a_rows != nullptr;
+      w.panels |= p.b_panels != nullptr;
     }
     return w;
   };
@@ -196,6 +233,7 @@ TEST(GemmWorkBytesTest, BoundsWhatTheSchedulerAllocatesAlsoForMergedLists) {
     const int threads = 1 + static_cast<int>(rng() % 8);
     const int64_t k = dim(), n = dim();
     const bool gathered = IsFloatingPoint(type) && rng() % 2 == 0;
+    const bool panels = (type == DataType::kFP32 || type == DataType::kFP64) && rng() % 2 == 0;
     auto random_list = [&](int64_t count) {
       std::vector<GemmProblem> list(count);
       for (GemmProblem& p : list) {
@@ -205,6 +243,7 @@ TEST(GemmWorkBytesTest, BoundsWhatTheSchedulerAllocatesAlsoForMergedLists) {
         p.n = n;
         p.a = p.b = p.c = operand.data();
         if (gathered) p.a_rows = p.c_rows = kRows;
+        if (panels) p.b_panels = operand.data();
       }
       return list;
     };

@@ -20,8 +20,8 @@ absl::Status RankError(const char* name, const char* expected, absl::Span<const 
 
 template <typename Index>
 GroupedMatMulWork BuildProblems(const GroupedMatMulPlan& plan, const Index* indices,
-                                const Tensor& input, const Tensor& weights, const Tensor* bias,
-                                Tensor* output) {
+                                const Tensor& input, const GroupedWeights& weights,
+                                const Tensor* bias, Tensor* output) {
   const int64_t pairs = plan.m * plan.s;
   std::vector<std::pair<int64_t, int64_t>> keyed(pairs);
   for (int64_t p = 0; p < pairs; ++p) keyed[p] = {static_cast<int64_t>(indices[p]), p};
@@ -35,7 +35,8 @@ GroupedMatMulWork BuildProblems(const GroupedMatMulPlan& plan, const Index* indi
   }
   const DataType type = input.type();
   const int64_t es = DataTypeSize(type);
-  const auto* w = static_cast<const uint8_t*>(weights.raw_data());
+  const auto* w =
+      weights.dense ? static_cast<const uint8_t*>(weights.dense->raw_data()) : nullptr;
   const auto* b = bias ? static_cast<const uint8_t*>(bias->raw_data()) : nullptr;
   for (int64_t begin = 0; begin < pairs;) {
     const int64_t group = keyed[begin].first;
@@ -49,8 +50,12 @@ GroupedMatMulWork BuildProblems(const GroupedMatMulPlan& plan, const Index* indi
     p.a = input.raw_data();
     p.lda = plan.k;
     p.a_rows = out.token_of_row.data() + begin;
-    p.b = w + group * plan.k * plan.n * es;
-    p.ldb = plan.n;
+    if (weights.dense) {  // (an empty tensor's data may be null)
+      p.b = w + group * plan.k * plan.n * es;
+      p.ldb = plan.n;
+    } else {
+      p.b_panels = weights.packed->group(group);
+    }
     p.c = output->raw_data();
     p.ldc = plan.n;
     p.c_rows = out.pair_of_row.data() + begin;
@@ -144,7 +149,8 @@ absl::Status ValidateGroupIndices(absl::Span<const int64_t> indices, int64_t s, 
 }
 
 absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan& plan,
-                                                         const Tensor& input, const Tensor& weights,
+                                                         const Tensor& input,
+                                                         const GroupedWeights& weights,
                                                          const Tensor& indices, const Tensor* bias,
                                                          Tensor* output) {
   if (!IsFloatingPoint(input.type())) {
@@ -155,7 +161,7 @@ absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan
   if (plan.output_elements == 0) return GroupedMatMulWork{};
   if (indices.num_elements() != SaturatingMul(plan.m, plan.s) ||
       input.num_elements() != SaturatingMul(plan.m, plan.k) ||
-      weights.num_elements() != SaturatingMul(SaturatingMul(plan.g, plan.k), plan.n) ||
+      weights.shape() != Shape{plan.g, plan.k, plan.n} || weights.type() != input.type() ||
       (bias != nullptr && bias->num_elements() != SaturatingMul(plan.g, plan.n)) ||
       output->num_elements() != plan.output_elements) {
     return absl::InternalError("GroupedMatMul: tensors differ from the plan");
@@ -169,7 +175,8 @@ absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan
       });
 }
 
-int64_t GroupedMatMulWorkBytes(const GroupedMatMulPlan& plan, DataType type, int threads) {
+int64_t GroupedMatMulWorkBytes(const GroupedMatMulPlan& plan, DataType type, int threads,
+                               bool panels) {
   if (plan.output_elements == 0) return 0;  // BuildGroupedMatMulWork builds nothing
   const int64_t pairs = SaturatingMul(plan.m, plan.s);
   GemmWorkShape work;
@@ -181,14 +188,15 @@ int64_t GroupedMatMulWorkBytes(const GroupedMatMulPlan& plan, DataType type, int
   work.k = plan.k;
   work.n = plan.n;
   work.gathered = true;
+  work.panels = panels;
   // Per pair: its (group, pair) key while sorting, and its two row indices.
   constexpr int64_t kPairBytes = sizeof(std::pair<int64_t, int64_t>) + 2 * sizeof(int64_t);
   return SaturatingAdd(SaturatingMul(pairs, kPairBytes), GemmWorkBytes(work, threads));
 }
 
 absl::Status RunGroupedMatMul(const GroupedMatMulPlan& plan, const Tensor& input,
-                              const Tensor& weights, const Tensor& indices, const Tensor* bias,
-                              Tensor* output, int threads) {
+                              const GroupedWeights& weights, const Tensor& indices,
+                              const Tensor* bias, Tensor* output, int threads) {
   GEMMSERVE_ASSIGN_OR_RETURN(GroupedMatMulWork work,
                              BuildGroupedMatMulWork(plan, input, weights, indices, bias, output));
   return RunGemmProblems(work.problems, threads);

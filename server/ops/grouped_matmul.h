@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "server/ops/gemm_scheduler.h"
+#include "server/ops/packed_weights.h"
 #include "server/tensor/shape.h"
 #include "server/tensor/tensor.h"
 
@@ -63,12 +64,24 @@ struct GroupedMatMulWork {
   std::vector<GemmProblem> problems;
 };
 
+// The weights [G, K, N] as the problems read them: a row-major tensor, or
+// panels packed once (a resident model's).
+struct GroupedWeights {
+  GroupedWeights(const Tensor& w) : dense(&w) {}          // NOLINT: implicit on purpose
+  GroupedWeights(const PackedWeights& w) : packed(&w) {}  // NOLINT
+  DataType type() const { return dense ? dense->type() : packed->type(); }
+  const Shape& shape() const { return dense ? dense->shape() : packed->shape(); }
+  const Tensor* dense = nullptr;
+  const PackedWeights* packed = nullptr;
+};
+
 // The problems of one GroupedMatMul, to run alone or merged with others'
 // (the batcher runs several requests' problems in one RunGemmProblems call).
 // Same preconditions as RunGroupedMatMul. RESOURCE_EXHAUSTED if the lists
 // cannot be allocated.
 absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan& plan,
-                                                         const Tensor& input, const Tensor& weights,
+                                                         const Tensor& input,
+                                                         const GroupedWeights& weights,
                                                          const Tensor& indices, const Tensor* bias,
                                                          Tensor* output);
 
@@ -76,13 +89,15 @@ absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan
 // tensors (the sorted pairs, the row lists, the problems and the scheduler's
 // scratch, GemmWorkBytes), known before the indices are read: every token may
 // choose one expert, or each its own.
-int64_t GroupedMatMulWorkBytes(const GroupedMatMulPlan& plan, DataType type, int threads);
+// `panels`: the weights are packed (PackedWeights).
+int64_t GroupedMatMulWorkBytes(const GroupedMatMulPlan& plan, DataType type, int threads,
+                               bool panels = false);
 
 // Tensors must match the plan; `bias` may be null. Indices must have passed
 // ValidateGroupIndices. RESOURCE_EXHAUSTED if scratch memory is denied.
 absl::Status RunGroupedMatMul(const GroupedMatMulPlan& plan, const Tensor& input,
-                              const Tensor& weights, const Tensor& indices, const Tensor* bias,
-                              Tensor* output, int threads);
+                              const GroupedWeights& weights, const Tensor& indices,
+                              const Tensor* bias, Tensor* output, int threads);
 
 }  // namespace gemmserve
 

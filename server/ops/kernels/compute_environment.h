@@ -6,10 +6,14 @@
 //       under one core budget; spinning idle OpenMP threads steal those cores
 //       (measured on the 2-core machine: 2-thread BLIS calls 20-200x slower
 //       next to a busy neighbour with the default policy).
-//   BLIS_ARCH_TYPE=<skx> on Intel CPUs with AVX-512 (F, DQ, BW, VL). BLIS 0.9
-//       cannot count the FMA units of CPUs newer than it and falls back to its
-//       AVX2 "haswell" kernels; the AVX-512 kernels ran sgemm 2.0x faster on
-//       this machine (131 vs 79 GFLOP/s on one core).
+//   BLIS_ARCH_TYPE, chosen from the CPU's features, never its vendor: BLIS
+//       0.9 picks its configuration by vendor and family and knows no CPU
+//       newer than itself. It ran Zen 5 (AVX-512 with full-width units) on
+//       its "generic" reference kernels, and Intel CPUs with AVX-512 newer
+//       than Skylake-X on its AVX2 "haswell" ones. With AVX-512 (F, DQ, BW,
+//       VL) gemmserve asks for "skx" (sgemm 2.0x haswell on a Xeon here; see
+//       README: How it computes for Zen 5); on an AVX2 + FMA CPU that BLIS
+//       does not know, "haswell"; otherwise BLIS's own choice stands.
 //
 // A variable the user has set is never overridden. Call first thing in main():
 // it re-executes the program once with the settings added if any was missing.
@@ -24,6 +28,10 @@ namespace gemmserve {
 // Returns only if nothing was missing or the re-exec failed (then the program
 // runs on with the libraries' defaults).
 void ReexecWithComputeEnvironment(char** argv);
+
+// The BLIS configuration (an arch_t) to run given BLIS's own choice and the
+// CPU's features; exposed for its test.
+int BlisArchitectureFor(int blis_choice, bool avx512, bool avx2_fma);
 
 // "skx", "haswell", ...: the BLIS configuration in use.
 const char* BlisArchitecture();

@@ -1,0 +1,199 @@
+#include "server/ops/kernels/panel_gemm.h"
+
+#include <blis.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace gemmserve {
+namespace {
+
+constexpr int64_t kLine = 64;  // bytes
+
+template <typename T>
+int64_t LineUp(int64_t elements) {
+  const int64_t per_line = kLine / static_cast<int64_t>(sizeof(T));
+  return (elements + per_line - 1) / per_line * per_line;
+}
+
+int64_t ElementSize(const PanelGeometry& g) { return g.type == DataType::kFP64 ? 8 : 4; }
+
+PanelGeometry Query(num_t dt, DataType type) {
+  cntx_t* cntx = bli_gks_query_cntx();
+  PanelGeometry g;
+  g.type = type;
+  const int64_t mr = bli_cntx_get_blksz_def_dt(dt, BLIS_MR, cntx);
+  const int64_t nr = bli_cntx_get_blksz_def_dt(dt, BLIS_NR, cntx);
+  // The packed widths (PACKMR, PACKNR): the leading dimension of a packed
+  // micro-panel as the micro-kernel steps through it.
+  const int64_t packmr = bli_cntx_get_blksz_max_dt(dt, BLIS_MR, cntx);
+  const int64_t packnr = bli_cntx_get_blksz_max_dt(dt, BLIS_NR, cntx);
+  g.weights_are_a = !bli_cntx_l3_nat_ukr_prefers_rows_dt(dt, BLIS_GEMM_UKR, cntx);
+  g.weight_lanes = g.weights_are_a ? mr : nr;
+  g.weight_ld = g.weights_are_a ? packmr : packnr;
+  g.token_lanes = g.weights_are_a ? nr : mr;
+  g.token_ld = g.weights_are_a ? packnr : packmr;
+  g.kc = bli_cntx_get_blksz_def_dt(dt, BLIS_KC, cntx);
+  g.a_block = std::max<int64_t>(mr, bli_cntx_get_blksz_def_dt(dt, BLIS_MC, cntx) / mr * mr);
+  g.kernel = reinterpret_cast<const void*>(bli_cntx_get_l3_nat_ukr_dt(dt, BLIS_GEMM_UKR, cntx));
+  return g;
+}
+
+template <typename T>
+struct Ukr;
+template <>
+struct Ukr<float> {
+  using Fn = sgemm_ukr_ft;
+};
+template <>
+struct Ukr<double> {
+  using Fn = dgemm_ukr_ft;
+};
+
+// Packs rows [0, m) of X (gathered), K columns [k0, k0 + kc), into token
+// panels of g.token_lanes rows: panel t at out + t * kc * token_ld.
+template <typename T>
+void PackTokens(const PanelGeometry& g, int64_t m, int64_t k0, int64_t kc, const T* x,
+                int64_t ldx, const int64_t* a_rows, T* out) {
+  const int64_t lanes = g.token_lanes, ld = g.token_ld;
+  const int64_t panels = (m + lanes - 1) / lanes;
+  for (int64_t t = 0; t < panels; ++t) {
+    T* panel = out + t * kc * ld;
+    const int64_t rows = std::min(lanes, m - t * lanes);
+    for (int64_t lane = 0; lane < rows; ++lane) {
+      const int64_t i = t * lanes + lane;
+      const T* src = x + (a_rows ? a_rows[i] : i) * ldx + k0;
+      for (int64_t kk = 0; kk < kc; ++kk) panel[kk * ld + lane] = src[kk];
+    }
+    if (rows < ld) {
+      for (int64_t kk = 0; kk < kc; ++kk) std::fill(panel + kk * ld + rows, panel + kk * ld + ld, T{0});
+    }
+  }
+}
+
+}  // namespace
+
+const PanelGeometry& PanelGeometryFor(DataType type) {
+  static const PanelGeometry fp32 = (bli_init(), Query(BLIS_FLOAT, DataType::kFP32));
+  static const PanelGeometry fp64 = (bli_init(), Query(BLIS_DOUBLE, DataType::kFP64));
+  return type == DataType::kFP64 ? fp64 : fp32;
+}
+
+int64_t PanelCount(const PanelGeometry& g, int64_t n) {
+  return (n + g.weight_lanes - 1) / g.weight_lanes;
+}
+
+int64_t PanelStrideElements(const PanelGeometry& g, int64_t k) {
+  const int64_t per_line = kLine / ElementSize(g);
+  return (k * g.weight_ld + per_line - 1) / per_line * per_line;
+}
+
+int64_t PanelGemmScratchElements(const PanelGeometry& g, int64_t m, int64_t k) {
+  const int64_t panels = (m + g.token_lanes - 1) / g.token_lanes;
+  const int64_t per_line = kLine / ElementSize(g);
+  const int64_t kc = std::max<int64_t>(0, std::min(g.kc, k));
+  return (panels * kc * g.token_ld + per_line - 1) / per_line * per_line;
+}
+
+template <typename T>
+void PackWeightPanels(const PanelGeometry& g, const T* w, int64_t ldw, int64_t k, int64_t n,
+                      T* out) {
+  const int64_t lanes = g.weight_lanes, ld = g.weight_ld, stride = PanelStrideElements(g, k);
+  for (int64_t p = 0; p < PanelCount(g, n); ++p) {
+    T* panel = out + p * stride;
+    const int64_t j0 = p * lanes, cols = std::min(lanes, n - j0);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      std::memcpy(panel + kk * ld, w + kk * ldw + j0, static_cast<size_t>(cols) * sizeof(T));
+      std::fill(panel + kk * ld + cols, panel + kk * ld + ld, T{0});
+    }
+    std::fill(panel + k * ld, panel + stride, T{0});
+  }
+}
+
+template <typename T>
+void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const T* x, int64_t ldx,
+               const int64_t* a_rows, const T* packed_w, int64_t panel_begin, int64_t panel_end,
+               T* c, int64_t ldc, T* scratch) {
+  panel_end = std::min(panel_end, PanelCount(g, n));
+  if (m <= 0 || panel_begin >= panel_end) return;
+  const int64_t j_first = panel_begin * g.weight_lanes;
+  const int64_t width = std::min(n, panel_end * g.weight_lanes) - j_first;
+  if (k <= 0) {
+    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + width, T{0});
+    return;
+  }
+  const auto kernel = reinterpret_cast<typename Ukr<T>::Fn>(const_cast<void*>(g.kernel));
+  const int64_t stride = PanelStrideElements(g, k);
+  const int64_t token_panels = (m + g.token_lanes - 1) / g.token_lanes;
+  T one = 1, zero = 0;
+  auxinfo_t aux;
+  bli_auxinfo_set_schema_a(BLIS_PACKED_ROW_PANELS, &aux);
+  bli_auxinfo_set_schema_b(BLIS_PACKED_COL_PANELS, &aux);
+  bli_auxinfo_set_is_a(1, &aux);
+  bli_auxinfo_set_is_b(1, &aux);
+  bli_auxinfo_set_ukr(nullptr, &aux);
+  bli_auxinfo_set_params(nullptr, &aux);
+  cntx_t* cntx = bli_gks_query_cntx();
+
+  for (int64_t k0 = 0; k0 < k; k0 += g.kc) {
+    const int64_t kc = std::min(g.kc, k - k0);
+    PackTokens(g, m, k0, kc, x, ldx, a_rows, scratch);
+    T* beta = k0 == 0 ? &zero : &one;
+    auto weight_panel = [&](int64_t p) {
+      return const_cast<T*>(packed_w + p * stride + k0 * g.weight_ld);
+    };
+    auto token_panel = [&](int64_t t) { return scratch + t * kc * g.token_ld; };
+    auto weight_cols = [&](int64_t p) {
+      return std::min(g.weight_lanes, n - p * g.weight_lanes);
+    };
+    auto token_rows = [&](int64_t t) { return std::min(g.token_lanes, m - t * g.token_lanes); };
+    if (g.weights_are_a) {
+      // C^T = W^T X^T: a block of weight panels stays in L2 while each token
+      // panel (in L1) meets every panel of the block.
+      const int64_t block = std::max<int64_t>(1, g.a_block / g.weight_lanes);
+      for (int64_t p0 = panel_begin; p0 < panel_end; p0 += block) {
+        const int64_t p1 = std::min(panel_end, p0 + block);
+        for (int64_t t = 0; t < token_panels; ++t) {
+          for (int64_t p = p0; p < p1; ++p) {
+            const int64_t next_p = p + 1 < p1 ? p + 1 : p0;
+            bli_auxinfo_set_next_a(weight_panel(next_p), &aux);
+            bli_auxinfo_set_next_b(token_panel(t), &aux);
+            T* tile = c + t * g.token_lanes * ldc + (p * g.weight_lanes - j_first);
+            kernel(weight_cols(p), token_rows(t), kc, &one, weight_panel(p), token_panel(t), beta,
+                   tile, 1, ldc, &aux, cntx);
+          }
+        }
+      }
+    } else {
+      // C = X W: a block of token panels stays in L2 while each weight panel
+      // (in L1) meets every token panel of the block.
+      const int64_t block = std::max<int64_t>(1, g.a_block / g.token_lanes);
+      for (int64_t t0 = 0; t0 < token_panels; t0 += block) {
+        const int64_t t1 = std::min(token_panels, t0 + block);
+        for (int64_t p = panel_begin; p < panel_end; ++p) {
+          for (int64_t t = t0; t < t1; ++t) {
+            const int64_t next_t = t + 1 < t1 ? t + 1 : t0;
+            bli_auxinfo_set_next_a(token_panel(next_t), &aux);
+            bli_auxinfo_set_next_b(weight_panel(p), &aux);
+            T* tile = c + t * g.token_lanes * ldc + (p * g.weight_lanes - j_first);
+            kernel(token_rows(t), weight_cols(p), kc, &one, token_panel(t), weight_panel(p), beta,
+                   tile, ldc, 1, &aux, cntx);
+          }
+        }
+      }
+    }
+  }
+}
+
+template void PackWeightPanels<float>(const PanelGeometry&, const float*, int64_t, int64_t,
+                                      int64_t, float*);
+template void PackWeightPanels<double>(const PanelGeometry&, const double*, int64_t, int64_t,
+                                       int64_t, double*);
+template void PanelGemm<float>(const PanelGeometry&, int64_t, int64_t, int64_t, const float*,
+                               int64_t, const int64_t*, const float*, int64_t, int64_t, float*,
+                               int64_t, float*);
+template void PanelGemm<double>(const PanelGeometry&, int64_t, int64_t, int64_t, const double*,
+                                int64_t, const int64_t*, const double*, int64_t, int64_t, double*,
+                                int64_t, double*);
+
+}  // namespace gemmserve

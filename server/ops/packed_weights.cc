@@ -1,0 +1,64 @@
+#include "server/ops/packed_weights.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/common/status_macros.h"
+#include "server/ops/kernels/panel_gemm.h"
+
+namespace gemmserve {
+
+bool PackedWeights::Supports(DataType type) {
+  return type == DataType::kFP32 || type == DataType::kFP64;
+}
+
+absl::StatusOr<int64_t> PackedWeights::BytesFor(DataType type, absl::Span<const int64_t> shape) {
+  if (!Supports(type)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed weights: no panels for ", DataTypeName(type)));
+  }
+  if (shape.size() != 2 && shape.size() != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed weights: expected [K, N] or [G, K, N], got ", ShapeToString(shape)));
+  }
+  for (int64_t d : shape) {
+    if (d < 0) return absl::InvalidArgumentError("packed weights: negative dimension");
+  }
+  const PanelGeometry& g = PanelGeometryFor(type);
+  const int64_t groups = shape.size() == 3 ? shape[0] : 1;
+  const int64_t k = shape[shape.size() - 2], n = shape[shape.size() - 1];
+  const int64_t panels = (n + g.weight_lanes - 1) / g.weight_lanes;
+  const int64_t per_panel = SaturatingAdd(SaturatingMul(k, g.weight_ld), 16);
+  return SaturatingMul(SaturatingMul(SaturatingMul(groups, panels), per_panel),
+                       DataTypeSize(type));
+}
+
+absl::StatusOr<PackedWeights> PackedWeights::Pack(const Tensor& weights) {
+  GEMMSERVE_ASSIGN_OR_RETURN(const int64_t bound, BytesFor(weights.type(), weights.shape()));
+  const Shape& shape = weights.shape();
+  const PanelGeometry& g = PanelGeometryFor(weights.type());
+  const int64_t k = shape[shape.size() - 2], n = shape[shape.size() - 1];
+  PackedWeights out;
+  out.type_ = weights.type();
+  out.shape_ = shape;
+  const int64_t es = DataTypeSize(weights.type());
+  out.group_bytes_ = PackedWeightElements(g, k, n) * es;
+  const int64_t bytes = out.groups() * out.group_bytes_;
+  if (bytes > bound) return absl::InternalError("packed weights: size above its bound");
+  GEMMSERVE_ASSIGN_OR_RETURN(out.buffer_, AlignedBuffer::Allocate(bytes));
+  for (int64_t group = 0; group < out.groups(); ++group) {
+    const auto* src = static_cast<const uint8_t*>(weights.raw_data()) + group * k * n * es;
+    auto* dst = static_cast<uint8_t*>(out.buffer_.data()) + group * out.group_bytes_;
+    if (out.type_ == DataType::kFP64) {
+      PackWeightPanels<double>(g, reinterpret_cast<const double*>(src), n, k, n,
+                               reinterpret_cast<double*>(dst));
+    } else {
+      PackWeightPanels<float>(g, reinterpret_cast<const float*>(src), n, k, n,
+                              reinterpret_cast<float*>(dst));
+    }
+  }
+  return out;
+}
+
+}  // namespace gemmserve

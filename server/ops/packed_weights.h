@@ -1,0 +1,55 @@
+// Weights that never change (a resident model's), packed once into the
+// panels the GEMM micro-kernel reads (kernels/panel_gemm.h), group by group:
+// [G, K, N] for a GroupedMatMul, [K, N] (one group) for a MatMul. Requests
+// then pack only their own rows. The packed copy replaces the original: the
+// caller drops the row-major tensor once Pack succeeds.
+//
+//   if (PackedWeights::Supports(w.type())) {
+//     GEMMSERVE_ASSIGN_OR_RETURN(PackedWeights packed, PackedWeights::Pack(w));
+//   }
+#ifndef GEMMSERVE_SERVER_OPS_PACKED_WEIGHTS_H_
+#define GEMMSERVE_SERVER_OPS_PACKED_WEIGHTS_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "server/tensor/datatype.h"
+#include "server/tensor/shape.h"
+#include "server/tensor/tensor.h"
+
+namespace gemmserve {
+
+class PackedWeights {
+ public:
+  PackedWeights() = default;
+
+  // The types with panels in this process: FP32 and FP64.
+  static bool Supports(DataType type);
+
+  // Bytes Pack allocates for weights of `shape` ([G, K, N] or [K, N]),
+  // saturating; INVALID_ARGUMENT for another rank or type.
+  static absl::StatusOr<int64_t> BytesFor(DataType type, absl::Span<const int64_t> shape);
+
+  // RESOURCE_EXHAUSTED if the packed copy cannot be allocated.
+  static absl::StatusOr<PackedWeights> Pack(const Tensor& weights);
+
+  DataType type() const { return type_; }
+  const Shape& shape() const { return shape_; }  // as given: [G, K, N] or [K, N]
+  int64_t groups() const { return shape_.size() == 3 ? shape_[0] : 1; }
+  int64_t bytes() const { return buffer_.size(); }
+  // The panels of group g, in [0, groups()).
+  const void* group(int64_t g) const {
+    return static_cast<const uint8_t*>(buffer_.data()) + g * group_bytes_;
+  }
+
+ private:
+  DataType type_ = DataType::kFP32;
+  Shape shape_;
+  int64_t group_bytes_ = 0;
+  AlignedBuffer buffer_;
+};
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_OPS_PACKED_WEIGHTS_H_
