@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "server/common/allocation.h"
 #include "server/common/status_macros.h"
+#include "server/ops/kernels/bf16_panel_gemm.h"
 #include "server/ops/kernels/gemm.h"
 #include "server/ops/kernels/panel_gemm.h"
 #include "server/ops/kernels/streaming_gemm.h"
@@ -341,18 +343,34 @@ struct PanelLayout {
 // streams a long enough stretch of its weight panels.
 constexpr int64_t kMinPanelTileColumns = 128;
 
+// Columns per weight panel, and the token scratch of a block of `rows` rows,
+// for packed problems of `type` (BF16 on its own pair panels, FP32 and FP64
+// on BLIS's).
+int64_t PanelLanes(DataType type) {
+  return type == DataType::kBF16 ? kBf16PanelLanes : PanelGeometryFor(type).weight_lanes;
+}
+int64_t PanelTokenBytes(DataType type, int64_t rows, int64_t k) {
+  if (type == DataType::kBF16) return SaturatingMul(Bf16PanelScratchWords(rows, k), 4);
+  return SaturatingMul(PanelGemmScratchElements(PanelGeometryFor(type), rows, k), AccSize(type));
+}
+// Whether results go through the lane's buffer (scatter, bias, rounding to
+// a half type) rather than straight into C.
+bool PanelResultBuffered(const GemmProblem& p) {
+  return !IsDirect(p) || p.type == DataType::kBF16;
+}
+
 PanelLayout LayOutPanels(const std::vector<const GemmProblem*>& problems, int threads) {
   PanelLayout l;
   const int64_t count = static_cast<int64_t>(problems.size());
   const int64_t wanted_tiles = (2 * threads + count - 1) / count;
   for (const GemmProblem* p : problems) {
-    const PanelGeometry& g = PanelGeometryFor(p->type);
-    const int64_t panels = PanelCount(g, p->n);
-    const int64_t min_panels = std::max<int64_t>(1, kMinPanelTileColumns / g.weight_lanes);
+    const int64_t lanes = PanelLanes(p->type);
+    const int64_t panels = (p->n + lanes - 1) / lanes;
+    const int64_t min_panels = std::max<int64_t>(1, kMinPanelTileColumns / lanes);
     const int64_t split = std::max<int64_t>(1, std::min(wanted_tiles, panels / min_panels));
     for (int64_t t = 0; t < split; ++t) {
       const int64_t begin = panels * t / split, end = panels * (t + 1) / split;
-      const int64_t cols = std::min(p->n, end * g.weight_lanes) - begin * g.weight_lanes;
+      const int64_t cols = std::min(p->n, end * lanes) - begin * lanes;
       l.items.push_back({p, begin, end, SaturatingMul(p->m, cols)});
     }
   }
@@ -363,13 +381,11 @@ PanelLayout LayOutPanels(const std::vector<const GemmProblem*>& problems, int th
   l.lanes = static_cast<int>(std::min<int64_t>(threads, static_cast<int64_t>(l.items.size())));
   for (const PanelItem& item : l.items) {
     const GemmProblem& p = *item.problem;
-    const PanelGeometry& g = PanelGeometryFor(p.type);
+    const int64_t lanes = PanelLanes(p.type);
     const int64_t block = std::min(p.m, kGatherBlockRows);
-    l.token_bytes = std::max(l.token_bytes,
-                             PanelGemmScratchElements(g, block, p.k) * AccSize(p.type));
-    if (!IsDirect(p)) {
-      const int64_t cols =
-          std::min(p.n, item.end * g.weight_lanes) - item.begin * g.weight_lanes;
+    l.token_bytes = std::max(l.token_bytes, PanelTokenBytes(p.type, block, p.k));
+    if (PanelResultBuffered(p)) {
+      const int64_t cols = std::min(p.n, item.end * lanes) - item.begin * lanes;
       l.result_bytes = std::max(l.result_bytes, block * cols * AccSize(p.type));
     }
   }
@@ -405,9 +421,34 @@ void RunPanelItemT(const PanelItem& item, Lane& lane) {
   }
 }
 
+// BF16 on pair panels: FP32 results in the lane's buffer, rounded once on
+// the way to C (with bias, scattered).
+void RunBf16PanelItem(const PanelItem& item, Lane& lane) {
+  const GemmProblem& p = *item.problem;
+  const int64_t j0 = item.begin * kBf16PanelLanes;
+  const int64_t width = std::min(p.n, item.end * kBf16PanelLanes) - j0;
+  const auto* a = static_cast<const uint16_t*>(p.a);
+  auto* result = static_cast<float*>(lane.result.data());
+  for (int64_t i0 = 0; i0 < p.m; i0 += kGatherBlockRows) {
+    const int64_t m = std::min(kGatherBlockRows, p.m - i0);
+    const int64_t* a_rows = p.a_rows ? p.a_rows + i0 : nullptr;
+    Bf16PanelGemm(m, p.k, p.n, p.a_rows ? a : a + i0 * p.lda, p.lda, a_rows,
+                  static_cast<const uint16_t*>(p.b_panels), p.b_panels_min_exponent, item.begin,
+                  item.end, result, width, static_cast<uint32_t*>(lane.rows.data()));
+    GemmProblem block = ColumnTile(p, j0, width);
+    block.m = m;
+    block.c_rows = p.c_rows ? p.c_rows + i0 : nullptr;
+    if (!p.c_rows) block.c = static_cast<uint8_t*>(block.c) + i0 * p.ldc * 2;
+    StoreRows(block, result);
+  }
+}
+
 void RunPanelItem(const PanelItem& item, Lane& lane) {
-  if (item.problem->type == DataType::kFP64) return RunPanelItemT<double>(item, lane);
-  RunPanelItemT<float>(item, lane);
+  switch (item.problem->type) {
+    case DataType::kFP64: return RunPanelItemT<double>(item, lane);
+    case DataType::kBF16: return RunBf16PanelItem(item, lane);
+    default: return RunPanelItemT<float>(item, lane);
+  }
 }
 
 // Problems whose B is packed once (resident weights): each (problem, column
@@ -416,8 +457,10 @@ void RunPanelItem(const PanelItem& item, Lane& lane) {
 // all the rows. Items run side by side, one thread each, as in RunPacked.
 absl::Status RunPanels(const std::vector<const GemmProblem*>& problems, int threads) {
   for (const GemmProblem* p : problems) {
-    if (p->type != DataType::kFP32 && p->type != DataType::kFP64) {
-      return absl::InternalError("packed weight panels of a type other than FP32 or FP64");
+    const bool bf16 = p->type == DataType::kBF16 && Bf16PanelsSupported();
+    if (p->type != DataType::kFP32 && p->type != DataType::kFP64 && !bf16) {
+      return absl::InternalError(absl::StrCat("packed weight panels of ", DataTypeName(p->type),
+                                              ", which has none here"));
     }
   }
   PanelLayout layout = LayOutPanels(problems, threads);
@@ -469,12 +512,14 @@ int64_t GemmWorkBytes(const GemmWorkShape& w, int threads) {
     // whatever the rows: a batch stacks the rows of requests that stream on
     // their own into problems that do not, and these terms add up (token
     // panels round up per part at least as much as for the whole).
-    const PanelGeometry& g = PanelGeometryFor(w.type);
     const int64_t block = std::min(w.max_rows, kGatherBlockRows);
-    int64_t lane = SaturatingMul(PanelGemmScratchElements(g, block, w.k), acc);
-    if (w.gathered) lane = SaturatingAdd(lane, SaturatingMul(SaturatingMul(block, w.n), acc));
+    int64_t lane = PanelTokenBytes(w.type, block, w.k);
+    if (w.gathered || w.type == DataType::kBF16) {
+      lane = SaturatingAdd(lane, SaturatingMul(SaturatingMul(block, w.n), acc));
+    }
     bytes = SaturatingAdd(bytes, SaturatingMul(lane, t));
-  } else if (!IsFloatingPoint(w.type) || w.max_rows > kStreamingMaxRows) {
+  }
+  if (!w.panels && (!IsFloatingPoint(w.type) || w.max_rows > kStreamingMaxRows)) {
     // Packed problems: each of up to t lanes holds one block of gathered rows
     // and its results (gathered problems), or the FP32 results of a block of
     // a half-precision GEMM (HalfGemmRowMajor); direct FP32, FP64 and integer
@@ -499,7 +544,10 @@ void Split(absl::Span<const GemmProblem> problems, std::vector<const GemmProblem
            std::vector<const GemmProblem*>* packed, std::vector<const GemmProblem*>* panels) {
   for (const GemmProblem& p : problems) {
     if (p.m <= 0 || p.n <= 0) continue;
-    const bool stream = IsFloatingPoint(p.type) && p.m <= kStreamingMaxRows;
+    // FP32 / FP64 panels stream like row-major weights (each panel is a
+    // row-major [K, ld] matrix); BF16 pair panels always take the panel path.
+    const bool stream = IsFloatingPoint(p.type) && p.m <= kStreamingMaxRows &&
+                        (p.b_panels == nullptr || p.type != DataType::kBF16);
     if (p.b_panels != nullptr && !stream) {
       panels->push_back(&p);
       continue;

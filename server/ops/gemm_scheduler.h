@@ -46,11 +46,12 @@ struct GemmProblem {
   int64_t ldc = 0;
   const int64_t* c_rows = nullptr;  // row i goes to row c_rows[i] of c; null: i
   const void* bias = nullptr;       // [n], floating types only; null: none
-  // B packed once into weight panels (PackWeightPanels with
-  // PanelGeometryFor(type); FP32 and FP64): b and ldb are unused, and the
-  // problem runs on BLIS's micro-kernel in a loop nest of ours whatever its
-  // rows, packing only its gathered rows of A. Null: B is b, row-major.
+  // B packed once into weight panels (PackedWeights: PackWeightPanels with
+  // PanelGeometryFor(type) for FP32 and FP64, PackBf16Panels for BF16): b
+  // and ldb are unused, and only the gathered rows of A are packed per call.
+  // Null: B is b, row-major.
   const void* b_panels = nullptr;
+  int b_panels_min_exponent = 0;  // BF16 panels: Bf16MinExponent of B
 };
 
 // Problems with at most this many rows take the streaming path, which reads B

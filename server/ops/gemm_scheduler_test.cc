@@ -14,7 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/ops/kernels/gemm_testing.h"
+#include "server/ops/kernels/bf16_panel_gemm.h"
 #include "server/ops/kernels/panel_gemm.h"
+#include "server/ops/packed_weights.h"
 #include "server/ops/kernels/reference_gemm.h"
 #include "server/tensor/tensor.h"
 
@@ -33,8 +35,18 @@ struct Owned {
 // The same problem with its B packed once into weight panels, as a resident
 // model holds it (FP32, FP64); p.b is cleared, so only the panels are read.
 Owned WithPanels(Owned o) {
-  const PanelGeometry& g = PanelGeometryFor(o.p.type);
   const int64_t es = DataTypeSize(o.p.type);
+  if (o.p.type == DataType::kBF16) {
+    o.panels = *AlignedBuffer::Allocate(Bf16PanelCount(o.p.n) * Bf16PanelStride(o.p.k) * es);
+    const auto* w = reinterpret_cast<const uint16_t*>(o.b.data());
+    PackBf16Panels(w, o.p.n, o.p.k, o.p.n, static_cast<uint16_t*>(o.panels.data()));
+    o.p.b_panels = o.panels.data();
+    o.p.b_panels_min_exponent = Bf16MinExponent(w, o.p.k * o.p.n);
+    o.p.b = nullptr;
+    o.p.ldb = 0;
+    return o;
+  }
+  const PanelGeometry& g = PanelGeometryFor(o.p.type);
   o.panels = *AlignedBuffer::Allocate(PackedWeightElements(g, o.p.k, o.p.n) * es);
   if (o.p.type == DataType::kFP64) {
     PackWeightPanels<double>(g, reinterpret_cast<const double*>(o.b.data()), o.p.n, o.p.k, o.p.n,
@@ -184,6 +196,15 @@ TEST(RunGemmProblemsTest, MixedListsGiveEachProblemItsOwnResult) {
       owned.push_back(WithPanels(Make(type, 513, 2 * w + 5, 33, true, true, rng)));
       owned.push_back(WithPanels(Make(type, 40, 5, 0, true, true, rng)));
     }
+    if (Bf16PanelsSupported()) {  // BF16 pair panels: decode sizes too
+      const int64_t w = kBf16PanelLanes, kb = kBf16KBlock;
+      owned.push_back(WithPanels(Make(DataType::kBF16, 1, 4 * w + 3, kb + 1, true, true, rng)));
+      owned.push_back(WithPanels(Make(DataType::kBF16, 16, w - 1, 67, false, false, rng)));
+      owned.push_back(WithPanels(Make(DataType::kBF16, 17, 3 * w, 2 * kb + 5, true, true, rng)));
+      owned.push_back(WithPanels(Make(DataType::kBF16, 100, 9 * w + 1, kb - 1, false, true, rng)));
+      owned.push_back(WithPanels(Make(DataType::kBF16, 513, 2 * w + 5, 33, true, true, rng)));
+      owned.push_back(WithPanels(Make(DataType::kBF16, 40, 5, 0, true, true, rng)));
+    }
     // Degenerate sizes in the same list.
     owned.push_back(Make(DataType::kFP32, 4, 6, 0, true, true, rng));
     owned.push_back(Make(DataType::kFP32, 0, 6, 3, false, false, rng));
@@ -233,7 +254,7 @@ TEST(GemmWorkBytesTest, BoundsWhatTheSchedulerAllocatesAlsoForMergedLists) {
     const int threads = 1 + static_cast<int>(rng() % 8);
     const int64_t k = dim(), n = dim();
     const bool gathered = IsFloatingPoint(type) && rng() % 2 == 0;
-    const bool panels = (type == DataType::kFP32 || type == DataType::kFP64) && rng() % 2 == 0;
+    const bool panels = PackedWeights::Supports(type) && rng() % 2 == 0;
     auto random_list = [&](int64_t count) {
       std::vector<GemmProblem> list(count);
       for (GemmProblem& p : list) {

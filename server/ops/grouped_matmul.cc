@@ -55,6 +55,7 @@ GroupedMatMulWork BuildProblems(const GroupedMatMulPlan& plan, const Index* indi
       p.ldb = plan.n;
     } else {
       p.b_panels = weights.packed->group(group);
+      p.b_panels_min_exponent = weights.packed->min_exponent(group);
     }
     p.c = output->raw_data();
     p.ldc = plan.n;

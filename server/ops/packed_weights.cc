@@ -5,11 +5,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
+#include "server/ops/kernels/bf16_panel_gemm.h"
 #include "server/ops/kernels/panel_gemm.h"
 
 namespace gemmserve {
 
 bool PackedWeights::Supports(DataType type) {
+  if (type == DataType::kBF16) return Bf16PanelsSupported();
   return type == DataType::kFP32 || type == DataType::kFP64;
 }
 
@@ -25,9 +27,13 @@ absl::StatusOr<int64_t> PackedWeights::BytesFor(DataType type, absl::Span<const 
   for (int64_t d : shape) {
     if (d < 0) return absl::InvalidArgumentError("packed weights: negative dimension");
   }
-  const PanelGeometry& g = PanelGeometryFor(type);
   const int64_t groups = shape.size() == 3 ? shape[0] : 1;
   const int64_t k = shape[shape.size() - 2], n = shape[shape.size() - 1];
+  if (type == DataType::kBF16) {
+    const int64_t per_panel = SaturatingMul(SaturatingAdd(k, 1), kBf16PanelLanes);
+    return SaturatingMul(SaturatingMul(SaturatingMul(groups, Bf16PanelCount(n)), per_panel), 2);
+  }
+  const PanelGeometry& g = PanelGeometryFor(type);
   const int64_t panels = (n + g.weight_lanes - 1) / g.weight_lanes;
   const int64_t per_panel = SaturatingAdd(SaturatingMul(k, g.weight_ld), 16);
   return SaturatingMul(SaturatingMul(SaturatingMul(groups, panels), per_panel),
@@ -37,19 +43,28 @@ absl::StatusOr<int64_t> PackedWeights::BytesFor(DataType type, absl::Span<const 
 absl::StatusOr<PackedWeights> PackedWeights::Pack(const Tensor& weights) {
   GEMMSERVE_ASSIGN_OR_RETURN(const int64_t bound, BytesFor(weights.type(), weights.shape()));
   const Shape& shape = weights.shape();
-  const PanelGeometry& g = PanelGeometryFor(weights.type());
   const int64_t k = shape[shape.size() - 2], n = shape[shape.size() - 1];
   PackedWeights out;
   out.type_ = weights.type();
   out.shape_ = shape;
   const int64_t es = DataTypeSize(weights.type());
-  out.group_bytes_ = PackedWeightElements(g, k, n) * es;
+  const bool bf16 = out.type_ == DataType::kBF16;
+  out.group_bytes_ = bf16 ? Bf16PanelCount(n) * Bf16PanelStride(k) * es
+                          : PackedWeightElements(PanelGeometryFor(out.type_), k, n) * es;
   const int64_t bytes = out.groups() * out.group_bytes_;
   if (bytes > bound) return absl::InternalError("packed weights: size above its bound");
   GEMMSERVE_ASSIGN_OR_RETURN(out.buffer_, AlignedBuffer::Allocate(bytes));
+  if (bf16) out.min_exponent_.resize(static_cast<size_t>(out.groups()));
   for (int64_t group = 0; group < out.groups(); ++group) {
     const auto* src = static_cast<const uint8_t*>(weights.raw_data()) + group * k * n * es;
     auto* dst = static_cast<uint8_t*>(out.buffer_.data()) + group * out.group_bytes_;
+    if (bf16) {
+      const auto* w = reinterpret_cast<const uint16_t*>(src);
+      PackBf16Panels(w, n, k, n, reinterpret_cast<uint16_t*>(dst));
+      out.min_exponent_[static_cast<size_t>(group)] = Bf16MinExponent(w, k * n);
+      continue;
+    }
+    const PanelGeometry& g = PanelGeometryFor(out.type_);
     if (out.type_ == DataType::kFP64) {
       PackWeightPanels<double>(g, reinterpret_cast<const double*>(src), n, k, n,
                                reinterpret_cast<double*>(dst));

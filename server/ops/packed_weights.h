@@ -11,6 +11,7 @@
 #define GEMMSERVE_SERVER_OPS_PACKED_WEIGHTS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -24,7 +25,8 @@ class PackedWeights {
  public:
   PackedWeights() = default;
 
-  // The types with panels in this process: FP32 and FP64.
+  // The types with panels in this process: FP32 and FP64 (BLIS's
+  // micro-kernel), BF16 where the CPU has AVX-512 (bf16_panel_gemm.h).
   static bool Supports(DataType type);
 
   // Bytes Pack allocates for weights of `shape` ([G, K, N] or [K, N]),
@@ -42,12 +44,17 @@ class PackedWeights {
   const void* group(int64_t g) const {
     return static_cast<const uint8_t*>(buffer_.data()) + g * group_bytes_;
   }
+  // BF16: Bf16MinExponent of group g's weights (the native path's guard).
+  int min_exponent(int64_t g) const {
+    return min_exponent_.empty() ? 0 : min_exponent_[static_cast<size_t>(g)];
+  }
 
  private:
   DataType type_ = DataType::kFP32;
   Shape shape_;
   int64_t group_bytes_ = 0;
   AlignedBuffer buffer_;
+  std::vector<int> min_exponent_;  // BF16 only
 };
 
 }  // namespace gemmserve

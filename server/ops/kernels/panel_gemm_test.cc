@@ -1,5 +1,7 @@
 #include "server/ops/kernels/panel_gemm.h"
 
+#include "server/ops/kernels/bf16_panel_gemm.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/ops/kernels/compute_environment.h"
 #include "server/ops/kernels/gemm_testing.h"
+#include "server/tensor/half.h"
 
 namespace gemmserve {
 namespace {
@@ -21,7 +24,7 @@ using ops_testing::WithinTolerance;
 // 64-byte aligned storage of T, as the packed operands want.
 template <typename T>
 struct Aligned {
-  explicit Aligned(int64_t n) : storage(static_cast<size_t>(n) + 16) {
+  explicit Aligned(int64_t n) : storage(static_cast<size_t>(n) + 64) {
     auto at = reinterpret_cast<uintptr_t>(storage.data());
     data = reinterpret_cast<T*>((at + 63) / 64 * 64);
   }
@@ -146,6 +149,120 @@ TEST(PanelGemmTest, PackedPanelsHoldTheWeightsZeroPadded) {
         ASSERT_EQ(packed.data[p * stride + kk * g.weight_ld + lane], want)
             << "panel " << p << " k " << kk << " lane " << lane;
       }
+}
+
+}  // namespace
+}  // namespace gemmserve
+
+namespace gemmserve {
+namespace {
+
+// BF16 on pair panels: the native vdpbf16ps path where the CPU has it and the
+// FMA path, forced in turn, over the same edge shapes (odd K for the pairs,
+// the 256-deep K blocks, 32-column panels, 12-row token panels).
+class Bf16PanelGemmTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (!Bf16PanelsSupported()) GTEST_SKIP() << "no AVX-512 here: BF16 panels unused";
+    if (!GetParam() && !bf16_panel_internal::HaveNativeBf16()) {
+      GTEST_SKIP() << "no AVX512-BF16 here: the native path is not used";
+    }
+    bf16_panel_internal::ForceFmaPath(GetParam());
+  }
+  void TearDown() override { bf16_panel_internal::ForceFmaPath(false); }
+
+  // `scale` multiplies every operand: 2^-70 makes products subnormal in FP32.
+  void Check(const Case& c, double scale, std::mt19937_64& rng) {
+    const DataType type = DataType::kBF16;
+    const int64_t source_rows = c.gathered ? c.m + 3 : c.m;
+    const int64_t ldx = c.k + 3, ldc = c.n + 5;
+    std::vector<uint16_t> x(static_cast<size_t>(source_rows * ldx + 1));
+    std::vector<uint16_t> w(static_cast<size_t>(c.k * c.n + 1));
+    std::uniform_real_distribution<double> dist(-1.0, 1.0);
+    for (auto& v : x) v = FloatToBFloat16(static_cast<float>(dist(rng) * scale));
+    for (auto& v : w) v = FloatToBFloat16(static_cast<float>(dist(rng) * scale));
+    std::vector<int64_t> rows(static_cast<size_t>(c.m));
+    for (int64_t i = 0; i < c.m; ++i) rows[i] = c.gathered ? rng() % source_rows : i;
+    Aligned<uint16_t> panels(Bf16PanelCount(c.n) * Bf16PanelStride(c.k));
+    PackBf16Panels(w.data(), c.n, c.k, c.n, panels.data);
+    const int ew = Bf16MinExponent(w.data(), c.k * c.n);
+    Aligned<uint32_t> scratch(Bf16PanelScratchWords(c.m, c.k));
+    const float sentinel = -7.25f;
+    std::vector<float> out(static_cast<size_t>(c.m * ldc + 1), sentinel);
+    const int64_t panel_count = Bf16PanelCount(c.n), half = panel_count / 2;
+    const int64_t* r = c.gathered ? rows.data() : nullptr;
+    Bf16PanelGemm(c.m, c.k, c.n, x.data(), ldx, r, panels.data, ew, 0, half, out.data(), ldc,
+                  scratch.data);
+    const int64_t split = std::min(c.n, half * kBf16PanelLanes);
+    Bf16PanelGemm(c.m, c.k, c.n, x.data(), ldx, r, panels.data, ew, half, panel_count,
+                  out.data() + split, ldc, scratch.data);
+    std::vector<uint16_t> dense(static_cast<size_t>(std::max<int64_t>(c.m * c.k, 1)));
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t p = 0; p < c.k; ++p) dense[i * c.k + p] = x[rows[i] * ldx + p];
+    const auto exact = ExactGemm(type, c.m, c.n, c.k, dense.data(), c.k, w.data(), c.n);
+    const std::string where = absl::StrCat("BF16 ", Bf16PanelIsa(), " m=", c.m, " k=", c.k,
+                                           " n=", c.n, " scale=", scale);
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < ldc; ++j) {
+        const float got = out[i * ldc + j];
+        if (j >= c.n) {
+          ASSERT_EQ(got, sentinel) << where << ": wrote past the row at (" << i << ", " << j << ")";
+          continue;
+        }
+        // The FP32 accumulation is checked before the one rounding to BF16;
+        // where it is subnormal in FP32 (tiny scales), as the BF16 output.
+        const bool tiny = scale < 0x1p-60;
+        const double value = tiny ? BFloat16ToFloat(FloatToBFloat16(got)) : got;
+        ASSERT_TRUE(WithinTolerance(tiny ? DataType::kBF16 : DataType::kFP32, value,
+                                    exact.value[i * c.n + j], exact.abs_dot[i * c.n + j], c.k))
+            << where << " at (" << i << ", " << j << "): " << got << " vs "
+            << exact.value[i * c.n + j];
+      }
+    }
+    ASSERT_EQ(out[c.m * ldc], sentinel) << where << ": wrote past the last row";
+  }
+};
+
+std::vector<Case> Bf16Cases() {
+  const int64_t w = kBf16PanelLanes, t = kBf16TokenRows, kb = kBf16KBlock;
+  return {{1, 1, 1, false},       {1, 0, 5, false},          {0, 3, 5, false},
+          {3, 5, 0, false},       {7, 13, 29, true},         {t, 31, w, false},
+          {t - 1, 17, w + 1, true}, {t + 1, 64, w - 1, true}, {2 * t + 1, kb, 3 * w, true},
+          {5, kb + 1, 2 * w + 3, true}, {11, kb - 1, 37, false}, {64, 2 * kb + 7, 4 * w + 1, true},
+          {97, 257, 131, true}};
+}
+
+TEST_P(Bf16PanelGemmTest, MatchesTheExactProductOverEdgeShapes) {
+  std::mt19937_64 rng(17);
+  for (const Case& c : Bf16Cases()) {
+    Check(c, 1.0, rng);
+    if (HasFailure()) return;
+  }
+}
+
+// Values so small that their products are subnormal in FP32, and subnormal
+// BF16 operands: vdpbf16ps would flush them, so the call takes the FMA path
+// and stays exact.
+TEST_P(Bf16PanelGemmTest, TinyAndSubnormalOperandsStayExact) {
+  std::mt19937_64 rng(18);
+  for (double scale : {0x1p-70, 0x1p-127, 0x1p-130}) {
+    for (const Case& c : {Case{13, 70, 40, true}, Case{1, 9, 3, false}}) {
+      Check(c, scale, rng);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, Bf16PanelGemmTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("Fma") : std::string("Native");
+                         });
+
+TEST(Bf16PanelGemmTest, MinExponentSeesSubnormalsAndIgnoresZeros) {
+  const uint16_t values[] = {0x0000, 0x8000, 0x3f80 /* 1 */, 0x0001 /* subnormal */};
+  EXPECT_EQ(Bf16MinExponent(values, 3), 127);
+  EXPECT_EQ(Bf16MinExponent(values, 4), 0);
+  EXPECT_EQ(Bf16MinExponent(values, 2), 255);
 }
 
 }  // namespace

@@ -1,0 +1,222 @@
+#include "server/ops/kernels/bf16_panel_gemm.h"
+
+// GCC 12's AVX-512 shift intrinsics start from an undefined vector and warn
+// about it where they are inlined (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+namespace gemmserve {
+namespace {
+
+std::atomic<bool> g_fma_only{false};
+
+bool HaveAvx512F() {
+  static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return have;
+}
+
+bool HaveAvx512Bf16() {
+  static const bool have = HaveAvx512F() && __builtin_cpu_supports("avx512bf16");
+  return have;
+}
+
+constexpr int kRows = static_cast<int>(kBf16TokenRows);
+
+// Masks of the valid columns of a tile's two 16-lane halves.
+inline void ColumnMasks(int64_t cols, __mmask16* lo, __mmask16* hi) {
+  *lo = cols >= 16 ? static_cast<__mmask16>(0xffff)
+                   : static_cast<__mmask16>((1u << cols) - 1);
+  *hi = cols >= 32 ? static_cast<__mmask16>(0xffff)
+                   : cols > 16 ? static_cast<__mmask16>((1u << (cols - 16)) - 1)
+                               : static_cast<__mmask16>(0);
+}
+
+// The tile: rows x cols of C (at most 12 x 32) += or = tokens * weights over
+// `pairs` pairs of K. tokens: [pairs][12] words; weights: [pairs][64].
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void TileNative(
+    int64_t pairs, const uint32_t* tokens, const uint16_t* weights, float* c, int64_t ldc,
+    int64_t rows, int64_t cols, bool accumulate) {
+  __m512 acc[kRows][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t q = 0; q < pairs; ++q) {
+    const __m512bh w0 = (__m512bh)_mm512_load_si512(weights + q * 64);
+    const __m512bh w1 = (__m512bh)_mm512_load_si512(weights + q * 64 + 32);
+    const uint32_t* t = tokens + q * kRows;
+#pragma GCC unroll 12
+    for (int r = 0; r < kRows; ++r) {
+      const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(t[r]));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, w0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, w1);
+    }
+  }
+  __mmask16 lo, hi;
+  ColumnMasks(cols, &lo, &hi);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = c + r * ldc;
+    __m512 a0 = acc[r][0], a1 = acc[r][1];
+    if (accumulate) {
+      a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(lo, row));
+      a1 = _mm512_add_ps(a1, _mm512_maskz_loadu_ps(hi, row + 16));
+    }
+    _mm512_mask_storeu_ps(row, lo, a0);
+    _mm512_mask_storeu_ps(row + 16, hi, a1);
+  }
+}
+
+// The same tile with the pairs widened exactly to FP32 and FP32 FMA (IEEE:
+// subnormals kept). tokens: [pairs][12] words, as for the native tile.
+__attribute__((target("avx512f,avx512bw"))) void TileFma(int64_t pairs, const uint32_t* tokens,
+                                                          const uint16_t* weights, float* c,
+                                                          int64_t ldc, int64_t rows, int64_t cols,
+                                                          bool accumulate) {
+  __m512 acc[kRows][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t q = 0; q < pairs; ++q) {
+    const __m512i v0 = _mm512_load_si512(weights + q * 64);
+    const __m512i v1 = _mm512_load_si512(weights + q * 64 + 32);
+    const __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16));
+    const __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(v0, high));
+    const __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16));
+    const __m512 o1 = _mm512_castsi512_ps(_mm512_and_si512(v1, high));
+    const uint32_t* t = tokens + q * kRows;
+#pragma GCC unroll 12
+    for (int r = 0; r < kRows; ++r) {
+      uint32_t lo_bits = t[r] << 16, hi_bits = t[r] & 0xffff0000u;
+      float xe, xo;
+      std::memcpy(&xe, &lo_bits, sizeof xe);
+      std::memcpy(&xo, &hi_bits, sizeof xo);
+      const __m512 be = _mm512_set1_ps(xe), bo = _mm512_set1_ps(xo);
+      acc[r][0] = _mm512_fmadd_ps(bo, o0, _mm512_fmadd_ps(be, e0, acc[r][0]));
+      acc[r][1] = _mm512_fmadd_ps(bo, o1, _mm512_fmadd_ps(be, e1, acc[r][1]));
+    }
+  }
+  __mmask16 lo, hi;
+  ColumnMasks(cols, &lo, &hi);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = c + r * ldc;
+    __m512 a0 = acc[r][0], a1 = acc[r][1];
+    if (accumulate) {
+      a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(lo, row));
+      a1 = _mm512_add_ps(a1, _mm512_maskz_loadu_ps(hi, row + 16));
+    }
+    _mm512_mask_storeu_ps(row, lo, a0);
+    _mm512_mask_storeu_ps(row + 16, hi, a1);
+  }
+}
+
+// Rows [0, m) of X (gathered), K [k0, k0 + kb), as token panels of words.
+void PackTokenPairs(int64_t m, int64_t k0, int64_t kb, const uint16_t* x, int64_t ldx,
+                    const int64_t* a_rows, uint32_t* out) {
+  const int64_t pairs = (kb + 1) / 2;
+  const int64_t panels = (m + kRows - 1) / kRows;
+  for (int64_t t = 0; t < panels; ++t) {
+    uint32_t* panel = out + t * pairs * kRows;
+    const int64_t rows = std::min<int64_t>(kRows, m - t * kRows);
+    for (int64_t r = 0; r < kRows; ++r) {
+      if (r >= rows) {
+        for (int64_t q = 0; q < pairs; ++q) panel[q * kRows + r] = 0;
+        continue;
+      }
+      const int64_t i = t * kRows + r;
+      const uint16_t* src = x + (a_rows ? a_rows[i] : i) * ldx + k0;
+      int64_t q = 0;
+      for (; 2 * q + 1 < kb; ++q) {
+        panel[q * kRows + r] = uint32_t{src[2 * q]} | uint32_t{src[2 * q + 1]} << 16;
+      }
+      if (q < pairs) panel[q * kRows + r] = src[2 * q];  // odd K: the pair's second is zero
+    }
+  }
+}
+
+}  // namespace
+
+bool Bf16PanelsSupported() { return HaveAvx512F(); }
+
+void PackBf16Panels(const uint16_t* w, int64_t ldw, int64_t k, int64_t n, uint16_t* out) {
+  const int64_t stride = Bf16PanelStride(k);
+  for (int64_t p = 0; p < Bf16PanelCount(n); ++p) {
+    uint16_t* panel = out + p * stride;
+    std::fill(panel, panel + stride, uint16_t{0});
+    const int64_t j0 = p * kBf16PanelLanes;
+    const int64_t cols = std::min(kBf16PanelLanes, n - j0);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const uint16_t* src = w + kk * ldw + j0;
+      uint16_t* dst = panel + (kk / 2) * 2 * kBf16PanelLanes + (kk % 2);
+      for (int64_t j = 0; j < cols; ++j) dst[2 * j] = src[j];
+    }
+  }
+}
+
+int Bf16MinExponent(const uint16_t* data, int64_t count) {
+  int min = 255;
+  for (int64_t i = 0; i < count; ++i) {
+    const uint16_t bits = data[i] & 0x7fff;
+    if (bits == 0) continue;
+    min = std::min(min, static_cast<int>(bits >> 7));
+  }
+  return min;
+}
+
+int64_t Bf16PanelScratchWords(int64_t m, int64_t k) {
+  const int64_t panels = (m + kRows - 1) / kRows;
+  const int64_t pairs = (std::min(k, kBf16KBlock) + 1) / 2;
+  return (panels * pairs * kRows + 15) / 16 * 16;
+}
+
+void Bf16PanelGemm(int64_t m, int64_t k, int64_t n, const uint16_t* x, int64_t ldx,
+                   const int64_t* a_rows, const uint16_t* panels, int weights_min_exponent,
+                   int64_t panel_begin, int64_t panel_end, float* c, int64_t ldc,
+                   uint32_t* scratch) {
+  panel_end = std::min(panel_end, Bf16PanelCount(n));
+  if (m <= 0 || panel_begin >= panel_end) return;
+  const int64_t j_first = panel_begin * kBf16PanelLanes;
+  const int64_t width = std::min(n, panel_end * kBf16PanelLanes) - j_first;
+  if (k <= 0) {
+    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + width, 0.0f);
+    return;
+  }
+  // The native path where no subnormal can arise (file comment of the header).
+  bool native = HaveAvx512Bf16() && !g_fma_only.load(std::memory_order_relaxed);
+  if (native) {
+    int tokens_min = 255;
+    for (int64_t i = 0; i < m && tokens_min + weights_min_exponent >= 142; ++i) {
+      tokens_min = std::min(tokens_min, Bf16MinExponent(x + (a_rows ? a_rows[i] : i) * ldx, k));
+    }
+    native = tokens_min + weights_min_exponent >= 142;
+  }
+  const auto tile = native ? TileNative : TileFma;
+  const int64_t stride = Bf16PanelStride(k);
+  const int64_t token_panels = (m + kRows - 1) / kRows;
+  for (int64_t k0 = 0; k0 < k; k0 += kBf16KBlock) {
+    const int64_t kb = std::min(kBf16KBlock, k - k0), pairs = (kb + 1) / 2;
+    PackTokenPairs(m, k0, kb, x, ldx, a_rows, scratch);
+    for (int64_t p = panel_begin; p < panel_end; ++p) {
+      const uint16_t* w = panels + p * stride + (k0 / 2) * 2 * kBf16PanelLanes;
+      const int64_t cols = std::min(kBf16PanelLanes, n - p * kBf16PanelLanes);
+      for (int64_t t = 0; t < token_panels; ++t) {
+        tile(pairs, scratch + t * pairs * kRows, w,
+             c + t * kRows * ldc + (p * kBf16PanelLanes - j_first), ldc,
+             std::min<int64_t>(kRows, m - t * kRows), cols, k0 > 0);
+      }
+    }
+  }
+}
+
+const char* Bf16PanelIsa() {
+  if (!HaveAvx512F()) return "none";
+  return HaveAvx512Bf16() && !g_fma_only.load() ? "avx512_bf16" : "avx512f";
+}
+
+namespace bf16_panel_internal {
+void ForceFmaPath(bool fma_only) { g_fma_only.store(fma_only); }
+bool HaveNativeBf16() { return HaveAvx512Bf16(); }
+}  // namespace bf16_panel_internal
+
+}  // namespace gemmserve

@@ -1,0 +1,74 @@
+// BF16 GEMM on weights packed once into pair-interleaved panels, computed
+// natively where the CPU can: AVX512-BF16's vdpbf16ps multiplies pairs of
+// BF16 values and adds both products to FP32 in one instruction, twice the
+// rate of FP32 FMA. BLIS 0.9 has no BF16 micro-kernel, so this one is ours.
+//
+// Layout. Panels of kBf16PanelLanes (32) columns; K in pairs: element
+// (2q + h, j) of a panel at panel[q * 64 + 2 * j + h], so one 64-byte load
+// holds the pairs of 16 columns. K is padded to even with zeros. Token rows
+// are packed per K block into panels of kBf16TokenRows (12) rows, each pair
+// one 32-bit word: token panel [pairs][12].
+//
+// Exactness. vdpbf16ps treats subnormal inputs as zero and flushes subnormal
+// results. Products of BF16 values are multiples of 2^(ex + ew - 268) (ex,
+// ew the smallest biased exponents of the nonzero operands), and so is every
+// FP32 sum of them, so when ex + ew >= 142 no subnormal ever arises and the
+// native path is exact in the same sense as FP32 accumulation. Otherwise
+// (tiny or subnormal values) the call runs the FMA path on the same panels:
+// the pairs widened exactly to FP32, FP32 FMA, IEEE semantics.
+//
+//   std::vector<uint16_t> panels(Bf16PanelCount(n) * Bf16PanelStride(k));
+//   PackBf16Panels(w, n, k, n, panels.data());
+//   const int ew = Bf16MinExponent(w, k * n);
+//   Bf16PanelGemm(m, k, n, x, k, rows, panels.data(), ew, 0, Bf16PanelCount(n), c, n, scratch);
+#ifndef GEMMSERVE_SERVER_OPS_KERNELS_BF16_PANEL_GEMM_H_
+#define GEMMSERVE_SERVER_OPS_KERNELS_BF16_PANEL_GEMM_H_
+
+#include <cstdint>
+
+namespace gemmserve {
+
+inline constexpr int64_t kBf16PanelLanes = 32;
+inline constexpr int64_t kBf16TokenRows = 12;
+inline constexpr int64_t kBf16KBlock = 256;  // even
+
+// True where the panels can be computed on at all (AVX-512 F; the native
+// path also needs AVX512-BF16).
+bool Bf16PanelsSupported();
+
+inline int64_t Bf16PanelCount(int64_t n) { return (n + kBf16PanelLanes - 1) / kBf16PanelLanes; }
+// Elements (uint16) of one panel: ceil(k / 2) pairs of 64, whole cache lines.
+inline int64_t Bf16PanelStride(int64_t k) { return (k + 1) / 2 * 2 * kBf16PanelLanes; }
+
+void PackBf16Panels(const uint16_t* w, int64_t ldw, int64_t k, int64_t n, uint16_t* out);
+
+// The smallest biased exponent of the nonzero values among `count` BF16
+// values (0 for a subnormal), 255 if all are zero.
+int Bf16MinExponent(const uint16_t* data, int64_t count);
+
+// 32-bit words of token scratch Bf16PanelGemm needs for m rows.
+int64_t Bf16PanelScratchWords(int64_t m, int64_t k);
+
+// C[i, j - first column] (FP32, row stride ldc, overwritten) = sum over kk of
+// X[row(i), kk] * W[kk, j] for the columns of panels [panel_begin, panel_end)
+// (clamped to n), row(i) = a_rows[i] (null: i). `weights_min_exponent` is
+// Bf16MinExponent of the weights the panels hold. `scratch` holds
+// Bf16PanelScratchWords(m, k) words, 64-byte aligned, like the panels.
+void Bf16PanelGemm(int64_t m, int64_t k, int64_t n, const uint16_t* x, int64_t ldx,
+                   const int64_t* a_rows, const uint16_t* panels, int weights_min_exponent,
+                   int64_t panel_begin, int64_t panel_end, float* c, int64_t ldc,
+                   uint32_t* scratch);
+
+// Which path calls take: "avx512_bf16" (native where exact), "avx512f" (FMA
+// only), or "none".
+const char* Bf16PanelIsa();
+
+namespace bf16_panel_internal {
+// Forces a path for tests: 0 as the CPU allows, 1 FMA only.
+void ForceFmaPath(bool fma_only);
+bool HaveNativeBf16();
+}  // namespace bf16_panel_internal
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_OPS_KERNELS_BF16_PANEL_GEMM_H_
