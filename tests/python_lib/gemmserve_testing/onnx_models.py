@@ -29,8 +29,10 @@ def model_bytes(graph):
     return model
 
 
-def grouped_graph(name, weights, s, bias=None, index_type=TensorProto.INT64, external=False):
-    onnx_type = _NP_TO_ONNX[weights.dtype]
+def grouped_graph(name, weights, s, bias=None, index_type=TensorProto.INT64, external=False,
+                  onnx_type=None):
+    """`onnx_type`: the element type when the array holds its bits (BFLOAT16 as uint16)."""
+    onnx_type = onnx_type if onnx_type is not None else _NP_TO_ONNX[weights.dtype]
     groups, k, n = weights.shape
     inits = [helper.make_tensor("experts", onnx_type, list(weights.shape),
                                 weights.tobytes(), raw=True)]
