@@ -272,10 +272,9 @@ class ResidentGroupedModel final : public Model {
     // from the model's K and S, so those are checked here again.
     const int64_t k = weights_shape_[1], s = spec_.group_indices.shape[1];
     if (input.type != type_ || input.shape.size() != 2 || input.shape[1] != k) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input '", spec_.input.name, "': expected ",
-                       DataTypeName(type_), " of shape [M, ", k, "], got ",
-                       DataTypeName(input.type), " ", ShapeToString(input.shape)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", spec_.input.name, "': expected ", DataTypeName(type_), " of shape [M, ", k,
+          "], got ", DataTypeName(input.type), " ", ShapeToString(input.shape)));
     }
     if (indices.shape.size() != 2 || indices.shape[1] != s) {
       return absl::InvalidArgumentError(absl::StrCat("input '", spec_.group_indices.name,

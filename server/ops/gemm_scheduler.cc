@@ -355,9 +355,7 @@ int64_t PanelTokenBytes(DataType type, int64_t rows, int64_t k) {
 }
 // Whether results go through the lane's buffer (scatter, bias, rounding to
 // a half type) rather than straight into C.
-bool PanelResultBuffered(const GemmProblem& p) {
-  return !IsDirect(p) || p.type == DataType::kBF16;
-}
+bool PanelResultBuffered(const GemmProblem& p) { return !IsDirect(p) || p.type == DataType::kBF16; }
 
 PanelLayout LayOutPanels(const std::vector<const GemmProblem*>& problems, int threads) {
   PanelLayout l;
@@ -459,8 +457,8 @@ absl::Status RunPanels(const std::vector<const GemmProblem*>& problems, int thre
   for (const GemmProblem* p : problems) {
     const bool bf16 = p->type == DataType::kBF16 && Bf16PanelsSupported();
     if (p->type != DataType::kFP32 && p->type != DataType::kFP64 && !bf16) {
-      return absl::InternalError(absl::StrCat("packed weight panels of ", DataTypeName(p->type),
-                                              ", which has none here"));
+      return absl::InternalError(
+          absl::StrCat("packed weight panels of ", DataTypeName(p->type), ", which has none here"));
     }
   }
   PanelLayout layout = LayOutPanels(problems, threads);
@@ -544,10 +542,14 @@ void Split(absl::Span<const GemmProblem> problems, std::vector<const GemmProblem
            std::vector<const GemmProblem*>* packed, std::vector<const GemmProblem*>* panels) {
   for (const GemmProblem& p : problems) {
     if (p.m <= 0 || p.n <= 0) continue;
-    // FP32 / FP64 panels stream like row-major weights (each panel is a
-    // row-major [K, ld] matrix); BF16 pair panels always take the panel path.
-    const bool stream = IsFloatingPoint(p.type) && p.m <= kStreamingMaxRows &&
-                        (p.b_panels == nullptr || p.type != DataType::kBF16);
+    // Panels stream like row-major weights (each is a row-major [K, ld]
+    // matrix) unless PanelGemm computes few rows without waste: BF16 pair
+    // panels, and FP32 where it has partial tiles.
+    const bool panel_rows =
+        p.b_panels != nullptr &&
+        (p.type == DataType::kBF16 ||
+         (p.type == DataType::kFP32 && PanelGemmHasPartialTiles(PanelGeometryFor(p.type))));
+    const bool stream = IsFloatingPoint(p.type) && p.m <= kStreamingMaxRows && !panel_rows;
     if (p.b_panels != nullptr && !stream) {
       panels->push_back(&p);
       continue;
@@ -572,9 +574,9 @@ int64_t GemmScratchBytes(absl::Span<const GemmProblem> problems, int threads) {
   threads = std::max(threads, 1);
   std::vector<const GemmProblem*> streaming, packed, panels;
   Split(problems, &streaming, &packed, &panels);
-  int64_t bytes = static_cast<int64_t>(
-      problems.size() * sizeof(GemmProblem) +
-      (streaming.size() + packed.size() + panels.size()) * sizeof(void*));
+  int64_t bytes =
+      static_cast<int64_t>(problems.size() * sizeof(GemmProblem) +
+                           (streaming.size() + packed.size() + panels.size()) * sizeof(void*));
   if (!streaming.empty()) {
     const StreamingLayout s = LayOutStreaming(streaming, threads);
     bytes += s.rows_bytes + s.partial_bytes +

@@ -35,8 +35,7 @@ GroupedMatMulWork BuildProblems(const GroupedMatMulPlan& plan, const Index* indi
   }
   const DataType type = input.type();
   const int64_t es = DataTypeSize(type);
-  const auto* w =
-      weights.dense ? static_cast<const uint8_t*>(weights.dense->raw_data()) : nullptr;
+  const auto* w = weights.dense ? static_cast<const uint8_t*>(weights.dense->raw_data()) : nullptr;
   const auto* b = bias ? static_cast<const uint8_t*>(bias->raw_data()) : nullptr;
   for (int64_t begin = 0; begin < pairs;) {
     const int64_t group = keyed[begin].first;

@@ -36,8 +36,7 @@ absl::StatusOr<int64_t> PackedWeights::BytesFor(DataType type, absl::Span<const 
   const PanelGeometry& g = PanelGeometryFor(type);
   const int64_t panels = (n + g.weight_lanes - 1) / g.weight_lanes;
   const int64_t per_panel = SaturatingAdd(SaturatingMul(k, g.weight_ld), 16);
-  return SaturatingMul(SaturatingMul(SaturatingMul(groups, panels), per_panel),
-                       DataTypeSize(type));
+  return SaturatingMul(SaturatingMul(SaturatingMul(groups, panels), per_panel), DataTypeSize(type));
 }
 
 absl::StatusOr<PackedWeights> PackedWeights::Pack(const Tensor& weights) {

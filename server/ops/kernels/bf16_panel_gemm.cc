@@ -2,7 +2,9 @@
 
 // GCC 12's AVX-512 shift intrinsics start from an undefined vector and warn
 // about it where they are inlined (GCC bug 105593, fixed in 13).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>
@@ -28,27 +30,58 @@ constexpr int kRows = static_cast<int>(kBf16TokenRows);
 
 // Masks of the valid columns of a tile's two 16-lane halves.
 inline void ColumnMasks(int64_t cols, __mmask16* lo, __mmask16* hi) {
-  *lo = cols >= 16 ? static_cast<__mmask16>(0xffff)
-                   : static_cast<__mmask16>((1u << cols) - 1);
-  *hi = cols >= 32 ? static_cast<__mmask16>(0xffff)
-                   : cols > 16 ? static_cast<__mmask16>((1u << (cols - 16)) - 1)
-                               : static_cast<__mmask16>(0);
+  *lo = cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1);
+  *hi = cols >= 32  ? static_cast<__mmask16>(0xffff)
+        : cols > 16 ? static_cast<__mmask16>((1u << (cols - 16)) - 1)
+                    : static_cast<__mmask16>(0);
 }
 
 // The tile: rows x cols of C (at most 12 x 32) += or = tokens * weights over
 // `pairs` pairs of K. tokens: [pairs][12] words; weights: [pairs][64].
+// R: the rows computed (the valid ones: a decode call with one token row
+// does one row's work, not twelve).
+template <int R>
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void TileNative(
     int64_t pairs, const uint32_t* tokens, const uint16_t* weights, float* c, int64_t ldc,
-    int64_t rows, int64_t cols, bool accumulate) {
-  __m512 acc[kRows][2];
+    int64_t cols, bool accumulate) {
+  __m512 acc[R][2];
 #pragma GCC unroll 12
-  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  for (int64_t q = 0; q < pairs; ++q) {
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  int64_t q = 0;
+  if constexpr (R <= 4) {
+    // Few rows (decode): too few accumulator chains to hide vdpbf16ps's
+    // latency, so odd pairs go to a second set, added at the end.
+    __m512 odd[R][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) odd[r][0] = odd[r][1] = _mm512_setzero_ps();
+    for (; q + 2 <= pairs; q += 2) {
+      const __m512bh w0 = (__m512bh)_mm512_load_si512(weights + q * 64);
+      const __m512bh w1 = (__m512bh)_mm512_load_si512(weights + q * 64 + 32);
+      const __m512bh v0 = (__m512bh)_mm512_load_si512(weights + q * 64 + 64);
+      const __m512bh v1 = (__m512bh)_mm512_load_si512(weights + q * 64 + 96);
+      const uint32_t* t = tokens + q * kRows;
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(t[r]));
+        const __m512bh y = (__m512bh)_mm512_set1_epi32(static_cast<int>(t[kRows + r]));
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, w0);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, w1);
+        odd[r][0] = _mm512_dpbf16_ps(odd[r][0], y, v0);
+        odd[r][1] = _mm512_dpbf16_ps(odd[r][1], y, v1);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = _mm512_add_ps(acc[r][0], odd[r][0]);
+      acc[r][1] = _mm512_add_ps(acc[r][1], odd[r][1]);
+    }
+  }
+  for (; q < pairs; ++q) {
     const __m512bh w0 = (__m512bh)_mm512_load_si512(weights + q * 64);
     const __m512bh w1 = (__m512bh)_mm512_load_si512(weights + q * 64 + 32);
     const uint32_t* t = tokens + q * kRows;
 #pragma GCC unroll 12
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < R; ++r) {
       const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(t[r]));
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, w0);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, w1);
@@ -56,7 +89,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void TileNative(
   }
   __mmask16 lo, hi;
   ColumnMasks(cols, &lo, &hi);
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int r = 0; r < R; ++r) {
     float* row = c + r * ldc;
     __m512 a0 = acc[r][0], a1 = acc[r][1];
     if (accumulate) {
@@ -70,13 +103,14 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void TileNative(
 
 // The same tile with the pairs widened exactly to FP32 and FP32 FMA (IEEE:
 // subnormals kept). tokens: [pairs][12] words, as for the native tile.
+template <int R>
 __attribute__((target("avx512f,avx512bw"))) void TileFma(int64_t pairs, const uint32_t* tokens,
-                                                          const uint16_t* weights, float* c,
-                                                          int64_t ldc, int64_t rows, int64_t cols,
-                                                          bool accumulate) {
-  __m512 acc[kRows][2];
+                                                         const uint16_t* weights, float* c,
+                                                         int64_t ldc, int64_t cols,
+                                                         bool accumulate) {
+  __m512 acc[R][2];
 #pragma GCC unroll 12
-  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   for (int64_t q = 0; q < pairs; ++q) {
     const __m512i v0 = _mm512_load_si512(weights + q * 64);
@@ -87,7 +121,7 @@ __attribute__((target("avx512f,avx512bw"))) void TileFma(int64_t pairs, const ui
     const __m512 o1 = _mm512_castsi512_ps(_mm512_and_si512(v1, high));
     const uint32_t* t = tokens + q * kRows;
 #pragma GCC unroll 12
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < R; ++r) {
       uint32_t lo_bits = t[r] << 16, hi_bits = t[r] & 0xffff0000u;
       float xe, xo;
       std::memcpy(&xe, &lo_bits, sizeof xe);
@@ -99,7 +133,7 @@ __attribute__((target("avx512f,avx512bw"))) void TileFma(int64_t pairs, const ui
   }
   __mmask16 lo, hi;
   ColumnMasks(cols, &lo, &hi);
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int r = 0; r < R; ++r) {
     float* row = c + r * ldc;
     __m512 a0 = acc[r][0], a1 = acc[r][1];
     if (accumulate) {
@@ -110,6 +144,27 @@ __attribute__((target("avx512f,avx512bw"))) void TileFma(int64_t pairs, const ui
     _mm512_mask_storeu_ps(row + 16, hi, a1);
   }
 }
+
+using TileFn = void (*)(int64_t, const uint32_t*, const uint16_t*, float*, int64_t, int64_t, bool);
+
+template <int R>
+struct NativeTile {
+  static constexpr TileFn fn = TileNative<R>;
+};
+template <int R>
+struct FmaTile {
+  static constexpr TileFn fn = TileFma<R>;
+};
+
+// Tiles for 1..12 rows.
+constexpr TileFn kNativeTiles[kRows] = {NativeTile<1>::fn,  NativeTile<2>::fn,  NativeTile<3>::fn,
+                                        NativeTile<4>::fn,  NativeTile<5>::fn,  NativeTile<6>::fn,
+                                        NativeTile<7>::fn,  NativeTile<8>::fn,  NativeTile<9>::fn,
+                                        NativeTile<10>::fn, NativeTile<11>::fn, NativeTile<12>::fn};
+constexpr TileFn kFmaTiles[kRows] = {FmaTile<1>::fn,  FmaTile<2>::fn,  FmaTile<3>::fn,
+                                     FmaTile<4>::fn,  FmaTile<5>::fn,  FmaTile<6>::fn,
+                                     FmaTile<7>::fn,  FmaTile<8>::fn,  FmaTile<9>::fn,
+                                     FmaTile<10>::fn, FmaTile<11>::fn, FmaTile<12>::fn};
 
 // Rows [0, m) of X (gathered), K [k0, k0 + kb), as token panels of words.
 void PackTokenPairs(int64_t m, int64_t k0, int64_t kb, const uint16_t* x, int64_t ldx,
@@ -164,9 +219,15 @@ int Bf16MinExponent(const uint16_t* data, int64_t count) {
   return min;
 }
 
+// The K block of a call: kBf16KBlock, or all of K when the rows fit one
+// tile (decode), so each weight panel streams once, front to back.
+int64_t CallKBlock(int64_t m, int64_t k) {
+  return m <= kRows ? std::max<int64_t>(k, 1) : kBf16KBlock;
+}
+
 int64_t Bf16PanelScratchWords(int64_t m, int64_t k) {
   const int64_t panels = (m + kRows - 1) / kRows;
-  const int64_t pairs = (std::min(k, kBf16KBlock) + 1) / 2;
+  const int64_t pairs = (std::min(k, CallKBlock(m, k)) + 1) / 2;
   return (panels * pairs * kRows + 15) / 16 * 16;
 }
 
@@ -191,19 +252,20 @@ void Bf16PanelGemm(int64_t m, int64_t k, int64_t n, const uint16_t* x, int64_t l
     }
     native = tokens_min + weights_min_exponent >= 142;
   }
-  const auto tile = native ? TileNative : TileFma;
+  const TileFn* tiles = native ? kNativeTiles : kFmaTiles;
   const int64_t stride = Bf16PanelStride(k);
   const int64_t token_panels = (m + kRows - 1) / kRows;
-  for (int64_t k0 = 0; k0 < k; k0 += kBf16KBlock) {
-    const int64_t kb = std::min(kBf16KBlock, k - k0), pairs = (kb + 1) / 2;
+  const int64_t k_block = CallKBlock(m, k);
+  for (int64_t k0 = 0; k0 < k; k0 += k_block) {
+    const int64_t kb = std::min(k_block, k - k0), pairs = (kb + 1) / 2;
     PackTokenPairs(m, k0, kb, x, ldx, a_rows, scratch);
     for (int64_t p = panel_begin; p < panel_end; ++p) {
       const uint16_t* w = panels + p * stride + (k0 / 2) * 2 * kBf16PanelLanes;
       const int64_t cols = std::min(kBf16PanelLanes, n - p * kBf16PanelLanes);
       for (int64_t t = 0; t < token_panels; ++t) {
-        tile(pairs, scratch + t * pairs * kRows, w,
-             c + t * kRows * ldc + (p * kBf16PanelLanes - j_first), ldc,
-             std::min<int64_t>(kRows, m - t * kRows), cols, k0 > 0);
+        const int64_t rows = std::min<int64_t>(kRows, m - t * kRows);
+        tiles[rows - 1](pairs, scratch + t * pairs * kRows, w,
+                        c + t * kRows * ldc + (p * kBf16PanelLanes - j_first), ldc, cols, k0 > 0);
       }
     }
   }

@@ -11,8 +11,8 @@
 //       newer than itself. It ran Zen 5 (AVX-512 with full-width units) on
 //       its "generic" reference kernels, and Intel CPUs with AVX-512 newer
 //       than Skylake-X on its AVX2 "haswell" ones. With AVX-512 (F, DQ, BW,
-//       VL) gemmserve asks for "skx" (sgemm 2.0x haswell on a Xeon here; see
-//       README: How it computes for Zen 5); on an AVX2 + FMA CPU that BLIS
+//       VL) gemmserve asks for "skx" (sgemm 2.0x haswell on a Xeon, 5x
+//       generic on Zen 5, both here); on an AVX2 + FMA CPU that BLIS
 //       does not know, "haswell"; otherwise BLIS's own choice stands.
 //
 // A variable the user has set is never overridden. Call first thing in main():

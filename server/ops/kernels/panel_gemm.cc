@@ -1,9 +1,16 @@
 #include "server/ops/kernels/panel_gemm.h"
 
 #include <blis.h>
+// GCC 12's AVX-512 intrinsics warn on their own undefined start vectors
+// where they are inlined (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 namespace gemmserve {
 namespace {
@@ -53,8 +60,8 @@ struct Ukr<double> {
 // Packs rows [0, m) of X (gathered), K columns [k0, k0 + kc), into token
 // panels of g.token_lanes rows: panel t at out + t * kc * token_ld.
 template <typename T>
-void PackTokens(const PanelGeometry& g, int64_t m, int64_t k0, int64_t kc, const T* x,
-                int64_t ldx, const int64_t* a_rows, T* out) {
+void PackTokens(const PanelGeometry& g, int64_t m, int64_t k0, int64_t kc, const T* x, int64_t ldx,
+                const int64_t* a_rows, T* out) {
   const int64_t lanes = g.token_lanes, ld = g.token_ld;
   const int64_t panels = (m + lanes - 1) / lanes;
   for (int64_t t = 0; t < panels; ++t) {
@@ -66,8 +73,103 @@ void PackTokens(const PanelGeometry& g, int64_t m, int64_t k0, int64_t kc, const
       for (int64_t kk = 0; kk < kc; ++kk) panel[kk * ld + lane] = src[kk];
     }
     if (rows < ld) {
-      for (int64_t kk = 0; kk < kc; ++kk) std::fill(panel + kk * ld + rows, panel + kk * ld + ld, T{0});
+      for (int64_t kk = 0; kk < kc; ++kk)
+        std::fill(panel + kk * ld + rows, panel + kk * ld + ld, T{0});
     }
+  }
+}
+
+// Our own tile for a token panel that is not full, on AVX-512 where BLIS's
+// kernel is column-preferring with 32-wide weight panels (skx): R valid token
+// rows x 32 weight columns, C row-major. BLIS's micro-kernel always computes
+// all its NR token rows, so a decode call with one row would do twelve rows'
+// work; this one does R.
+template <int R>
+__attribute__((target("avx512f"))) void PartialTile(int64_t kc, const float* weights, int64_t wld,
+                                                    const float* tokens, int64_t tld, float* c,
+                                                    int64_t ldc, int64_t cols, bool accumulate) {
+  __m512 acc[R][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  int64_t kk = 0;
+  if constexpr (R <= 4) {
+    // Few rows (decode): a second set of accumulators for odd k hides the
+    // FMA latency that R chains alone would not.
+    __m512 odd[R][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) odd[r][0] = odd[r][1] = _mm512_setzero_ps();
+    for (; kk + 2 <= kc; kk += 2) {
+      const __m512 w0 = _mm512_load_ps(weights + kk * wld);
+      const __m512 w1 = _mm512_load_ps(weights + kk * wld + 16);
+      const __m512 v0 = _mm512_load_ps(weights + (kk + 1) * wld);
+      const __m512 v1 = _mm512_load_ps(weights + (kk + 1) * wld + 16);
+      const float* t = tokens + kk * tld;
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512 x = _mm512_set1_ps(t[r]), y = _mm512_set1_ps(t[tld + r]);
+        acc[r][0] = _mm512_fmadd_ps(x, w0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(x, w1, acc[r][1]);
+        odd[r][0] = _mm512_fmadd_ps(y, v0, odd[r][0]);
+        odd[r][1] = _mm512_fmadd_ps(y, v1, odd[r][1]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = _mm512_add_ps(acc[r][0], odd[r][0]);
+      acc[r][1] = _mm512_add_ps(acc[r][1], odd[r][1]);
+    }
+  }
+  for (; kk < kc; ++kk) {
+    const __m512 w0 = _mm512_load_ps(weights + kk * wld);
+    const __m512 w1 = _mm512_load_ps(weights + kk * wld + 16);
+    const float* t = tokens + kk * tld;
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(t[r]);
+      acc[r][0] = _mm512_fmadd_ps(x, w0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(x, w1, acc[r][1]);
+    }
+  }
+  const __mmask16 lo = cols >= 16 ? 0xffff : static_cast<__mmask16>((1u << cols) - 1);
+  const __mmask16 hi = cols >= 32  ? 0xffff
+                       : cols > 16 ? static_cast<__mmask16>((1u << (cols - 16)) - 1)
+                                   : 0;
+  for (int r = 0; r < R; ++r) {
+    float* row = c + r * ldc;
+    __m512 a0 = acc[r][0], a1 = acc[r][1];
+    if (accumulate) {
+      a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(lo, row));
+      a1 = _mm512_add_ps(a1, _mm512_maskz_loadu_ps(hi, row + 16));
+    }
+    _mm512_mask_storeu_ps(row, lo, a0);
+    _mm512_mask_storeu_ps(row + 16, hi, a1);
+  }
+}
+
+using PartialTileFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*,
+                               int64_t, int64_t, bool);
+constexpr int kPartialRows = 12;
+constexpr PartialTileFn kPartialTiles[kPartialRows] = {
+    PartialTile<1>, PartialTile<2>,  PartialTile<3>,  PartialTile<4>,
+    PartialTile<5>, PartialTile<6>,  PartialTile<7>,  PartialTile<8>,
+    PartialTile<9>, PartialTile<10>, PartialTile<11>, PartialTile<12>};
+
+}  // namespace
+
+bool PanelGemmHasPartialTiles(const PanelGeometry& g) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512 && g.type == DataType::kFP32 && g.weights_are_a && g.weight_lanes == 32 &&
+         g.weight_ld == 32 && g.token_lanes <= kPartialRows;
+}
+
+namespace {
+
+template <typename T>
+bool UsePartialTile(const PanelGeometry& g, int64_t rows) {
+  if constexpr (std::is_same_v<T, float>) {
+    return rows < g.token_lanes && PanelGemmHasPartialTiles(g);
+  } else {
+    return false;
   }
 }
 
@@ -88,10 +190,17 @@ int64_t PanelStrideElements(const PanelGeometry& g, int64_t k) {
   return (k * g.weight_ld + per_line - 1) / per_line * per_line;
 }
 
+// The K block of a call: BLIS's KC, or all of K when the rows fit one
+// partial tile (decode), so each weight panel streams once, front to back.
+int64_t CallKBlock(const PanelGeometry& g, int64_t m, int64_t k) {
+  if (m <= g.token_lanes && PanelGemmHasPartialTiles(g)) return std::max<int64_t>(k, 1);
+  return g.kc;
+}
+
 int64_t PanelGemmScratchElements(const PanelGeometry& g, int64_t m, int64_t k) {
   const int64_t panels = (m + g.token_lanes - 1) / g.token_lanes;
   const int64_t per_line = kLine / ElementSize(g);
-  const int64_t kc = std::max<int64_t>(0, std::min(g.kc, k));
+  const int64_t kc = std::max<int64_t>(0, std::min(CallKBlock(g, m, k), k));
   return (panels * kc * g.token_ld + per_line - 1) / per_line * per_line;
 }
 
@@ -135,17 +244,16 @@ void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const T*
   bli_auxinfo_set_params(nullptr, &aux);
   cntx_t* cntx = bli_gks_query_cntx();
 
-  for (int64_t k0 = 0; k0 < k; k0 += g.kc) {
-    const int64_t kc = std::min(g.kc, k - k0);
+  const int64_t k_block = CallKBlock(g, m, k);
+  for (int64_t k0 = 0; k0 < k; k0 += k_block) {
+    const int64_t kc = std::min(k_block, k - k0);
     PackTokens(g, m, k0, kc, x, ldx, a_rows, scratch);
     T* beta = k0 == 0 ? &zero : &one;
     auto weight_panel = [&](int64_t p) {
       return const_cast<T*>(packed_w + p * stride + k0 * g.weight_ld);
     };
     auto token_panel = [&](int64_t t) { return scratch + t * kc * g.token_ld; };
-    auto weight_cols = [&](int64_t p) {
-      return std::min(g.weight_lanes, n - p * g.weight_lanes);
-    };
+    auto weight_cols = [&](int64_t p) { return std::min(g.weight_lanes, n - p * g.weight_lanes); };
     auto token_rows = [&](int64_t t) { return std::min(g.token_lanes, m - t * g.token_lanes); };
     if (g.weights_are_a) {
       // C^T = W^T X^T: a block of weight panels stays in L2 while each token
@@ -159,6 +267,13 @@ void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const T*
             bli_auxinfo_set_next_a(weight_panel(next_p), &aux);
             bli_auxinfo_set_next_b(token_panel(t), &aux);
             T* tile = c + t * g.token_lanes * ldc + (p * g.weight_lanes - j_first);
+            if (UsePartialTile<T>(g, token_rows(t))) {
+              if constexpr (std::is_same_v<T, float>) {
+                kPartialTiles[token_rows(t) - 1](kc, weight_panel(p), g.weight_ld, token_panel(t),
+                                                 g.token_ld, tile, ldc, weight_cols(p), k0 > 0);
+              }
+              continue;
+            }
             kernel(weight_cols(p), token_rows(t), kc, &one, weight_panel(p), token_panel(t), beta,
                    tile, 1, ldc, &aux, cntx);
           }
@@ -185,8 +300,8 @@ void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const T*
   }
 }
 
-template void PackWeightPanels<float>(const PanelGeometry&, const float*, int64_t, int64_t,
-                                      int64_t, float*);
+template void PackWeightPanels<float>(const PanelGeometry&, const float*, int64_t, int64_t, int64_t,
+                                      float*);
 template void PackWeightPanels<double>(const PanelGeometry&, const double*, int64_t, int64_t,
                                        int64_t, double*);
 template void PanelGemm<float>(const PanelGeometry&, int64_t, int64_t, int64_t, const float*,

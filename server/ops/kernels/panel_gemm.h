@@ -30,18 +30,24 @@
 namespace gemmserve {
 
 struct PanelGeometry {
-  DataType type = DataType::kFP32;  // kFP32 or kFP64
+  DataType type = DataType::kFP32;          // kFP32 or kFP64
   int64_t weight_lanes = 0, weight_ld = 0;  // columns of W per panel; its packed width
   int64_t token_lanes = 0, token_ld = 0;    // rows of X per panel; its packed width
-  int64_t kc = 0;            // K block: one micro-panel of either operand per K block
-  int64_t a_block = 0;       // MC: rows of the micro-kernel's A operand kept in L2
-  bool weights_are_a = false;  // column-preferring kernel: C^T = W^T * X^T
+  int64_t kc = 0;                // K block: one micro-panel of either operand per K block
+  int64_t a_block = 0;           // MC: rows of the micro-kernel's A operand kept in L2
+  bool weights_are_a = false;    // column-preferring kernel: C^T = W^T * X^T
   const void* kernel = nullptr;  // BLIS's ?gemm_ukr_ft
 };
 
 // The geometry of the micro-kernel BLIS runs for `type` (FP32 or FP64) in
 // this process (its configuration is fixed when BLIS starts).
 const PanelGeometry& PanelGeometryFor(DataType type);
+
+// Whether token panels that are not full (fewer rows than token_lanes, as in
+// decode) run on a tile of ours that computes only the valid rows: FP32 with
+// AVX-512 where BLIS's kernel is skx's (32-wide weight panels). Then even a
+// problem of one row is best served by PanelGemm.
+bool PanelGemmHasPartialTiles(const PanelGeometry& g);
 
 // Weight panels of an [k, n] matrix, and its packed size in elements (each
 // panel padded to whole 64-byte lines).

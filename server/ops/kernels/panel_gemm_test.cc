@@ -42,11 +42,23 @@ struct Case {
 std::vector<Case> Cases(const PanelGeometry& g) {
   const int64_t w = g.weight_lanes, t = g.token_lanes, kc = g.kc;
   std::vector<Case> cases = {
-      {1, 1, 1, false},      {1, 0, 5, false},          {0, 3, 5, false},
-      {3, 5, 0, false},      {7, 13, 29, true},         {t, 31, w, false},
-      {t - 1, 17, w + 1, true}, {t + 1, 64, w - 1, true}, {2 * t + 1, kc, 3 * w, true},
-      {5, kc + 1, 2 * w + 3, true}, {11, kc - 1, 37, false}, {64, 2 * kc + 7, 4 * w + 1, true},
-      {97, 257, 131, true},  {128, 512, 256, false},
+      {1, 1, 1, false},
+      {1, 0, 5, false},
+      {0, 3, 5, false},
+      {3, 5, 0, false},
+      {7, 13, 29, true},
+      {t, 31, w, false},
+      {t - 1, 17, w + 1, true},
+      {t + 1, 64, w - 1, true},
+      {2 * t + 1, kc, 3 * w, true},
+      {5, kc + 1, 2 * w + 3, true},
+      {11, kc - 1, 37, false},
+      {64, 2 * kc + 7, 4 * w + 1, true},
+      {97, 257, 131, true},
+      {128, 512, 256, false},
+      {4, 99, 40, true},
+      {2, 3 * kc + 1, 70, false},
+      {3, 2, 33, true},
   };
   return cases;
 }
@@ -72,8 +84,8 @@ void CheckCase(DataType type, const Case& c, std::mt19937_64& rng) {
 
   // All panels at once, then two halves as a scheduler's column tiles would.
   const int64_t panels = PanelCount(g, c.n), half = panels / 2;
-  PanelGemm<T>(g, c.m, c.k, c.n, x.data(), ldx, c.gathered ? rows.data() : nullptr, packed.data,
-               0, half, out.data(), ldc, scratch.data);
+  PanelGemm<T>(g, c.m, c.k, c.n, x.data(), ldx, c.gathered ? rows.data() : nullptr, packed.data, 0,
+               half, out.data(), ldc, scratch.data);
   const int64_t split = std::min(c.n, half * g.weight_lanes);
   PanelGemm<T>(g, c.m, c.k, c.n, x.data(), ldx, c.gathered ? rows.data() : nullptr, packed.data,
                half, panels, out.data() + split, ldc, scratch.data);
@@ -91,8 +103,8 @@ void CheckCase(DataType type, const Case& c, std::mt19937_64& rng) {
         ASSERT_EQ(got, sentinel) << where << ": wrote past the row at (" << i << ", " << j << ")";
         continue;
       }
-      ASSERT_TRUE(WithinTolerance(type, got, exact.value[i * c.n + j], exact.abs_dot[i * c.n + j],
-                                  c.k))
+      ASSERT_TRUE(
+          WithinTolerance(type, got, exact.value[i * c.n + j], exact.abs_dot[i * c.n + j], c.k))
           << where << " at (" << i << ", " << j << "): " << got << " vs "
           << exact.value[i * c.n + j];
     }
@@ -200,8 +212,8 @@ class Bf16PanelGemmTest : public ::testing::TestWithParam<bool> {
     for (int64_t i = 0; i < c.m; ++i)
       for (int64_t p = 0; p < c.k; ++p) dense[i * c.k + p] = x[rows[i] * ldx + p];
     const auto exact = ExactGemm(type, c.m, c.n, c.k, dense.data(), c.k, w.data(), c.n);
-    const std::string where = absl::StrCat("BF16 ", Bf16PanelIsa(), " m=", c.m, " k=", c.k,
-                                           " n=", c.n, " scale=", scale);
+    const std::string where =
+        absl::StrCat("BF16 ", Bf16PanelIsa(), " m=", c.m, " k=", c.k, " n=", c.n, " scale=", scale);
     for (int64_t i = 0; i < c.m; ++i) {
       for (int64_t j = 0; j < ldc; ++j) {
         const float got = out[i * ldc + j];
@@ -225,11 +237,22 @@ class Bf16PanelGemmTest : public ::testing::TestWithParam<bool> {
 
 std::vector<Case> Bf16Cases() {
   const int64_t w = kBf16PanelLanes, t = kBf16TokenRows, kb = kBf16KBlock;
-  return {{1, 1, 1, false},       {1, 0, 5, false},          {0, 3, 5, false},
-          {3, 5, 0, false},       {7, 13, 29, true},         {t, 31, w, false},
-          {t - 1, 17, w + 1, true}, {t + 1, 64, w - 1, true}, {2 * t + 1, kb, 3 * w, true},
-          {5, kb + 1, 2 * w + 3, true}, {11, kb - 1, 37, false}, {64, 2 * kb + 7, 4 * w + 1, true},
-          {97, 257, 131, true}};
+  return {{1, 1, 1, false},
+          {1, 0, 5, false},
+          {0, 3, 5, false},
+          {3, 5, 0, false},
+          {7, 13, 29, true},
+          {t, 31, w, false},
+          {t - 1, 17, w + 1, true},
+          {t + 1, 64, w - 1, true},
+          {2 * t + 1, kb, 3 * w, true},
+          {5, kb + 1, 2 * w + 3, true},
+          {11, kb - 1, 37, false},
+          {64, 2 * kb + 7, 4 * w + 1, true},
+          {97, 257, 131, true},
+          {4, 99, 40, true},
+          {2, 600, 70, false},
+          {3, 2, 33, true}};
 }
 
 TEST_P(Bf16PanelGemmTest, MatchesTheExactProductOverEdgeShapes) {
