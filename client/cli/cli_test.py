@@ -339,6 +339,7 @@ class CliTest(unittest.TestCase):
         self.assert_clean_run(report, stdout)
         self.assertEqual(report["inputs"]["group_indices"], {"datatype": "INT64",
                                                              "shape": [16, 2]})
+        self.assertEqual(report["distinct_requests"], 64)
 
     def test_perf_open_loop_sends_at_the_rate(self):
         report, stdout = self.perf("--model=matmul", "--rate=200", "--concurrency=16",

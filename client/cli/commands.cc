@@ -430,15 +430,15 @@ int RunPerf(const Client& client, const PerfOptions& options, const std::string&
               << absl::StatusCodeToString(config.status().code()) << ": "
               << config.status().message() << "); inputs are made from the metadata alone\n";
   }
-  absl::StatusOr<std::vector<HostTensor>> inputs =
-      MakePerfInputs(*metadata, config.ok() ? &*config : nullptr, options);
+  absl::StatusOr<std::vector<std::vector<HostTensor>>> inputs =
+      MakePerfInputPool(*metadata, config.ok() ? &*config : nullptr, options);
   if (!inputs.ok()) {
     if (inputs.status().code() == absl::StatusCode::kInvalidArgument) {
       return Usage(inputs.status().message());
     }
     return Fail(inputs.status());
   }
-  absl::StatusOr<PerfResult> result = RunLoad(client.channel(), *std::move(inputs), options);
+  absl::StatusOr<PerfResult> result = RunLoadPool(client.channel(), *std::move(inputs), options);
   if (!result.ok()) {
     if (result.status().code() == absl::StatusCode::kInvalidArgument) {
       return Usage(result.status().message());

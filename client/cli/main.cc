@@ -48,6 +48,9 @@ ABSL_FLAG(double, warmup, 1, "perf: seconds of load before measuring");
 ABSL_FLAG(double, rate, 0, "perf: open loop, Poisson arrivals per second; 0 is closed loop");
 ABSL_FLAG(int64_t, rows, 1, "perf: size of an input's variable (-1) first dimension");
 ABSL_FLAG(std::string, json_out, "", "perf: also write the results as JSON to this file");
+ABSL_FLAG(int32_t, request_pool, 64,
+          "perf: distinct requests made before the run (fresh values and group indices each, "
+          "up to 256 MiB of them), sent in turn; 1 sends one request throughout");
 ABSL_FLAG(std::string, host, "127.0.0.1", "noop-server: address to listen on");
 ABSL_FLAG(int32_t, port, 0, "noop-server: port; 0 picks a free one");
 
@@ -55,10 +58,10 @@ namespace gemmserve::client {
 namespace {
 
 // The flags this program accepts, in the order --help lists them.
-constexpr absl::string_view kFlagNames[] = {"url",         "url_file", "timeout_ms",  "output",
-                                            "output_dir",  "seed",     "u2_datatype", "model",
-                                            "concurrency", "duration", "warmup",      "rate",
-                                            "rows",        "json_out", "host",        "port"};
+constexpr absl::string_view kFlagNames[] = {
+    "url",         "url_file", "timeout_ms",   "output",   "output_dir", "seed",
+    "u2_datatype", "model",    "concurrency",  "duration", "warmup",     "rate",
+    "rows",        "json_out", "request_pool", "host",     "port"};
 
 // The address to call: --url_file's (what the server wrote once it was
 // listening, so a container's health check follows the port the server was
@@ -122,8 +125,11 @@ commands:
     above; group_indices (and any INT32/INT64 input of a model with a "groups"
     parameter) hold valid indices in [0, G), G being that parameter or the
     first dimension of the input "weights". Optional inputs are sent only when
-    a --shape names them. Exit status 0 once the load ran, even with server
-    errors.
+    a --shape names them. --request_pool (default 64) distinct requests are
+    made first, each with fresh values and group indices, and sent in turn, so
+    consecutive calls route to different experts as a server's clients do
+    (at most 256 MiB of them; 1 sends one request throughout). Exit status 0
+    once the load ran, even with server errors.
   noop-server               serves a model "matmul" like gemmserve's (inputs A,
                             B, output Y) whose ModelInfer computes nothing: it
                             returns a zero Y of shape [rows of A, columns of B].
@@ -247,6 +253,7 @@ absl::StatusOr<PerfOptions> PerfOptionsFromFlags(const CommandLine& line,
   options.rows = absl::GetFlag(FLAGS_rows);
   options.timeout = timeout;
   options.seed = absl::GetFlag(FLAGS_seed);
+  options.request_pool = absl::GetFlag(FLAGS_request_pool);
   for (const std::string& text : line.shapes) {
     absl::StatusOr<ShapeOverride> shape = ParseShapeOverride(text);
     if (!shape.ok()) return shape.status();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <atomic>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -79,11 +80,11 @@ Clock::duration ToClock(absl::Duration d) {
 // mu_.
 class LoadRun {
  public:
-  LoadRun(std::shared_ptr<grpc::Channel> channel, grpc::ByteBuffer request,
+  LoadRun(std::shared_ptr<grpc::Channel> channel, std::vector<grpc::ByteBuffer> requests,
           const PerfOptions& options)
       : stub_(std::move(channel)),
         method_(kModelInferMethod),
-        request_(std::move(request)),
+        requests_(std::move(requests)),
         options_(options),
         open_loop_(options.rate > 0) {}
 
@@ -143,7 +144,8 @@ class LoadRun {
     if (options_.timeout != absl::InfiniteDuration()) {
       call->context.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
     }
-    call->request = request_;
+    call->request =
+        requests_[next_request_.fetch_add(1, std::memory_order_relaxed) % requests_.size()];
     stub_.UnaryCall(&call->context, method_, grpc::StubOptions(), &call->request, &call->response,
                     [this, call](grpc::Status status) { OnDone(call, std::move(status)); });
   }
@@ -228,8 +230,9 @@ class LoadRun {
   }
 
   grpc::GenericStub stub_;
-  const std::string method_;  // gRPC keeps a pointer to it while a call lives
-  const grpc::ByteBuffer request_;
+  const std::string method_;                      // gRPC keeps a pointer to it while a call lives
+  const std::vector<grpc::ByteBuffer> requests_;  // taken in turn
+  std::atomic<uint64_t> next_request_{0};
   const PerfOptions options_;
   const bool open_loop_;
   Clock::time_point start_, window_begin_, window_end_;  // set before any call
@@ -309,6 +312,9 @@ absl::Status CheckPerfOptions(const PerfOptions& options) {
         absl::StrCat("--rate must be in [0, ", kMaxRate, "] requests/s"));
   }
   if (options.rows < 0) return absl::InvalidArgumentError("--rows must not be negative");
+  if (options.request_pool < 1 || options.request_pool > 100000) {
+    return absl::InvalidArgumentError("--request_pool must be in [1, 100000]");
+  }
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the timeout of a call must be positive");
   }
@@ -413,14 +419,16 @@ std::optional<LatencySummary> SummarizeLatencies(std::vector<int64_t> latencies_
   return summary;
 }
 
-absl::StatusOr<PerfResult> RunLoad(std::shared_ptr<grpc::Channel> channel,
-                                   std::vector<HostTensor> inputs, const PerfOptions& options) {
-  GEMMSERVE_RETURN_IF_ERROR(CheckPerfOptions(options));
-  std::vector<PerfInput> described;
+namespace {
+
+// One request of the pool, serialized; `described` gets its inputs.
+absl::StatusOr<grpc::ByteBuffer> Serialize(const std::string& model, std::vector<HostTensor> inputs,
+                                           std::vector<PerfInput>* described) {
   inference::ModelInferRequest request;
-  request.set_model_name(options.model);
+  request.set_model_name(model);
+  described->clear();
   for (HostTensor& input : inputs) {
-    described.push_back({input.name, input.datatype, input.shape});
+    described->push_back({input.name, input.datatype, input.shape});
     inference::ModelInferRequest::InferInputTensor* tensor = request.add_inputs();
     tensor->set_name(std::move(input.name));
     tensor->set_datatype(std::move(input.datatype));
@@ -439,10 +447,70 @@ absl::StatusOr<PerfResult> RunLoad(std::shared_ptr<grpc::Channel> channel,
     return absl::InternalError(
         absl::StrCat("cannot serialize the request: ", status.error_message()));
   }
-  request.Clear();  // the serialized copy is all that is sent
-  LoadRun run(std::move(channel), std::move(serialized), options);
+  return serialized;
+}
+
+bool SameInputs(const std::vector<PerfInput>& a, const std::vector<PerfInput>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].name != b[i].name || a[i].datatype != b[i].datatype || a[i].shape != b[i].shape) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<HostTensor>>> MakePerfInputPool(
+    const inference::ModelMetadataResponse& metadata, const inference::ModelConfig* config,
+    const PerfOptions& options) {
+  std::vector<std::vector<HostTensor>> pool;
+  int64_t bytes = 0;
+  for (int i = 0; i < std::max(options.request_pool, 1); ++i) {
+    PerfOptions one = options;
+    one.seed = options.seed + static_cast<uint64_t>(i);
+    GEMMSERVE_ASSIGN_OR_RETURN(std::vector<HostTensor> inputs,
+                               MakePerfInputs(metadata, config, one));
+    int64_t size = 0;
+    for (const HostTensor& t : inputs) size += static_cast<int64_t>(t.bytes.size());
+    if (!pool.empty() && bytes + size > kPerfPoolMaxBytes) break;
+    bytes += size;
+    pool.push_back(std::move(inputs));
+  }
+  return pool;
+}
+
+absl::StatusOr<PerfResult> RunLoad(std::shared_ptr<grpc::Channel> channel,
+                                   std::vector<HostTensor> inputs, const PerfOptions& options) {
+  std::vector<std::vector<HostTensor>> pool;
+  pool.push_back(std::move(inputs));
+  return RunLoadPool(std::move(channel), std::move(pool), options);
+}
+
+absl::StatusOr<PerfResult> RunLoadPool(std::shared_ptr<grpc::Channel> channel,
+                                       std::vector<std::vector<HostTensor>> pool,
+                                       const PerfOptions& options) {
+  GEMMSERVE_RETURN_IF_ERROR(CheckPerfOptions(options));
+  if (pool.empty()) return absl::InvalidArgumentError("perf: no request to send");
+  std::vector<grpc::ByteBuffer> requests;
+  std::vector<PerfInput> described, first;
+  for (std::vector<HostTensor>& inputs : pool) {
+    GEMMSERVE_ASSIGN_OR_RETURN(grpc::ByteBuffer serialized,
+                               Serialize(options.model, std::move(inputs), &described));
+    if (requests.empty()) {
+      first = described;
+    } else if (!SameInputs(first, described)) {
+      return absl::InvalidArgumentError("perf: the pool's requests differ in their inputs");
+    }
+    requests.push_back(std::move(serialized));
+  }
+  pool.clear();  // the serialized copies are all that is sent
+  const int distinct = static_cast<int>(requests.size());
+  LoadRun run(std::move(channel), std::move(requests), options);
   PerfResult result = run.Run();
-  result.inputs = std::move(described);
+  result.inputs = std::move(first);
+  result.distinct_requests = distinct;
   return result;
 }
 
@@ -461,8 +529,9 @@ std::string FormatPerfReport(const PerfResult& result) {
     inputs.push_back(
         absl::StrCat(input.name, " ", input.datatype, " ", ShapeToString(input.shape)));
   }
-  absl::StrAppend(&text, "  inputs ", inputs.empty() ? "(none)" : absl::StrJoin(inputs, ", "),
-                  "\n");
+  absl::StrAppend(&text, "  inputs ", inputs.empty() ? "(none)" : absl::StrJoin(inputs, ", "), "; ",
+                  result.distinct_requests,
+                  result.distinct_requests == 1 ? " request throughout\n" : " distinct requests\n");
   absl::StrAppendFormat(&text, "  requests %d ok, %d errors; throughput %.1f infer/s\n", result.ok,
                         error_count, result.throughput);
   if (result.open_loop) {
@@ -503,11 +572,12 @@ std::string PerfResultJson(const PerfResult& result) {
                                      absl::StrJoin(input.shape, ", ")));
   }
   return absl::StrFormat(
-      "{\"model\": %s, \"inputs\": {%s}, \"mode\": \"%s\", \"concurrency\": %d, \"rate\": %s, "
+      "{\"model\": %s, \"inputs\": {%s}, \"distinct_requests\": %d, \"mode\": \"%s\", "
+      "\"concurrency\": %d, \"rate\": %s, "
       "\"duration_s\": %.10g, \"ok\": %d, \"errors\": {%s}, \"client_dropped\": %d, "
       "\"throughput\": %.3f, \"p50_us\": %s, \"p90_us\": %s, \"p99_us\": %s, "
       "\"max_us\": %s, \"mean_us\": %s}\n",
-      JsonString(result.model), absl::StrJoin(inputs, ", "),
+      JsonString(result.model), absl::StrJoin(inputs, ", "), result.distinct_requests,
       result.open_loop ? "open_loop" : "closed_loop", result.concurrency,
       result.open_loop ? absl::StrFormat("%.10g", result.rate) : "null", result.duration_s,
       result.ok, absl::StrJoin(errors, ", "), result.client_dropped, result.throughput,

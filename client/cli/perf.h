@@ -17,10 +17,15 @@
 // Latency is measured from the start of the call to its completion, for
 // successful calls only; failed calls are counted by status code.
 //
-// The request is built once (MakePerfInputs) and serialized once; every call
-// sends the same bytes through the gRPC callback API on one channel, and
-// answers are not parsed, so the client spends as little CPU as possible
-// beside the server it measures.
+// Requests are made before the run (MakePerfInputPool): `request_pool`
+// distinct ones, each with its own random values and group indices (a new
+// seed each), so that consecutive calls route tokens to different experts as
+// a server's clients do, rather than keeping one set of experts hot in the
+// cache. Each is serialized once; calls take them in turn and send the bytes
+// through the gRPC callback API on one channel, and answers are not parsed,
+// so the client spends as little CPU as possible beside the server it
+// measures. The pool holds at most kPerfPoolMaxBytes of tensors (fewer
+// requests when they are large; at least one).
 //
 //   GEMMSERVE_ASSIGN_OR_RETURN(Client client, Client::Connect("127.0.0.1:8001"));
 //   PerfOptions options;
@@ -71,7 +76,10 @@ struct PerfOptions {
   int64_t rows = 1;  // the first dimension of an input when it is -1
   absl::Duration timeout = absl::InfiniteDuration();  // deadline of each call
   uint64_t seed = 0;                                  // input values and open-loop arrivals
+  int request_pool = 64;  // distinct requests, taken in turn; 1 sends one request throughout
 };
+
+inline constexpr int64_t kPerfPoolMaxBytes = int64_t{256} << 20;
 
 // Parses "NAME:d1,d2,..." ("NAME:" is a scalar). INVALID_ARGUMENT otherwise.
 absl::StatusOr<ShapeOverride> ParseShapeOverride(absl::string_view text);
@@ -79,7 +87,8 @@ absl::StatusOr<ShapeOverride> ParseShapeOverride(absl::string_view text);
 // INVALID_ARGUMENT for options out of range (they are the user's): an empty
 // model, concurrency outside [1, 10000], a duration outside (0, 1 day], a
 // negative or over-1-day warm-up, a negative or over-1e6 rate, a negative row
-// count, a non-positive timeout, or an input named in two ShapeOverrides.
+// count, a non-positive timeout, a request pool outside [1, 100000], or an
+// input named in two ShapeOverrides.
 absl::Status CheckPerfOptions(const PerfOptions& options);
 
 // One tensor per input of `metadata`, in its order, filled with RandomTensor
@@ -100,6 +109,13 @@ absl::Status CheckPerfOptions(const PerfOptions& options);
 // datatype gemmserve does not know, a bad "groups" parameter, or inputs over
 // the random-data limit.
 absl::StatusOr<std::vector<HostTensor>> MakePerfInputs(
+    const inference::ModelMetadataResponse& metadata, const inference::ModelConfig* config,
+    const PerfOptions& options);
+
+// The requests of a run: options.request_pool sets of MakePerfInputs, the
+// i-th made with seed options.seed + i, as many as fit in kPerfPoolMaxBytes
+// (at least one). Errors as MakePerfInputs.
+absl::StatusOr<std::vector<std::vector<HostTensor>>> MakePerfInputPool(
     const inference::ModelMetadataResponse& metadata, const inference::ModelConfig* config,
     const PerfOptions& options);
 
@@ -126,6 +142,7 @@ struct PerfInput {
 struct PerfResult {
   std::string model;
   std::vector<PerfInput> inputs;
+  int distinct_requests = 1;  // the pool's size
   bool open_loop = false;
   int concurrency = 0;
   double rate = 0;  // open loop only
@@ -141,10 +158,15 @@ struct PerfResult {
 // INVALID_ARGUMENT for bad options, as CheckPerfOptions.
 absl::StatusOr<PerfResult> RunLoad(std::shared_ptr<grpc::Channel> channel,
                                    std::vector<HostTensor> inputs, const PerfOptions& options);
+// The same with a pool of requests (MakePerfInputPool), taken in turn: every
+// request must have the same inputs, shapes and datatypes.
+absl::StatusOr<PerfResult> RunLoadPool(std::shared_ptr<grpc::Channel> channel,
+                                       std::vector<std::vector<HostTensor>> pool,
+                                       const PerfOptions& options);
 
 // The report on stdout:
 //   model matmul, closed loop, concurrency 4, 10.0 s
-//     inputs A FP32 [2,3], B FP32 [3,4]
+//     inputs A FP32 [2,3], B FP32 [3,4]; 64 distinct requests
 //     requests 12345 ok, 0 errors; throughput 1234.5 infer/s
 //     latency p50 812 us, p90 1203 us, p99 2101 us, max 3100 us, mean 850 us
 //     errors: UNAVAILABLE 3, DEADLINE_EXCEEDED 1          (only with errors)
@@ -152,7 +174,8 @@ absl::StatusOr<PerfResult> RunLoad(std::shared_ptr<grpc::Channel> channel,
 // the client's drops.
 std::string FormatPerfReport(const PerfResult& result);
 
-// {"model", "inputs": {"NAME": {"datatype", "shape"}}, "mode" ("closed_loop" / "open_loop"),
+// {"model", "inputs": {"NAME": {"datatype", "shape"}}, "distinct_requests",
+// "mode" ("closed_loop" / "open_loop"),
 // "concurrency", "rate" (null in closed loop), "duration_s", "ok", "errors": {"CODE": n},
 // "client_dropped", "throughput", "p50_us", "p90_us", "p99_us", "max_us", "mean_us"} — the
 // latencies are null without successful calls.

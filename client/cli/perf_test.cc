@@ -112,6 +112,8 @@ TEST(CheckPerfOptionsTest, RejectsOutOfRange) {
   EXPECT_TRUE(invalid([](PerfOptions& o) { o.rate = std::nan(""); }));
   EXPECT_TRUE(invalid([](PerfOptions& o) { o.rows = -1; }));
   EXPECT_TRUE(invalid([](PerfOptions& o) { o.timeout = absl::ZeroDuration(); }));
+  EXPECT_TRUE(invalid([](PerfOptions& o) { o.request_pool = 0; }));
+  EXPECT_TRUE(invalid([](PerfOptions& o) { o.request_pool = 100001; }));
   EXPECT_TRUE(invalid([](PerfOptions& o) { o.shapes = {{"A", {1}}, {"A", {2}}}; }));
 }
 
@@ -204,6 +206,44 @@ TEST(MakePerfInputsTest, GroupIndicesAreBelowFirstDimensionOfWeights) {
   std::set<int64_t> seen;
   for (int64_t v : Values<int64_t>(indices)) seen.insert(v);
   EXPECT_THAT(seen, ElementsAre(0, 1, 2));
+}
+
+// A pool of requests: each with its own values and group indices (fresh
+// routing per request), the same inputs and shapes, bounded in bytes.
+TEST(MakePerfInputPoolTest, EachRequestRoutesAnewWithTheSameShapes) {
+  PerfOptions options;
+  options.shapes = {{"input", {64, 8}}, {"weights", {16, 8, 5}}, {"group_indices", {64, 2}}};
+  options.request_pool = 8;
+  const inference::ModelConfig config = BiasOptionalConfig();
+  absl::StatusOr<std::vector<std::vector<HostTensor>>> pool =
+      MakePerfInputPool(GroupedMatMulMetadata(), &config, options);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_EQ(pool->size(), 8u);
+  std::set<std::vector<int64_t>> routings;
+  std::set<std::string> inputs;
+  for (const std::vector<HostTensor>& request : *pool) {
+    ASSERT_EQ(request.size(), 3u);
+    EXPECT_EQ(request[2].shape, (std::vector<int64_t>{64, 2}));
+    for (int64_t v : Values<int64_t>(request[2])) ASSERT_TRUE(v >= 0 && v < 16) << v;
+    routings.insert(Values<int64_t>(request[2]));
+    inputs.insert(request[0].bytes);
+  }
+  EXPECT_EQ(routings.size(), 8u) << "every request routes its tokens anew";
+  EXPECT_EQ(inputs.size(), 8u) << "every request has its own values";
+}
+
+TEST(MakePerfInputPoolTest, PoolStopsAtItsByteLimitButHoldsOneRequest) {
+  PerfOptions options;
+  options.shapes = {{"A", {4096, 4096}}, {"B", {4096, 1}}};  // 64 MiB + 16 KiB per request
+  options.request_pool = 10;
+  absl::StatusOr<std::vector<std::vector<HostTensor>>> pool =
+      MakePerfInputPool(MatMulMetadata(), nullptr, options);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  EXPECT_EQ(pool->size(), 3u);  // a fourth would pass kPerfPoolMaxBytes (256 MiB)
+  options.request_pool = 1;
+  pool = MakePerfInputPool(MatMulMetadata(), nullptr, options);
+  ASSERT_TRUE(pool.ok());
+  EXPECT_EQ(pool->size(), 1u);
 }
 
 TEST(MakePerfInputsTest, OptionalInputIsSentWhenShapeNamesIt) {
@@ -306,7 +346,7 @@ PerfResult SampleResult() {
 TEST(FormatPerfReportTest, ClosedLoopWithoutErrors) {
   EXPECT_EQ(FormatPerfReport(SampleResult()),
             "model grouped_matmul, closed loop, concurrency 8, 10.0 s\n"
-            "  inputs A FP32 [2,3]\n"
+            "  inputs A FP32 [2,3]; 1 request throughout\n"
             "  requests 12345 ok, 0 errors; throughput 1234.5 infer/s\n"
             "  latency p50 812 us, p90 1203 us, p99 2101 us, max 3100 us, mean 850 us\n");
 }
@@ -329,7 +369,8 @@ TEST(PerfResultJsonTest, HasEveryField) {
   result.errors = {{"UNAVAILABLE", 3}};
   EXPECT_EQ(PerfResultJson(result),
             "{\"model\": \"grouped_matmul\", \"inputs\": {\"A\": {\"datatype\": \"FP32\", "
-            "\"shape\": [2, 3]}}, \"mode\": \"closed_loop\", \"concurrency\": 8, \"rate\": null, "
+            "\"shape\": [2, 3]}}, \"distinct_requests\": 1, \"mode\": \"closed_loop\", "
+            "\"concurrency\": 8, \"rate\": null, "
             "\"duration_s\": 10, \"ok\": 12345, \"errors\": {\"UNAVAILABLE\": 3}, "
             "\"client_dropped\": 0, \"throughput\": 1234.500, \"p50_us\": 812, \"p90_us\": 1203, "
             "\"p99_us\": 2101, \"max_us\": 3100, \"mean_us\": 850.250}\n");
