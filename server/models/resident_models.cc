@@ -8,6 +8,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "server/common/allocation.h"
 #include "server/common/status_macros.h"
 #include "server/ops/gemm_scheduler.h"
@@ -238,11 +241,13 @@ class ResidentGroupedModel final : public Model {
  public:
   // With `packed`, the weights are computed on from their panels and the
   // row-major tensor is dropped: one copy stays resident.
-  ResidentGroupedModel(ResidentGroupedMatMulSpec spec, std::optional<PackedWeights> packed)
+  ResidentGroupedModel(ResidentGroupedMatMulSpec spec, std::optional<PackedWeights> packed,
+                       double pack_ms)
       : spec_(std::move(spec)),
         type_(spec_.weights.type()),
         weights_shape_(spec_.weights.shape()),
-        packed_(std::move(packed)) {
+        packed_(std::move(packed)),
+        pack_ms_(pack_ms) {
     if (packed_) spec_.weights = Tensor();
     metadata_.name = spec_.name;
     metadata_.versions = {spec_.version};
@@ -261,7 +266,10 @@ class ResidentGroupedModel final : public Model {
     return {{"groups", absl::StrCat(w[0])},
             {"k", absl::StrCat(w[1])},
             {"n", absl::StrCat(w[2])},
-            {"bias", spec_.bias ? "true" : "false"}};
+            {"bias", spec_.bias ? "true" : "false"},
+            {"weights_layout", packed_ ? "panels" : "row_major"},
+            {"weights_bytes", absl::StrCat(packed_ ? packed_->bytes() : spec_.weights.byte_size())},
+            {"pack_ms", absl::StrFormat("%.1f", pack_ms_)}};
   }
 
   absl::StatusOr<std::unique_ptr<PreparedInference>> Prepare(
@@ -378,6 +386,7 @@ class ResidentGroupedModel final : public Model {
   DataType type_;
   Shape weights_shape_;
   std::optional<PackedWeights> packed_;
+  double pack_ms_;  // time the packing at load took
   ModelMetadata metadata_;
 };
 
@@ -466,11 +475,14 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
   // Weights that the micro-kernel can read from panels are packed once, here:
   // requests then pack only their own rows.
   std::optional<PackedWeights> packed;
+  const absl::Time start = absl::Now();
   if (PackedWeights::Supports(spec.weights.type())) {
     GEMMSERVE_ASSIGN_OR_RETURN(PackedWeights p, PackedWeights::Pack(spec.weights));
     packed = std::move(p);
   }
-  return std::unique_ptr<Model>(new ResidentGroupedModel(std::move(spec), std::move(packed)));
+  const double pack_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  return std::unique_ptr<Model>(
+      new ResidentGroupedModel(std::move(spec), std::move(packed), pack_ms));
 }
 
 }  // namespace gemmserve

@@ -14,7 +14,7 @@ import unittest
 import numpy as np
 from onnx import TensorProto
 
-from gemmserve_client import decode_outputs, make_infer_request
+from gemmserve_client import decode_outputs, make_infer_request, pb2
 from gemmserve_testing.base import GemmServeTestCase
 from gemmserve_testing.onnx_models import batching_config, grouped_graph, write_model
 from gemmserve_testing.references import (assert_grouped_matmul_result, random_wire,
@@ -91,6 +91,32 @@ class PackedResidentTest(GemmServeTestCase):
                     self.assertEqual(resident.shape, (m, S, N))
                     self.assertEqual(resident.tobytes(), built_in.tobytes(),
                                      f"{name} M={m}: resident and built-in differ")
+
+
+def cpu_has(flag):
+    with open("/proc/cpuinfo") as f:
+        return any(flag in line.split() for line in f if line.startswith("flags"))
+
+
+class PackedLayoutTest(GemmServeTestCase):
+    server_flags = (f"--model_repository={_REPO}",)
+
+    def test_model_config_says_how_the_weights_are_held_and_what_they_cost(self):
+        sizes = {"FP32": 4, "FP64": 8, "BF16": 2, "FP16": 2}
+        packed = {"FP32", "FP64"} | ({"BF16"} if cpu_has("avx512f") else set())
+        for datatype in DATATYPES:
+            name = f"moe_{datatype.lower()}_real"
+            with self.subTest(datatype=datatype):
+                config = self.stub.ModelConfig(pb2.ModelConfigRequest(name=name), timeout=10).config
+                params = {k: v.string_value for k, v in config.parameters.items()}
+                self.assertEqual(params["weights_layout"],
+                                 "panels" if datatype in packed else "row_major")
+                dense = G * K * N * sizes[datatype]
+                held = int(params["weights_bytes"])
+                # Panels pad N to whole panels (32 columns: 100 -> 128) and BF16 K to pairs.
+                self.assertGreaterEqual(held, dense)
+                self.assertLessEqual(held, dense * 1.35 if datatype in packed else dense)
+                self.assertGreaterEqual(float(params["pack_ms"]), 0.0)
 
 
 if __name__ == "__main__":
