@@ -54,6 +54,13 @@ build/bin/gemmserve-bench --benchmark_repetitions=3 \\
 UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
+LIMIT_NAME = re.compile(r"(Limit/sgemm/2048|Limit/dgemm/2048|Limit/read_bandwidth)"
+                        r"(?:/checkpoint:(\d+))?")
+LIMIT_KINDS = {"Limit/sgemm/2048": ("sgemm", "GFLOPS"), "Limit/dgemm/2048": ("dgemm", "GFLOPS"),
+               "Limit/read_bandwidth": ("bandwidth", "GBps")}
+LIMIT_MOVE = 0.10  # a group whose limits moved more than this is marked
+
+
 @dataclass
 class Result:
     seconds: float  # wall-clock per call
@@ -147,9 +154,57 @@ class Report:
         self.context = context
         self.results = results
         self.errors = errors
-        self.sgemm = self.counter("Limit/sgemm/2048", "GFLOPS")
-        self.dgemm = self.counter("Limit/dgemm/2048", "GFLOPS")
-        self.bandwidth = self.counter("Limit/read_bandwidth", "GBps")
+        # The limits at every checkpoint (gemmserve-bench measures them before the first
+        # group of cases and after each group); checkpoint 0 has the plain names.
+        self.limit_at = {}
+        for name, result in results.items():
+            match = LIMIT_NAME.fullmatch(name)
+            if not match:
+                continue
+            checkpoint = int(match.group(2) or 0)
+            key, counter = LIMIT_KINDS[match.group(1)]
+            self.limit_at.setdefault(checkpoint, {})[key] = result.get(counter)
+        first = self.limit_at.get(min(self.limit_at)) if self.limit_at else {}
+        self.sgemm = first.get("sgemm")
+        self.dgemm = first.get("dgemm")
+        self.bandwidth = first.get("bandwidth")
+
+    def group_limits(self, checkpoint):
+        """(before, after) limits of the group that starts at `checkpoint`: the nearest
+        checkpoints measured at or before it and after it (a filtered run may lack some)."""
+        before = [c for c in self.limit_at if c <= checkpoint]
+        after = [c for c in self.limit_at if c > checkpoint]
+        b = self.limit_at[max(before)] if before else None
+        a = self.limit_at[min(after)] if after else None
+        return b or a or {}, a or b or {}
+
+    def case_limits(self, name):
+        """The limits a case is judged by: the mean of those measured just before and just
+        after its group; the run's first limits for a case without a checkpoint."""
+        r = self.results.get(name)
+        checkpoint = r.get("limits_checkpoint") if r else None
+        if checkpoint is None:
+            return {"sgemm": self.sgemm, "dgemm": self.dgemm, "bandwidth": self.bandwidth}
+        before, after = self.group_limits(int(checkpoint))
+        out = {}
+        for key in ("sgemm", "dgemm", "bandwidth"):
+            values = [v for v in (before.get(key), after.get(key)) if v]
+            out[key] = sum(values) / len(values) if values else None
+        return out
+
+    def moved_groups(self):
+        """Checkpoint pairs whose limits moved more than LIMIT_MOVE (any of the three)."""
+        moved = []
+        for c in sorted(self.limit_at):
+            later = [x for x in self.limit_at if x > c]
+            if not later:
+                continue
+            before, after = self.limit_at[c], self.limit_at[min(later)]
+            for key in ("sgemm", "dgemm", "bandwidth"):
+                b, a = before.get(key), after.get(key)
+                if b and a and abs(a - b) / b > LIMIT_MOVE:
+                    moved.append((c, min(later), key, b, a))
+        return moved
 
     def counter(self, name, key):
         r = self.results.get(name)
@@ -159,19 +214,22 @@ class Report:
         r = self.results.get(name)
         return r.seconds if r else None
 
-    def compute_limit(self, dtype):
-        """GFLOP/s of the BLIS GEMM the kernels of `dtype` compute with."""
-        return self.dgemm if dtype == "fp64" else self.sgemm
+    def compute_limit(self, dtype, name=None):
+        """GFLOP/s of the BLIS GEMM the kernels of `dtype` compute with: around case `name`'s
+        group when given, else at the start of the run."""
+        limits = self.case_limits(name) if name else {"sgemm": self.sgemm, "dgemm": self.dgemm}
+        return limits["dgemm"] if dtype == "fp64" else limits["sgemm"]
 
     def fraction_of_compute(self, name, dtype):
-        gflops, limit = self.counter(name, "GFLOPS"), self.compute_limit(dtype)
+        gflops, limit = self.counter(name, "GFLOPS"), self.compute_limit(dtype, name)
         return gflops / limit if gflops and limit else None
 
     def memory_floor_seconds(self, name):
         touched = self.counter(name, "bytes_touched")
-        if touched is None or not self.bandwidth:
+        bandwidth = self.case_limits(name)["bandwidth"]
+        if touched is None or not bandwidth:
             return None
-        return touched / (self.bandwidth * 1e9)
+        return touched / (bandwidth * 1e9)
 
     def time_over_floor(self, name):
         floor, t = self.memory_floor_seconds(name), self.seconds(name)
@@ -180,7 +238,7 @@ class Report:
     def roofline_fraction(self, name, dtype):
         """The fastest the limits allow (compute or memory, whichever binds) / measured."""
         t = self.seconds(name)
-        gflops, limit = self.counter(name, "GFLOPS"), self.compute_limit(dtype)
+        gflops, limit = self.counter(name, "GFLOPS"), self.compute_limit(dtype, name)
         if not t or not gflops or not limit:
             return None
         compute_floor = (gflops * t) / limit  # flops / limit rate
@@ -222,7 +280,21 @@ class Report:
             ("Limit/dgemm/2048", "one BLIS dgemm, n = 2048", f"{fmt(self.dgemm)} GFLOP/s"),
             ("Limit/read_bandwidth", "streaming sum over 1 GiB", f"{fmt(self.bandwidth)} GB/s"),
         ]
-        return table(["case", "what", "median"], rows)
+        text = table(["case", "what", "median"], rows)
+        if len(self.limit_at) > 1:
+            text += (f"\n\nThe limits were measured again after each group of cases "
+                     f"({len(self.limit_at)} checkpoints); every case is judged against the mean "
+                     "of the limits just before and just after its group.")
+            moved = self.moved_groups()
+            if moved:
+                text += (f" **{len(moved)} limit(s) moved more than {LIMIT_MOVE:.0%} across a "
+                         "group** (rerun those groups before trusting their ratios):\n\n")
+                text += table(["checkpoints", "limit", "before", "after"],
+                              [(f"{b} → {a}", key, fmt(vb), fmt(va))
+                               for b, a, key, vb, va in moved])
+            else:
+                text += f" No limit moved more than {LIMIT_MOVE:.0%} across any group."
+        return text
 
     def targets(self):
         rows = []

@@ -603,9 +603,50 @@ void BenchReadBandwidth(benchmark::State& state) {
 // ---------------------------------------------------------------------------
 // Registration
 
+// The limits are measured at checkpoints: before the first group of cases
+// and after every group (a shape and datatype of GroupedMatMul, a datatype of
+// MatMul), so each case is judged against the limits measured just before
+// and just after it (the machines are shared: sgemm was seen at 330 and 34
+// GFLOP/s within an hour). Every case records the checkpoint before its group
+// in the counter "limits_checkpoint"; checkpoint 0's limits keep their plain
+// names (Limit/sgemm/2048), later ones add "/checkpoint:C".
+int g_checkpoint = 0;
+
 benchmark::internal::Benchmark* Register(const std::string& name,
                                          std::function<void(benchmark::State&)> fn) {
-  return benchmark::RegisterBenchmark(name.c_str(), std::move(fn))->Unit(benchmark::kMillisecond);
+  const int checkpoint = g_checkpoint;
+  auto with_checkpoint = [fn = std::move(fn), checkpoint](benchmark::State& state) {
+    fn(state);
+    state.counters["limits_checkpoint"] = checkpoint;
+  };
+  return benchmark::RegisterBenchmark(name.c_str(), std::move(with_checkpoint))
+      ->Unit(benchmark::kMillisecond);
+}
+
+std::string LimitName(const char* base, int checkpoint) {
+  return checkpoint == 0 ? std::string(base) : absl::StrCat(base, "/checkpoint:", checkpoint);
+}
+
+// The limits at the next checkpoint: read bandwidth, sgemm and dgemm.
+void RegisterLimits() {
+  const int checkpoint = g_checkpoint;
+  Register(LimitName("Limit/read_bandwidth", checkpoint), BenchReadBandwidth);
+  for (DataType type : {DataType::kFP32, DataType::kFP64}) {
+    MatMulSpec spec{
+        LimitName(type == DataType::kFP32 ? "Limit/sgemm/2048" : "Limit/dgemm/2048", checkpoint),
+        MatMulImpl::kBlisLimit,
+        type,
+        {2048, 2048},
+        {2048, 2048}};
+    Register(spec.name, [spec](benchmark::State& state) { BenchMatMul(state, spec); });
+  }
+}
+
+// Ends a group of cases: the limits after it, which the next group also
+// starts from.
+void EndGroup() {
+  ++g_checkpoint;
+  RegisterLimits();
 }
 
 void RegisterGrouped(GroupedImpl impl, DataType type, const GroupedShape& shape, int64_t m,
@@ -633,15 +674,7 @@ void RegisterMatMul(MatMulImpl impl, DataType type, const std::string& label, Sh
 
 void RegisterAll() {
   // Limits first, so that every later figure has them beside it in the output.
-  Register("Limit/read_bandwidth", BenchReadBandwidth);
-  for (DataType type : {DataType::kFP32, DataType::kFP64}) {
-    MatMulSpec spec{type == DataType::kFP32 ? "Limit/sgemm/2048" : "Limit/dgemm/2048",
-                    MatMulImpl::kBlisLimit,
-                    type,
-                    {2048, 2048},
-                    {2048, 2048}};
-    Register(spec.name, [spec](benchmark::State& state) { BenchMatMul(state, spec); });
-  }
+  RegisterLimits();
 
   // The implementations of one case run one after the other, so that their
   // ratios see the same machine state.
@@ -652,6 +685,7 @@ void RegisterAll() {
       for (int64_t m : kTokenCounts) {
         for (GroupedImpl impl : impls) RegisterGrouped(impl, type, shape, m, Routing::kUniform);
       }
+      EndGroup();
     }
     for (int64_t m : kTokenCounts) {
       for (GroupedImpl impl :
@@ -659,6 +693,7 @@ void RegisterAll() {
         RegisterGrouped(impl, DataType::kFP32, shape, m, Routing::kSkewed);
       }
     }
+    EndGroup();
   }
 
   for (DataType type : kMatMulTypes) {
@@ -667,6 +702,7 @@ void RegisterAll() {
       if (n <= kNaiveMaxSize)
         RegisterMatMul(MatMulImpl::kNaive, type, absl::StrCat(n), {n, n}, {n, n});
     }
+    EndGroup();
   }
   struct Batched {
     int64_t b, m, k, n;
@@ -683,6 +719,7 @@ void RegisterAll() {
                    absl::StrCat("batched-", s.b, "x", s.m, "x", s.k, "x", s.n), {s.b, s.m, s.k},
                    {s.b, s.k, s.n});
   }
+  EndGroup();
 }
 
 // ---------------------------------------------------------------------------

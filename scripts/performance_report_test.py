@@ -1,0 +1,72 @@
+"""scripts/performance_report.py judges each case against the limits measured just
+before and just after its group (gemmserve-bench's checkpoints), and marks groups
+whose limits moved more than 10%. Synthetic runs, so the figures are known; the
+bench's own output format is checked by the benchmark_report test."""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import performance_report as pr  # noqa: E402
+
+
+def entry(name, ms, **counters):
+    return {"name": name, "run_name": name, "run_type": "iteration", "real_time": ms,
+            "cpu_time": ms, "time_unit": "ms", "iterations": 1, **counters}
+
+
+def limits(checkpoint, sgemm, bandwidth, dgemm=100.0):
+    suffix = "" if checkpoint == 0 else f"/checkpoint:{checkpoint}"
+    return [entry(f"Limit/read_bandwidth{suffix}", 10, GBps=bandwidth,
+                  limits_checkpoint=checkpoint),
+            entry(f"Limit/sgemm/2048{suffix}", 10, GFLOPS=sgemm, limits_checkpoint=checkpoint),
+            entry(f"Limit/dgemm/2048{suffix}", 10, GFLOPS=dgemm, limits_checkpoint=checkpoint)]
+
+
+def report_of(benchmarks):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"context": {}, "benchmarks": benchmarks}, f)
+    try:
+        return pr.Report(*pr.load_run(f.name))
+    finally:
+        os.unlink(f.name)
+
+
+class CheckpointLimitsTest(unittest.TestCase):
+    def test_each_case_is_judged_by_the_limits_around_its_own_group(self):
+        case_a = pr.grouped_name("fused", "fp32", "olmoe", 1024)
+        case_b = pr.grouped_name("fused", "fp32", "mixtral-small", 1024)
+        report = report_of(
+            limits(0, 300, 50) + [entry(case_a, 10, GFLOPS=150, limits_checkpoint=0)] +
+            limits(1, 100, 20) + [entry(case_b, 10, GFLOPS=150, limits_checkpoint=1)] +
+            limits(2, 100, 20))
+        # Group 0 between 300 and 100 GFLOP/s: judged against 200; group 1 against 100.
+        self.assertAlmostEqual(report.fraction_of_compute(case_a, "fp32"), 0.75)
+        self.assertAlmostEqual(report.fraction_of_compute(case_b, "fp32"), 1.5)
+        self.assertAlmostEqual(report.case_limits(case_a)["bandwidth"], 35)
+        moved = report.moved_groups()
+        self.assertIn((0, 1, "sgemm", 300, 100), moved)
+        self.assertIn((0, 1, "bandwidth", 50, 20), moved)
+        self.assertFalse([m for m in moved if m[0] == 1], "group 1's limits held still")
+        self.assertIn("moved more than 10%", report.limits())
+
+    def test_steady_limits_mark_nothing_and_missing_checkpoints_fall_back(self):
+        case = pr.grouped_name("fused", "fp64", "olmoe", 4096)
+        report = report_of(limits(0, 300, 50, dgemm=150) +
+                           [entry(case, 10, GFLOPS=120, limits_checkpoint=3)] +
+                           limits(5, 310, 52, dgemm=150))
+        self.assertEqual(report.moved_groups(), [])
+        self.assertAlmostEqual(report.fraction_of_compute(case, "fp64"), 0.8)
+        self.assertIn("No limit moved more than 10%", report.limits())
+
+    def test_a_run_without_checkpoints_uses_its_one_set_of_limits(self):
+        case = pr.grouped_name("fused", "fp32", "olmoe", 1)
+        report = report_of(limits(0, 200, 40) + [entry(case, 10, GFLOPS=20)])
+        self.assertAlmostEqual(report.fraction_of_compute(case, "fp32"), 0.1)
+        self.assertEqual(report.moved_groups(), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
