@@ -421,6 +421,20 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentMatMulModel(ResidentMatMulSpe
   return std::unique_ptr<Model>(new ResidentMatMulModel(std::move(spec)));
 }
 
+namespace {
+
+// Panels pad N to whole panels (and BF16 K to pairs): weights much narrower
+// than a panel would grow many times over (N = 1 in 32-column panels: 32x),
+// which a model file must not be able to ask for, and gain little from
+// panels. Packed only when the panels hold at most half as much again as the
+// row-major tensor.
+bool PackingCostsLittle(DataType type, const Shape& shape, int64_t dense_bytes) {
+  absl::StatusOr<int64_t> packed = PackedWeights::BytesFor(type, shape);
+  return packed.ok() && *packed <= dense_bytes + dense_bytes / 2 + 4096;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
     ResidentGroupedMatMulSpec spec) {
   const Shape& w = spec.weights.shape();
@@ -476,7 +490,8 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
   // requests then pack only their own rows.
   std::optional<PackedWeights> packed;
   const absl::Time start = absl::Now();
-  if (PackedWeights::Supports(spec.weights.type())) {
+  if (PackedWeights::Supports(spec.weights.type()) &&
+      PackingCostsLittle(spec.weights.type(), spec.weights.shape(), spec.weights.byte_size())) {
     GEMMSERVE_ASSIGN_OR_RETURN(PackedWeights p, PackedWeights::Pack(spec.weights));
     packed = std::move(p);
   }

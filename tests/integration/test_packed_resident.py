@@ -38,6 +38,11 @@ for _dt in DATATYPES:
                     config=batching_config(100))
 
 
+# Three columns: panels of 32 would hold ten times the weights, so they stay row-major.
+NARROW_W = random_wire(RNG, "FP32", (G, K, 3))
+write_model(_REPO, "moe_narrow", grouped_graph("moe_narrow", NARROW_W, S))
+
+
 def tearDownModule():
     shutil.rmtree(_REPO, ignore_errors=True)
 
@@ -117,6 +122,18 @@ class PackedLayoutTest(GemmServeTestCase):
                 self.assertGreaterEqual(held, dense)
                 self.assertLessEqual(held, dense * 1.35 if datatype in packed else dense)
                 self.assertGreaterEqual(float(params["pack_ms"]), 0.0)
+
+    def test_weights_far_narrower_than_a_panel_stay_row_major_and_answer(self):
+        config = self.stub.ModelConfig(pb2.ModelConfigRequest(name="moe_narrow"), timeout=10).config
+        params = {k: v.string_value for k, v in config.parameters.items()}
+        self.assertEqual(params["weights_layout"], "row_major")
+        self.assertEqual(int(params["weights_bytes"]), G * K * 3 * 4)
+        rng = np.random.default_rng(152)
+        x = random_wire(rng, "FP32", (9, K))
+        idx = routing(9, "uniform", rng)
+        got = decode_outputs(self.infer(make_infer_request(
+            "moe_narrow", [("tokens", x), ("routing", idx)])))["expert_out"]
+        assert_grouped_matmul_result(got, x, NARROW_W, idx, None, "FP32", "moe_narrow")
 
 
 if __name__ == "__main__":
