@@ -11,6 +11,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "server/ops/kernels/tile32.h"
+
 namespace gemmserve {
 namespace {
 
@@ -28,14 +30,6 @@ bool HaveAvx512Bf16() {
 
 constexpr int kRows = static_cast<int>(kBf16TokenRows);
 
-// Masks of the valid columns of a tile's two 16-lane halves.
-inline void ColumnMasks(int64_t cols, __mmask16* lo, __mmask16* hi) {
-  *lo = cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1);
-  *hi = cols >= 32  ? static_cast<__mmask16>(0xffff)
-        : cols > 16 ? static_cast<__mmask16>((1u << (cols - 16)) - 1)
-                    : static_cast<__mmask16>(0);
-}
-
 // The tile: rows x cols of C (at most 12 x 32) += or = tokens * weights over
 // `pairs` pairs of K. tokens: [pairs][12] words; weights: [pairs][64].
 // R: the rows computed (the valid ones: a decode call with one token row
@@ -45,15 +39,13 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void TileNative(
     int64_t pairs, const uint32_t* tokens, const uint16_t* weights, float* c, int64_t ldc,
     int64_t cols, bool accumulate) {
   __m512 acc[R][2];
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  tile32::Zero(acc);
   int64_t q = 0;
   if constexpr (R <= 4) {
     // Few rows (decode): too few accumulator chains to hide vdpbf16ps's
     // latency, so odd pairs go to a second set, added at the end.
     __m512 odd[R][2];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) odd[r][0] = odd[r][1] = _mm512_setzero_ps();
+    tile32::Zero(odd);
     for (; q + 2 <= pairs; q += 2) {
       const __m512bh w0 = (__m512bh)_mm512_load_si512(weights + q * 64);
       const __m512bh w1 = (__m512bh)_mm512_load_si512(weights + q * 64 + 32);
@@ -70,11 +62,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void TileNative(
         odd[r][1] = _mm512_dpbf16_ps(odd[r][1], y, v1);
       }
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      acc[r][0] = _mm512_add_ps(acc[r][0], odd[r][0]);
-      acc[r][1] = _mm512_add_ps(acc[r][1], odd[r][1]);
-    }
+    tile32::Add(acc, odd);
   }
   for (; q < pairs; ++q) {
     const __m512bh w0 = (__m512bh)_mm512_load_si512(weights + q * 64);
@@ -87,18 +75,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void TileNative(
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, w1);
     }
   }
-  __mmask16 lo, hi;
-  ColumnMasks(cols, &lo, &hi);
-  for (int r = 0; r < R; ++r) {
-    float* row = c + r * ldc;
-    __m512 a0 = acc[r][0], a1 = acc[r][1];
-    if (accumulate) {
-      a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(lo, row));
-      a1 = _mm512_add_ps(a1, _mm512_maskz_loadu_ps(hi, row + 16));
-    }
-    _mm512_mask_storeu_ps(row, lo, a0);
-    _mm512_mask_storeu_ps(row + 16, hi, a1);
-  }
+  tile32::Store(acc, c, ldc, cols, accumulate);
 }
 
 // The same tile with the pairs widened exactly to FP32 and FP32 FMA (IEEE:
@@ -109,8 +86,7 @@ __attribute__((target("avx512f,avx512bw"))) void TileFma(int64_t pairs, const ui
                                                          int64_t ldc, int64_t cols,
                                                          bool accumulate) {
   __m512 acc[R][2];
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  tile32::Zero(acc);
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   for (int64_t q = 0; q < pairs; ++q) {
     const __m512i v0 = _mm512_load_si512(weights + q * 64);
@@ -131,18 +107,7 @@ __attribute__((target("avx512f,avx512bw"))) void TileFma(int64_t pairs, const ui
       acc[r][1] = _mm512_fmadd_ps(bo, o1, _mm512_fmadd_ps(be, e1, acc[r][1]));
     }
   }
-  __mmask16 lo, hi;
-  ColumnMasks(cols, &lo, &hi);
-  for (int r = 0; r < R; ++r) {
-    float* row = c + r * ldc;
-    __m512 a0 = acc[r][0], a1 = acc[r][1];
-    if (accumulate) {
-      a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(lo, row));
-      a1 = _mm512_add_ps(a1, _mm512_maskz_loadu_ps(hi, row + 16));
-    }
-    _mm512_mask_storeu_ps(row, lo, a0);
-    _mm512_mask_storeu_ps(row + 16, hi, a1);
-  }
+  tile32::Store(acc, c, ldc, cols, accumulate);
 }
 
 using TileFn = void (*)(int64_t, const uint32_t*, const uint16_t*, float*, int64_t, int64_t, bool);

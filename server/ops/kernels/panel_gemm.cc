@@ -12,6 +12,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "server/ops/kernels/tile32.h"
+
 namespace gemmserve {
 namespace {
 
@@ -89,15 +91,13 @@ __attribute__((target("avx512f"))) void PartialTile(int64_t kc, const float* wei
                                                     const float* tokens, int64_t tld, float* c,
                                                     int64_t ldc, int64_t cols, bool accumulate) {
   __m512 acc[R][2];
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  tile32::Zero(acc);
   int64_t kk = 0;
   if constexpr (R <= 4) {
     // Few rows (decode): a second set of accumulators for odd k hides the
     // FMA latency that R chains alone would not.
     __m512 odd[R][2];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) odd[r][0] = odd[r][1] = _mm512_setzero_ps();
+    tile32::Zero(odd);
     for (; kk + 2 <= kc; kk += 2) {
       const __m512 w0 = _mm512_load_ps(weights + kk * wld);
       const __m512 w1 = _mm512_load_ps(weights + kk * wld + 16);
@@ -113,11 +113,7 @@ __attribute__((target("avx512f"))) void PartialTile(int64_t kc, const float* wei
         odd[r][1] = _mm512_fmadd_ps(y, v1, odd[r][1]);
       }
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      acc[r][0] = _mm512_add_ps(acc[r][0], odd[r][0]);
-      acc[r][1] = _mm512_add_ps(acc[r][1], odd[r][1]);
-    }
+    tile32::Add(acc, odd);
   }
   for (; kk < kc; ++kk) {
     const __m512 w0 = _mm512_load_ps(weights + kk * wld);
@@ -130,20 +126,7 @@ __attribute__((target("avx512f"))) void PartialTile(int64_t kc, const float* wei
       acc[r][1] = _mm512_fmadd_ps(x, w1, acc[r][1]);
     }
   }
-  const __mmask16 lo = cols >= 16 ? 0xffff : static_cast<__mmask16>((1u << cols) - 1);
-  const __mmask16 hi = cols >= 32  ? 0xffff
-                       : cols > 16 ? static_cast<__mmask16>((1u << (cols - 16)) - 1)
-                                   : 0;
-  for (int r = 0; r < R; ++r) {
-    float* row = c + r * ldc;
-    __m512 a0 = acc[r][0], a1 = acc[r][1];
-    if (accumulate) {
-      a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(lo, row));
-      a1 = _mm512_add_ps(a1, _mm512_maskz_loadu_ps(hi, row + 16));
-    }
-    _mm512_mask_storeu_ps(row, lo, a0);
-    _mm512_mask_storeu_ps(row + 16, hi, a1);
-  }
+  tile32::Store(acc, c, ldc, cols, accumulate);
 }
 
 using PartialTileFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*,

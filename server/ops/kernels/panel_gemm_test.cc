@@ -37,11 +37,10 @@ struct Case {
   bool gathered;
 };
 
-// Zeros, ones, primes, and the edges of the weight and token panels and of
-// the K block of the micro-kernel BLIS runs here.
-std::vector<Case> Cases(const PanelGeometry& g) {
-  const int64_t w = g.weight_lanes, t = g.token_lanes, kc = g.kc;
-  std::vector<Case> cases = {
+// Zeros, ones, primes, and the edges of weight panels of w columns, token
+// panels of t rows and K blocks of kc.
+std::vector<Case> EdgeCases(int64_t w, int64_t t, int64_t kc) {
+  return {
       {1, 1, 1, false},
       {1, 0, 5, false},
       {0, 3, 5, false},
@@ -60,7 +59,11 @@ std::vector<Case> Cases(const PanelGeometry& g) {
       {2, 3 * kc + 1, 70, false},
       {3, 2, 33, true},
   };
-  return cases;
+}
+
+// ... for the micro-kernel BLIS runs here.
+std::vector<Case> Cases(const PanelGeometry& g) {
+  return EdgeCases(g.weight_lanes, g.token_lanes, g.kc);
 }
 
 template <typename T>
@@ -236,23 +239,7 @@ class Bf16PanelGemmTest : public ::testing::TestWithParam<bool> {
 };
 
 std::vector<Case> Bf16Cases() {
-  const int64_t w = kBf16PanelLanes, t = kBf16TokenRows, kb = kBf16KBlock;
-  return {{1, 1, 1, false},
-          {1, 0, 5, false},
-          {0, 3, 5, false},
-          {3, 5, 0, false},
-          {7, 13, 29, true},
-          {t, 31, w, false},
-          {t - 1, 17, w + 1, true},
-          {t + 1, 64, w - 1, true},
-          {2 * t + 1, kb, 3 * w, true},
-          {5, kb + 1, 2 * w + 3, true},
-          {11, kb - 1, 37, false},
-          {64, 2 * kb + 7, 4 * w + 1, true},
-          {97, 257, 131, true},
-          {4, 99, 40, true},
-          {2, 600, 70, false},
-          {3, 2, 33, true}};
+  return EdgeCases(kBf16PanelLanes, kBf16TokenRows, kBf16KBlock);
 }
 
 TEST_P(Bf16PanelGemmTest, MatchesTheExactProductOverEdgeShapes) {
