@@ -11,7 +11,12 @@
 //     kernel, its K cut into slices across threads;
 //   - the others run one packing GEMM each (BLIS, or the integer kernel),
 //     side by side on one thread each, cut into column tiles until there are
-//     two tiles per thread.
+//     two tiles per thread;
+//   - a problem whose B was packed once (b_panels: a resident model's
+//     weights) packs only its rows and runs on the panels (PanelGemm, BLIS's
+//     micro-kernel, or the BF16 pair-panel kernel), in column tiles taken
+//     largest first; FP32/FP64 panels of few rows stream where no tile of
+//     ours serves few rows.
 // Nothing of the form [rows, K, N] is ever materialised; bias is added in the
 // epilogue, before the one rounding of half types; rows land directly in C.
 //
