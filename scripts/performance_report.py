@@ -59,6 +59,7 @@ LIMIT_NAME = re.compile(r"(Limit/sgemm/2048|Limit/dgemm/2048|Limit/read_bandwidt
 LIMIT_KINDS = {"Limit/sgemm/2048": ("sgemm", "GFLOPS"), "Limit/dgemm/2048": ("dgemm", "GFLOPS"),
                "Limit/read_bandwidth": ("bandwidth", "GBps")}
 LIMIT_MOVE = 0.10  # a group whose limits moved more than this is marked
+KEPT_SECTIONS = ("service-benchmark", "scaling")  # kept from the old file, in this order
 
 
 @dataclass
@@ -680,13 +681,15 @@ def main(argv=None):
     markdown = render(report, args.run,
                       os.path.relpath(args.plot, os.path.dirname(os.path.abspath(args.markdown))),
                       args.note)
-    # Keep the section scripts/service_benchmark.py maintains.
-    begin, end = "<!-- service-benchmark:begin -->", "<!-- service-benchmark:end -->"
+    # Keep the sections that are not made from the run: the one
+    # scripts/service_benchmark.py maintains, and the written design notes.
     if os.path.exists(args.markdown):
         old = open(args.markdown).read()
-        if begin in old and end in old:
-            markdown = (markdown.rstrip("\n") + "\n\n" +
-                        old[old.index(begin):old.index(end) + len(end)] + "\n")
+        for section in KEPT_SECTIONS:
+            begin, end = f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
+            if begin in old and end in old:
+                markdown = (markdown.rstrip("\n") + "\n\n" +
+                            old[old.index(begin):old.index(end) + len(end)] + "\n")
     with open(args.markdown, "w") as f:
         f.write(markdown)
     print(f"wrote {args.markdown} and {args.plot}")

@@ -68,5 +68,27 @@ class CheckpointLimitsTest(unittest.TestCase):
         self.assertEqual(report.moved_groups(), [])
 
 
+class KeptSectionsTest(unittest.TestCase):
+    def test_regenerating_keeps_the_service_figures_and_the_design_notes(self):
+        case = pr.grouped_name("fused", "fp32", "olmoe", 1)
+        with tempfile.TemporaryDirectory() as tmp:
+            run = os.path.join(tmp, "run.json")
+            with open(run, "w") as f:
+                json.dump({"context": {}, "benchmarks": limits(0, 200, 40) +
+                           [entry(case, 10, GFLOPS=20, bytes_touched=1e6)]}, f)
+            markdown = os.path.join(tmp, "performance.md")
+            with open(markdown, "w") as f:
+                f.write("old figures\n<!-- service-benchmark:begin -->\nservice\n"
+                        "<!-- service-benchmark:end -->\n<!-- scaling:begin -->\nnotes\n"
+                        "<!-- scaling:end -->\n")
+            pr.main([run, "--markdown", markdown, "--plot", os.path.join(tmp, "p.png")])
+            with open(markdown) as f:
+                text = f.read()
+        self.assertNotIn("old figures", text)
+        self.assertIn("<!-- service-benchmark:begin -->\nservice\n", text)
+        self.assertIn("<!-- scaling:begin -->\nnotes\n<!-- scaling:end -->", text)
+        self.assertLess(text.index("service-benchmark:begin"), text.index("scaling:begin"))
+
+
 if __name__ == "__main__":
     unittest.main()
