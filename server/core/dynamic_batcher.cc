@@ -71,7 +71,7 @@ absl::Status DynamicBatcher::Enqueue(std::unique_ptr<BatchTask>& task, uint64_t 
   return absl::OkStatus();
 }
 
-void DynamicBatcher::BatchDone() {
+void DynamicBatcher::BatchDone(absl::Time answers_began) {
   std::vector<Batch> batches;
   std::vector<Rejection> rejected;
   bool wake = false;
@@ -81,6 +81,16 @@ void DynamicBatcher::BatchDone() {
     if (--in_flight_ == 0) {
       idle_since_ = now;
       arrived_since_idle_ = 0;
+      // The batch's clients come back from its first answer on: those
+      // already queued count as back (each level is in arrival order).
+      if (answers_began != absl::InfiniteFuture()) {
+        const absl::Time since = std::min(answers_began, now);
+        for (const std::deque<Entry>& level : levels_) {
+          for (auto it = level.rbegin(); it != level.rend() && it->enqueued >= since; ++it) {
+            ++arrived_since_idle_;
+          }
+        }
+      }
     }
     CollectDue(now, &batches, &rejected);
     const absl::Time next = NextDue();

@@ -21,11 +21,13 @@
 //     arrives while it runs leaves together as the next batch, which is what
 //     makes each expert's weights be read once for many requests).
 //   - When no batch runs, a batch is cut as soon as waiting would not help:
-//     when as many requests have arrived since the cores went idle as the
-//     last batch held (its clients are back), when the cores have been idle
-//     for `max_queue_delay`, or when the rows reach `max_batch_rows`. A lone
-//     client is served at once; closed-loop clients are not split into two
-//     alternating half-size batches.
+//     when as many requests have arrived since the last batch began to answer
+//     as it held (its clients are back: the executor says when its answers
+//     began, since clients answered early in a batch come back before it
+//     ends), when the cores have been idle for `max_queue_delay`, or when the
+//     rows reach `max_batch_rows`. A lone client is served at once;
+//     closed-loop clients are not split into two alternating half-size
+//     batches.
 //   - While fewer than max_concurrent_batches run but at least one does, a
 //     batch is cut when its rows reach `max_batch_rows` or when the oldest
 //     request has waited `max_queue_delay`.
@@ -44,8 +46,8 @@
 //   DynamicBatcher batcher(options, RealClock::Get(),
 //       [&](std::vector<std::unique_ptr<BatchTask>> batch) {
 //         pool.Schedule([&, b = std::move(batch)](int threads) mutable {
-//           RunTogether(std::move(b), threads);
-//           batcher.BatchDone();
+//           const absl::Time answered = RunTogether(std::move(b), threads);
+//           batcher.BatchDone(answered);
 //         });
 //       });
 //   absl::Status s = batcher.Enqueue(std::move(task), /*priority=*/0, deadline);
@@ -118,8 +120,10 @@ class DynamicBatcher {
   absl::Status Enqueue(std::unique_ptr<BatchTask>& task, uint64_t priority, absl::Time deadline,
                        absl::Duration timeout = absl::ZeroDuration());
 
-  // The executor's batch has finished.
-  void BatchDone();
+  // The executor's batch has finished. `answers_began`: when it started to
+  // answer its requests (their clients may resubmit from then on, before the
+  // batch ends); InfiniteFuture() counts only the requests arriving after now.
+  void BatchDone(absl::Time answers_began = absl::InfiniteFuture());
 
   // For a request so small that handing it to a worker costs more than
   // computing it: true (and counted as a running batch, so later requests
@@ -174,9 +178,9 @@ class DynamicBatcher {
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time promised_poll_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  // Since when no batch runs, how many requests came since, and how many the
-  // last batch held: while fewer have come back than the last batch held,
-  // an idle batcher waits (up to max_queue_delay) for them.
+  // Since when no batch runs, how many requests came since the last batch
+  // began to answer, and how many it held: while fewer have come back than
+  // it held, an idle batcher waits (up to max_queue_delay) for them.
   absl::Time idle_since_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int64_t arrived_since_idle_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_batch_requests_ ABSL_GUARDED_BY(mu_) = 0;

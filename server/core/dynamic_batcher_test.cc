@@ -114,6 +114,53 @@ TEST_F(BatcherTest, RequestsArrivingDuringABatchFormTheNextOne) {
   EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b", "c", "a2")));
 }
 
+TEST_F(BatcherTest, ClientsAnsweredBeforeTheBatchEndsCountAsBack) {
+  // A batch answers its requests before it ends (BatchDone comes after the
+  // last answer), and closed-loop clients resubmit at once: those already
+  // queued when the batch ends are back, and nothing waits for them.
+  Make(Options(1000, 64));
+  ASSERT_TRUE(Add("a", 1).ok());
+  ASSERT_TRUE(Add("b", 1).ok());
+  ASSERT_TRUE(Add("c", 1).ok());
+  batcher_->BatchDone();
+  clock_.Advance(absl::Microseconds(1000));
+  batcher_->Poll();  // no one came back within the delay: b and c go
+  ASSERT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b", "c")));
+  clock_.Advance(absl::Microseconds(300));
+  ASSERT_TRUE(Add("d", 1).ok());  // another client, while b and c compute
+  clock_.Advance(absl::Microseconds(300));
+  const absl::Time answers_began = clock_.Now();
+  ASSERT_TRUE(Add("b2", 1).ok());  // b and c answered, and back
+  clock_.Advance(absl::Microseconds(10));
+  ASSERT_TRUE(Add("c2", 1).ok());
+  batcher_->BatchDone(answers_began);
+  // Both of the last batch's clients are back: cut at once, with d.
+  EXPECT_THAT(batches_.back(), ElementsAre("d", "b2", "c2"));
+
+  // Without the time, only arrivals after the end count: wait for them.
+  ASSERT_TRUE(Add("x", 1).ok());
+  ASSERT_TRUE(Add("y", 1).ok());
+  ASSERT_TRUE(Add("z", 1).ok());
+  batcher_->BatchDone();
+  EXPECT_EQ(batches_.size(), 3u);
+  clock_.Advance(absl::Microseconds(1000));
+  batcher_->Poll();
+  EXPECT_THAT(batches_.back(), ElementsAre("x", "y", "z"));
+
+  // Only arrivals from the first answer on count: d-like arrivals during the
+  // compute are another cohort, and the batcher still waits for the rest.
+  clock_.Advance(absl::Microseconds(100));
+  ASSERT_TRUE(Add("other", 1).ok());  // during the compute
+  clock_.Advance(absl::Microseconds(100));
+  const absl::Time began = clock_.Now();
+  ASSERT_TRUE(Add("x2", 1).ok());
+  batcher_->BatchDone(began);
+  EXPECT_EQ(batches_.size(), 4u);  // 1 of 3 back: wait
+  ASSERT_TRUE(Add("y2", 1).ok());
+  ASSERT_TRUE(Add("z2", 1).ok());  // all 3 back: cut
+  EXPECT_THAT(batches_.back(), ElementsAre("other", "x2", "y2", "z2"));
+}
+
 TEST_F(BatcherTest, AnIdleBatcherWaitsNoLongerThanTheQueueDelay) {
   Make(Options(1000, 64));
   ASSERT_TRUE(Add("a", 1).ok());

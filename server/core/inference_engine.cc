@@ -87,6 +87,22 @@ void ServedModel::RecordQueueDepth() const {
 void ServedModel::RecordBatch(int64_t requests, int64_t rows, absl::Time start, absl::Time end) {
   execution_count_.fetch_add(1, std::memory_order_relaxed);
   last_inference_ms_.store(static_cast<uint64_t>(absl::ToUnixMillis(end)));
+  {
+    absl::MutexLock lock(&batch_stats_mu_);
+    auto it = batch_stats_.find(rows);
+    if (it == batch_stats_.end() && batch_stats_.size() < kMaxBatchSizeStats) {
+      try {
+        it = batch_stats_.emplace(rows, DurationStat{}).first;
+      } catch (const std::bad_alloc&) {
+        // The statistics lose a size; the batch, computed, is still answered.
+      }
+    }
+    if (it != batch_stats_.end()) {
+      it->second.count += 1;
+      it->second.ns +=
+          static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(end - start)));
+    }
+  }
   if (metrics_) metrics_->RecordBatch(requests, rows, end - start);
   RecordQueueDepth();
 }
@@ -120,6 +136,11 @@ ModelStatistics ServedModel::statistics() const {
   s.fail = fail_.Get();
   s.queue = queue_.Get();
   s.compute_infer = compute_infer_.Get();
+  absl::MutexLock lock(&batch_stats_mu_);
+  s.batch_stats.reserve(batch_stats_.size());
+  for (const auto& [size, stat] : batch_stats_) {
+    s.batch_stats.push_back({static_cast<uint64_t>(size), stat});
+  }
   return s;
 }
 
@@ -494,13 +515,14 @@ absl::Status InferenceEngine::Dispatch(const std::shared_ptr<ServedModel>& serve
     // happens to the request.
     struct InlineBatch {
       DynamicBatcher* batcher;
+      absl::Time answers_began = absl::InfiniteFuture();
       ~InlineBatch() {
-        if (batcher) batcher->BatchDone();
+        if (batcher) batcher->BatchDone(answers_began);
       }
     } inline_batch{batcher};
     PendingBatch batch;
     batch.push_back(std::move(pending));
-    RunBatch(served, std::move(batch), /*threads=*/1);
+    inline_batch.answers_began = RunBatch(served, std::move(batch), /*threads=*/1);
     return absl::OkStatus();
   }
   if (batcher) {
@@ -533,8 +555,8 @@ void InferenceEngine::ScheduleBatch(const std::weak_ptr<ServedModel>& weak,
     for (auto& task : batch) pending.emplace_back(static_cast<Pending*>(task.release()));
     self->RecordQueueDepth();
     pool_.Schedule([this, self, pending = std::move(pending)](int threads) mutable {
-      RunBatch(self, std::move(pending), threads);
-      self->batcher()->BatchDone();
+      const absl::Time answers_began = RunBatch(self, std::move(pending), threads);
+      self->batcher()->BatchDone(answers_began);
     });
   } catch (const std::exception& e) {
     // The requests were destroyed with the containers, and so answered; the
@@ -545,10 +567,10 @@ void InferenceEngine::ScheduleBatch(const std::weak_ptr<ServedModel>& weak,
   }
 }
 
-void InferenceEngine::RunBatch(const std::shared_ptr<ServedModel>& served, PendingBatch batch,
-                               int threads) {
+absl::Time InferenceEngine::RunBatch(const std::shared_ptr<ServedModel>& served, PendingBatch batch,
+                                     int threads) {
   try {
-    RunBatchOrThrow(*served, batch, threads);
+    return RunBatchOrThrow(*served, batch, threads);
   } catch (const std::exception& e) {
     const bool memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
                         dynamic_cast<const std::length_error*>(&e) != nullptr;
@@ -557,16 +579,18 @@ void InferenceEngine::RunBatch(const std::shared_ptr<ServedModel>& served, Pendi
     const absl::Status status = memory
                                     ? AllocationFailure("the batch")
                                     : absl::InternalError("the batch failed; see the server log");
+    const absl::Time answers_began = clock_->Now();
     for (auto& p : batch) {
       if (p && !p->answered()) {
         served->RecordFailure(clock_->Now() - p->arrival());
         p->Answer(status);
       }
     }
+    return answers_began;
   }
 }
 
-void InferenceEngine::RunBatchOrThrow(ServedModel& served, PendingBatch& batch, int threads) {
+absl::Time InferenceEngine::RunBatchOrThrow(ServedModel& served, PendingBatch& batch, int threads) {
   const absl::Time start = clock_->Now();
   // Requests whose client has gone, or whose deadline passed, are not computed.
   std::vector<Pending*> live;
@@ -584,7 +608,7 @@ void InferenceEngine::RunBatchOrThrow(ServedModel& served, PendingBatch& batch, 
       p->Answer(std::move(drop));
     }
   }
-  if (live.empty()) return;
+  if (live.empty()) return start;
   std::vector<PreparedInference*> prepared;
   for (Pending* p : live) prepared.push_back(p->prepared());
   std::vector<InferOutputs> results = served.model().RunBatch(prepared, threads);
@@ -616,6 +640,7 @@ void InferenceEngine::RunBatchOrThrow(ServedModel& served, PendingBatch& batch, 
     }
     p.Answer(std::move(result));
   }
+  return end;
 }
 
 }  // namespace gemmserve

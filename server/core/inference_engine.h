@@ -89,12 +89,24 @@ struct DurationStat {
   uint64_t count = 0;
   uint64_t ns = 0;
 };
+// Kernel calls of one batch size (rows computed together), as Triton's
+// batch_stats: how many, and their compute time.
+struct BatchSizeStat {
+  uint64_t batch_size = 0;
+  DurationStat compute_infer;
+};
+// Distinct batch sizes a model keeps statistics for: a model without a row
+// limit sees as many sizes as its clients choose; beyond this many, new
+// sizes are left out of batch_stats (execution_count still counts them).
+inline constexpr size_t kMaxBatchSizeStats = 1024;
+
 struct ModelStatistics {
   std::string name, version;
   uint64_t last_inference_ms = 0;  // Unix epoch milliseconds
   uint64_t inference_count = 0;    // rows computed
   uint64_t execution_count = 0;    // kernel calls (batches)
   DurationStat success, fail, queue, compute_infer;
+  std::vector<BatchSizeStat> batch_stats;  // by batch size, ascending
 };
 
 // Where a model name stands. Triton's repository index shows kFailed and
@@ -148,6 +160,8 @@ class ServedModel {
   std::shared_ptr<ModelMetrics> metrics_;  // null when the engine records none
   std::atomic<uint64_t> last_inference_ms_{0}, inference_count_{0}, execution_count_{0};
   Stat success_, fail_, queue_, compute_infer_;
+  mutable absl::Mutex batch_stats_mu_;
+  std::map<int64_t, DurationStat> batch_stats_ ABSL_GUARDED_BY(batch_stats_mu_);
 };
 
 class InferenceEngine {
@@ -212,8 +226,10 @@ class InferenceEngine {
   // Hands a batch the batcher cut to the pool.
   void ScheduleBatch(const std::weak_ptr<ServedModel>& weak, DynamicBatcher::Batch batch);
   // Computes a batch and answers every request in it, whatever happens.
-  void RunBatch(const std::shared_ptr<ServedModel>& served, PendingBatch batch, int threads);
-  void RunBatchOrThrow(ServedModel& served, PendingBatch& batch, int threads);
+  // Both return when the batch's compute ended and its answers began (for
+  // the batcher: their clients may come back from then on).
+  absl::Time RunBatch(const std::shared_ptr<ServedModel>& served, PendingBatch batch, int threads);
+  absl::Time RunBatchOrThrow(ServedModel& served, PendingBatch& batch, int threads);
   // Remove (the name stays, kUnloaded) or Forget (the name goes).
   absl::Status Retire(absl::string_view name, bool forget);
   // Closes a replaced or removed model's queue; what it holds still runs.

@@ -44,11 +44,11 @@ void GatherRows(const GemmProblem& p, void* dst) {
 }
 
 template <typename T, typename Acc, typename Load, typename Store>
-void StoreRowsT(const GemmProblem& p, const Acc* acc, Load load, Store store) {
+void StoreRowsT(const GemmProblem& p, const Acc* acc, int64_t ld, Load load, Store store) {
   const T* bias = static_cast<const T*>(p.bias);
   T* c = static_cast<T*>(p.c);
   for (int64_t i = 0; i < p.m; ++i) {
-    const Acc* src = acc + i * p.n;
+    const Acc* src = acc + i * ld;
     T* dst = c + CRow(p, i) * p.ldc;
     if (bias) {
       for (int64_t j = 0; j < p.n; ++j) dst[j] = store(src[j] + load(bias[j]));
@@ -58,21 +58,31 @@ void StoreRowsT(const GemmProblem& p, const Acc* acc, Load load, Store store) {
   }
 }
 
-// Result rows [m, n] in the accumulation type to their rows of C, plus bias,
-// rounded once.
-void StoreRows(const GemmProblem& p, const void* acc) {
+// Result rows [m, n] in the accumulation type (rows `ld` apart; p.n when
+// not given) to their rows of C, plus bias, rounded once.
+void StoreRows(const GemmProblem& p, const void* acc, int64_t ld = -1) {
   auto same = [](auto v) { return v; };
+  if (ld < 0) ld = p.n;
   switch (p.type) {
-    case DataType::kFP32: return StoreRowsT<float>(p, static_cast<const float*>(acc), same, same);
-    case DataType::kFP64: return StoreRowsT<double>(p, static_cast<const double*>(acc), same, same);
+    case DataType::kFP32:
+      return StoreRowsT<float>(p, static_cast<const float*>(acc), ld, same, same);
+    case DataType::kFP64:
+      return StoreRowsT<double>(p, static_cast<const double*>(acc), ld, same, same);
     case DataType::kBF16:
-      return StoreRowsT<uint16_t>(p, static_cast<const float*>(acc), BFloat16ToFloat,
+      return StoreRowsT<uint16_t>(p, static_cast<const float*>(acc), ld, BFloat16ToFloat,
                                   FloatToBFloat16);
     case DataType::kFP16:
-      return StoreRowsT<uint16_t>(p, static_cast<const float*>(acc), HalfToFloat, FloatToHalf);
+      return StoreRowsT<uint16_t>(p, static_cast<const float*>(acc), ld, HalfToFloat, FloatToHalf);
     default: return;  // integer problems never take a gather/scatter path
   }
 }
+
+// Row stride, in elements, of a lane's result rows for a tile `cols` wide:
+// a whole number of lines plus one, so the rows of a micro-kernel tile do
+// not all fall in one L1 set (1024 FP32 columns are 4 KiB apart: a 12-row
+// tile's 24 lines then share one 12-way set and evict each other on every
+// K block).
+int64_t PanelResultLd(int64_t cols) { return SaturatingAdd((cols + 15) / 16 * 16, 16); }
 
 bool IsDirect(const GemmProblem& p) {
   return p.a_rows == nullptr && p.c_rows == nullptr && p.bias == nullptr;
@@ -344,18 +354,19 @@ struct PanelLayout {
 constexpr int64_t kMinPanelTileColumns = 128;
 
 // Columns per weight panel, and the token scratch of a block of `rows` rows,
-// for packed problems of `type` (BF16 on its own pair panels, FP32 and FP64
-// on BLIS's).
+// for packed problems of `type` (BF16 on pair panels, FP16 on its own, FP32
+// and FP64 on BLIS's).
 int64_t PanelLanes(DataType type) {
-  return type == DataType::kBF16 ? kBf16PanelLanes : PanelGeometryFor(type).weight_lanes;
+  return IsHalfPrecision(type) ? kBf16PanelLanes : PanelGeometryFor(type).weight_lanes;
 }
 int64_t PanelTokenBytes(DataType type, int64_t rows, int64_t k) {
   if (type == DataType::kBF16) return SaturatingMul(Bf16PanelScratchWords(rows, k), 4);
+  if (type == DataType::kFP16) return SaturatingMul(Fp16PanelScratchWords(rows, k), 4);
   return SaturatingMul(PanelGemmScratchElements(PanelGeometryFor(type), rows, k), AccSize(type));
 }
 // Whether results go through the lane's buffer (scatter, bias, rounding to
 // a half type) rather than straight into C.
-bool PanelResultBuffered(const GemmProblem& p) { return !IsDirect(p) || p.type == DataType::kBF16; }
+bool PanelResultBuffered(const GemmProblem& p) { return !IsDirect(p) || IsHalfPrecision(p.type); }
 
 PanelLayout LayOutPanels(const std::vector<const GemmProblem*>& problems, int threads) {
   PanelLayout l;
@@ -384,7 +395,7 @@ PanelLayout LayOutPanels(const std::vector<const GemmProblem*>& problems, int th
     l.token_bytes = std::max(l.token_bytes, PanelTokenBytes(p.type, block, p.k));
     if (PanelResultBuffered(p)) {
       const int64_t cols = std::min(p.n, item.end * lanes) - item.begin * lanes;
-      l.result_bytes = std::max(l.result_bytes, block * cols * AccSize(p.type));
+      l.result_bytes = std::max(l.result_bytes, block * PanelResultLd(cols) * AccSize(p.type));
     }
   }
   return l;
@@ -409,42 +420,52 @@ void RunPanelItemT(const PanelItem& item, Lane& lane) {
       continue;
     }
     auto* result = static_cast<T*>(lane.result.data());
-    PanelGemm<T>(g, m, p.k, p.n, a_block, p.lda, a_rows, panels, item.begin, item.end, result,
-                 width, tokens);
+    const int64_t ld = PanelResultLd(width);
+    PanelGemm<T>(g, m, p.k, p.n, a_block, p.lda, a_rows, panels, item.begin, item.end, result, ld,
+                 tokens);
     GemmProblem block = ColumnTile(p, j0, width);
     block.m = m;
     block.c_rows = p.c_rows ? p.c_rows + i0 : nullptr;
     if (!p.c_rows) block.c = static_cast<uint8_t*>(block.c) + i0 * p.ldc * sizeof(T);
-    StoreRows(block, result);
+    StoreRows(block, result, ld);
   }
 }
 
-// BF16 on pair panels: FP32 results in the lane's buffer, rounded once on
-// the way to C (with bias, scattered).
-void RunBf16PanelItem(const PanelItem& item, Lane& lane) {
+// BF16 (pair panels) and FP16: FP32 results in the lane's buffer, rounded
+// once on the way to C (with bias, scattered).
+void RunHalfPanelItem(const PanelItem& item, Lane& lane) {
   const GemmProblem& p = *item.problem;
   const int64_t j0 = item.begin * kBf16PanelLanes;
   const int64_t width = std::min(p.n, item.end * kBf16PanelLanes) - j0;
   const auto* a = static_cast<const uint16_t*>(p.a);
   auto* result = static_cast<float*>(lane.result.data());
+  const int64_t ld = PanelResultLd(width);
   for (int64_t i0 = 0; i0 < p.m; i0 += kGatherBlockRows) {
     const int64_t m = std::min(kGatherBlockRows, p.m - i0);
     const int64_t* a_rows = p.a_rows ? p.a_rows + i0 : nullptr;
-    Bf16PanelGemm(m, p.k, p.n, p.a_rows ? a : a + i0 * p.lda, p.lda, a_rows,
-                  static_cast<const uint16_t*>(p.b_panels), p.b_panels_min_exponent, item.begin,
-                  item.end, result, width, static_cast<uint32_t*>(lane.rows.data()));
+    const uint16_t* x = p.a_rows ? a : a + i0 * p.lda;
+    const auto* panels = static_cast<const uint16_t*>(p.b_panels);
+    auto* tokens = static_cast<uint32_t*>(lane.rows.data());
+    if (p.type == DataType::kFP16) {
+      Fp16PanelGemm(m, p.k, p.n, x, p.lda, a_rows, panels, item.begin, item.end, result, ld,
+                    tokens);
+    } else {
+      Bf16PanelGemm(m, p.k, p.n, x, p.lda, a_rows, panels, p.b_panels_min_exponent, item.begin,
+                    item.end, result, ld, tokens);
+    }
     GemmProblem block = ColumnTile(p, j0, width);
     block.m = m;
     block.c_rows = p.c_rows ? p.c_rows + i0 : nullptr;
     if (!p.c_rows) block.c = static_cast<uint8_t*>(block.c) + i0 * p.ldc * 2;
-    StoreRows(block, result);
+    StoreRows(block, result, ld);
   }
 }
 
 void RunPanelItem(const PanelItem& item, Lane& lane) {
   switch (item.problem->type) {
     case DataType::kFP64: return RunPanelItemT<double>(item, lane);
-    case DataType::kBF16: return RunBf16PanelItem(item, lane);
+    case DataType::kBF16:
+    case DataType::kFP16: return RunHalfPanelItem(item, lane);
     default: return RunPanelItemT<float>(item, lane);
   }
 }
@@ -455,8 +476,8 @@ void RunPanelItem(const PanelItem& item, Lane& lane) {
 // all the rows. Items run side by side, one thread each, as in RunPacked.
 absl::Status RunPanels(const std::vector<const GemmProblem*>& problems, int threads) {
   for (const GemmProblem* p : problems) {
-    const bool bf16 = p->type == DataType::kBF16 && Bf16PanelsSupported();
-    if (p->type != DataType::kFP32 && p->type != DataType::kFP64 && !bf16) {
+    const bool half = IsHalfPrecision(p->type) && Bf16PanelsSupported();
+    if (p->type != DataType::kFP32 && p->type != DataType::kFP64 && !half) {
       return absl::InternalError(
           absl::StrCat("packed weight panels of ", DataTypeName(p->type), ", which has none here"));
     }
@@ -512,8 +533,8 @@ int64_t GemmWorkBytes(const GemmWorkShape& w, int threads) {
     // panels round up per part at least as much as for the whole).
     const int64_t block = std::min(w.max_rows, kGatherBlockRows);
     int64_t lane = PanelTokenBytes(w.type, block, w.k);
-    if (w.gathered || w.type == DataType::kBF16) {
-      lane = SaturatingAdd(lane, SaturatingMul(SaturatingMul(block, w.n), acc));
+    if (w.gathered || IsHalfPrecision(w.type)) {
+      lane = SaturatingAdd(lane, SaturatingMul(SaturatingMul(block, PanelResultLd(w.n)), acc));
     }
     bytes = SaturatingAdd(bytes, SaturatingMul(lane, t));
   }
@@ -543,11 +564,13 @@ void Split(absl::Span<const GemmProblem> problems, std::vector<const GemmProblem
   for (const GemmProblem& p : problems) {
     if (p.m <= 0 || p.n <= 0) continue;
     // Panels stream like row-major weights (each is a row-major [K, ld]
-    // matrix) unless PanelGemm computes few rows without waste: BF16 pair
-    // panels, and FP32 where it has partial tiles.
+    // matrix) unless the panel kernels compute few rows without waste: BF16
+    // and FP16 panels, and FP32 where it has partial tiles (one run: FP16
+    // streaming on its panels took 4.4 and 10.7 ms for olmoe M = 4 and 16,
+    // its tiles 3.1 and 6.8).
     const bool panel_rows =
         p.b_panels != nullptr &&
-        (p.type == DataType::kBF16 ||
+        (IsHalfPrecision(p.type) ||
          (p.type == DataType::kFP32 && PanelGemmHasPartialTiles(PanelGeometryFor(p.type))));
     const bool stream = IsFloatingPoint(p.type) && p.m <= kStreamingMaxRows && !panel_rows;
     if (p.b_panels != nullptr && !stream) {

@@ -33,15 +33,23 @@ struct Owned {
 };
 
 // The same problem with its B packed once into weight panels, as a resident
-// model holds it (FP32, FP64); p.b is cleared, so only the panels are read.
+// model holds it (FP32, FP64 on BLIS's; BF16 on pair panels, FP16 on its
+// own); p.b is cleared, so only the panels are read.
 Owned WithPanels(Owned o) {
   const int64_t es = DataTypeSize(o.p.type);
-  if (o.p.type == DataType::kBF16) {
-    o.panels = *AlignedBuffer::Allocate(Bf16PanelCount(o.p.n) * Bf16PanelStride(o.p.k) * es);
+  if (IsHalfPrecision(o.p.type)) {
+    const bool bf16 = o.p.type == DataType::kBF16;
+    const int64_t stride = bf16 ? Bf16PanelStride(o.p.k) : Fp16PanelStride(o.p.k);
+    o.panels = *AlignedBuffer::Allocate(std::max<int64_t>(1, Bf16PanelCount(o.p.n) * stride * es));
     const auto* w = reinterpret_cast<const uint16_t*>(o.b.data());
-    PackBf16Panels(w, o.p.n, o.p.k, o.p.n, static_cast<uint16_t*>(o.panels.data()));
+    auto* out = static_cast<uint16_t*>(o.panels.data());
+    if (bf16) {
+      PackBf16Panels(w, o.p.n, o.p.k, o.p.n, out);
+    } else {
+      PackFp16Panels(w, o.p.n, o.p.k, o.p.n, out);
+    }
     o.p.b_panels = o.panels.data();
-    o.p.b_panels_min_exponent = Bf16MinExponent(w, o.p.k * o.p.n);
+    if (o.p.type == DataType::kBF16) o.p.b_panels_min_exponent = Bf16MinExponent(w, o.p.k * o.p.n);
     o.p.b = nullptr;
     o.p.ldb = 0;
     return o;
@@ -196,14 +204,16 @@ TEST(RunGemmProblemsTest, MixedListsGiveEachProblemItsOwnResult) {
       owned.push_back(WithPanels(Make(type, 513, 2 * w + 5, 33, true, true, rng)));
       owned.push_back(WithPanels(Make(type, 40, 5, 0, true, true, rng)));
     }
-    if (Bf16PanelsSupported()) {  // BF16 pair panels: decode sizes too
+    if (Bf16PanelsSupported()) {  // BF16 pair panels, FP16 panels: decode sizes too
       const int64_t w = kBf16PanelLanes, kb = kBf16KBlock;
-      owned.push_back(WithPanels(Make(DataType::kBF16, 1, 4 * w + 3, kb + 1, true, true, rng)));
-      owned.push_back(WithPanels(Make(DataType::kBF16, 16, w - 1, 67, false, false, rng)));
-      owned.push_back(WithPanels(Make(DataType::kBF16, 17, 3 * w, 2 * kb + 5, true, true, rng)));
-      owned.push_back(WithPanels(Make(DataType::kBF16, 100, 9 * w + 1, kb - 1, false, true, rng)));
-      owned.push_back(WithPanels(Make(DataType::kBF16, 513, 2 * w + 5, 33, true, true, rng)));
-      owned.push_back(WithPanels(Make(DataType::kBF16, 40, 5, 0, true, true, rng)));
+      for (DataType type : {DataType::kBF16, DataType::kFP16}) {
+        owned.push_back(WithPanels(Make(type, 1, 4 * w + 3, kb + 1, true, true, rng)));
+        owned.push_back(WithPanels(Make(type, 16, w - 1, 67, false, false, rng)));
+        owned.push_back(WithPanels(Make(type, 17, 3 * w, 2 * kb + 5, true, true, rng)));
+        owned.push_back(WithPanels(Make(type, 100, 9 * w + 1, kb - 1, false, true, rng)));
+        owned.push_back(WithPanels(Make(type, 513, 2 * w + 5, 33, true, true, rng)));
+        owned.push_back(WithPanels(Make(type, 40, 5, 0, true, true, rng)));
+      }
     }
     // Degenerate sizes in the same list.
     owned.push_back(Make(DataType::kFP32, 4, 6, 0, true, true, rng));

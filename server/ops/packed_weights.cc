@@ -11,7 +11,7 @@
 namespace gemmserve {
 
 bool PackedWeights::Supports(DataType type) {
-  if (type == DataType::kBF16) return Bf16PanelsSupported();
+  if (IsHalfPrecision(type)) return Bf16PanelsSupported();
   return type == DataType::kFP32 || type == DataType::kFP64;
 }
 
@@ -29,8 +29,9 @@ absl::StatusOr<int64_t> PackedWeights::BytesFor(DataType type, absl::Span<const 
   }
   const int64_t groups = shape.size() == 3 ? shape[0] : 1;
   const int64_t k = shape[shape.size() - 2], n = shape[shape.size() - 1];
-  if (type == DataType::kBF16) {
-    const int64_t per_panel = SaturatingMul(SaturatingAdd(k, 1), kBf16PanelLanes);
+  if (IsHalfPrecision(type)) {  // BF16 pairs pad K to even
+    const int64_t per_panel =
+        SaturatingMul(type == DataType::kBF16 ? SaturatingAdd(k, 1) : k, kBf16PanelLanes);
     return SaturatingMul(SaturatingMul(SaturatingMul(groups, Bf16PanelCount(n)), per_panel), 2);
   }
   const PanelGeometry& g = PanelGeometryFor(type);
@@ -48,8 +49,10 @@ absl::StatusOr<PackedWeights> PackedWeights::Pack(const Tensor& weights) {
   out.shape_ = shape;
   const int64_t es = DataTypeSize(weights.type());
   const bool bf16 = out.type_ == DataType::kBF16;
-  out.group_bytes_ = bf16 ? Bf16PanelCount(n) * Bf16PanelStride(k) * es
-                          : PackedWeightElements(PanelGeometryFor(out.type_), k, n) * es;
+  const bool fp16 = out.type_ == DataType::kFP16;
+  out.group_bytes_ = bf16   ? Bf16PanelCount(n) * Bf16PanelStride(k) * es
+                     : fp16 ? Bf16PanelCount(n) * Fp16PanelStride(k) * es
+                            : PackedWeightElements(PanelGeometryFor(out.type_), k, n) * es;
   const int64_t bytes = out.groups() * out.group_bytes_;
   if (bytes > bound) return absl::InternalError("packed weights: size above its bound");
   GEMMSERVE_ASSIGN_OR_RETURN(out.buffer_, AlignedBuffer::Allocate(bytes));
@@ -61,6 +64,11 @@ absl::StatusOr<PackedWeights> PackedWeights::Pack(const Tensor& weights) {
       const auto* w = reinterpret_cast<const uint16_t*>(src);
       PackBf16Panels(w, n, k, n, reinterpret_cast<uint16_t*>(dst));
       out.min_exponent_[static_cast<size_t>(group)] = Bf16MinExponent(w, k * n);
+      continue;
+    }
+    if (fp16) {
+      PackFp16Panels(reinterpret_cast<const uint16_t*>(src), n, k, n,
+                     reinterpret_cast<uint16_t*>(dst));
       continue;
     }
     const PanelGeometry& g = PanelGeometryFor(out.type_);

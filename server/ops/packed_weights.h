@@ -26,7 +26,8 @@ class PackedWeights {
   PackedWeights() = default;
 
   // The types with panels in this process: FP32 and FP64 (BLIS's
-  // micro-kernel), BF16 where the CPU has AVX-512 (bf16_panel_gemm.h).
+  // micro-kernel), BF16 and FP16 where the CPU has AVX-512
+  // (bf16_panel_gemm.h).
   static bool Supports(DataType type);
 
   // Bytes Pack allocates for weights of `shape` ([G, K, N] or [K, N]),

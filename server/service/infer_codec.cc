@@ -231,6 +231,11 @@ void EncodeModelStatistics(const ModelStatistics& s, inference::ModelStatistics*
   set(s.fail, st->mutable_fail());
   set(s.queue, st->mutable_queue());
   set(s.compute_infer, st->mutable_compute_infer());
+  for (const BatchSizeStat& b : s.batch_stats) {
+    inference::InferBatchStatistics* o = out->add_batch_stats();
+    o->set_batch_size(b.batch_size);
+    set(b.compute_infer, o->mutable_compute_infer());
+  }
 }
 
 }  // namespace gemmserve

@@ -125,6 +125,20 @@ class BatchingTest(GemmServeTestCase):
             # The blocker, then the three queued requests in ONE kernel call.
             self.assertEqual(after.execution_count - before.execution_count, 2)
             self.assertEqual(after.inference_count - before.inference_count, rows)
+            # batch_stats (Triton's): those two calls, under their batch sizes
+            # in rows, with their compute time; every call is under its size.
+            def by_size(stats):
+                return {b.batch_size: b.compute_infer for b in stats.batch_stats}
+            was, now = by_size(before), by_size(after)
+            queued_rows = rows - BLOCKER_N
+            for size in {BLOCKER_N, queued_rows}:
+                calls = (size == BLOCKER_N) + (size == queued_rows)
+                old_count = was[size].count if size in was else 0
+                old_ns = was[size].ns if size in was else 0
+                self.assertEqual(now[size].count - old_count, calls, size)
+                self.assertGreater(now[size].ns, old_ns, size)
+            self.assertEqual(sum(d.count for d in now.values()), after.execution_count)
+            self.assertEqual(sorted(now), [b.batch_size for b in after.batch_stats])
             return True
 
         self.conclusively(attempt)

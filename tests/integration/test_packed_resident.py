@@ -1,11 +1,11 @@
 """Resident GroupedMatMul weights packed once at load (issue 15): FP32 and
 FP64 into the panels of BLIS's micro-kernel, BF16 into pair panels for the
-vdpbf16ps kernel. Through the real server and its model repository, for every
+vdpbf16ps kernel, FP16 into the same pair panels (widened in registers). Through the real server and its model repository, for every
 datatype: answers equal the exact reference within the rigorous bound, and
 the built-in operator's answer on the same weights bit for bit where the sums
 are exact (small integers), over rows per expert that take each path
 (streaming decode, the panel path, blocks of 512 rows), K across the kernels'
-K blocks and odd (BF16 pairs), N across panel edges, and routing that leaves
+K blocks and odd (16-bit pairs), N across panel edges, and routing that leaves
 experts unused or sends most tokens to one."""
 import shutil
 import tempfile
@@ -108,7 +108,7 @@ class PackedLayoutTest(GemmServeTestCase):
 
     def test_model_config_says_how_the_weights_are_held_and_what_they_cost(self):
         sizes = {"FP32": 4, "FP64": 8, "BF16": 2, "FP16": 2}
-        packed = {"FP32", "FP64"} | ({"BF16"} if cpu_has("avx512f") else set())
+        packed = {"FP32", "FP64"} | ({"BF16", "FP16"} if cpu_has("avx512f") else set())
         for datatype in DATATYPES:
             name = f"moe_{datatype.lower()}_real"
             with self.subTest(datatype=datatype):
@@ -118,7 +118,7 @@ class PackedLayoutTest(GemmServeTestCase):
                                  "panels" if datatype in packed else "row_major")
                 dense = G * K * N * sizes[datatype]
                 held = int(params["weights_bytes"])
-                # Panels pad N to whole panels (32 columns: 100 -> 128) and BF16 K to pairs.
+                # Panels pad N to whole panels (32 columns: 100 -> 128) and 16-bit K to pairs.
                 self.assertGreaterEqual(held, dense)
                 self.assertLessEqual(held, dense * 1.35 if datatype in packed else dense)
                 self.assertGreaterEqual(float(params["pack_ms"]), 0.0)

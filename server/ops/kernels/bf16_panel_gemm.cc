@@ -31,13 +31,14 @@ bool HaveAvx512Bf16() {
 constexpr int kRows = static_cast<int>(kBf16TokenRows);
 
 // The tile: rows x cols of C (at most 12 x 32) += or = tokens * weights over
-// `pairs` pairs of K. tokens: [pairs][12] words; weights: [pairs][64].
+// `pairs` pairs of K. tokens: [pairs][tr] words (tr >= R rows per pair);
+// weights: [pairs][64].
 // R: the rows computed (the valid ones: a decode call with one token row
 // does one row's work, not twelve).
 template <int R>
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void TileNative(
-    int64_t pairs, const uint32_t* tokens, const uint16_t* weights, float* c, int64_t ldc,
-    int64_t cols, bool accumulate) {
+    int64_t pairs, const uint32_t* tokens, int64_t tr, const uint16_t* weights, float* c,
+    int64_t ldc, int64_t cols, bool accumulate) {
   __m512 acc[R][2];
   tile32::Zero(acc);
   int64_t q = 0;
@@ -51,11 +52,11 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void TileNative(
       const __m512bh w1 = (__m512bh)_mm512_load_si512(weights + q * 64 + 32);
       const __m512bh v0 = (__m512bh)_mm512_load_si512(weights + q * 64 + 64);
       const __m512bh v1 = (__m512bh)_mm512_load_si512(weights + q * 64 + 96);
-      const uint32_t* t = tokens + q * kRows;
+      const uint32_t* t = tokens + q * tr;
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(t[r]));
-        const __m512bh y = (__m512bh)_mm512_set1_epi32(static_cast<int>(t[kRows + r]));
+        const __m512bh y = (__m512bh)_mm512_set1_epi32(static_cast<int>(t[tr + r]));
         acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, w0);
         acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, w1);
         odd[r][0] = _mm512_dpbf16_ps(odd[r][0], y, v0);
@@ -67,7 +68,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void TileNative(
   for (; q < pairs; ++q) {
     const __m512bh w0 = (__m512bh)_mm512_load_si512(weights + q * 64);
     const __m512bh w1 = (__m512bh)_mm512_load_si512(weights + q * 64 + 32);
-    const uint32_t* t = tokens + q * kRows;
+    const uint32_t* t = tokens + q * tr;
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
       const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(t[r]));
@@ -79,11 +80,11 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void TileNative(
 }
 
 // The same tile with the pairs widened exactly to FP32 and FP32 FMA (IEEE:
-// subnormals kept). tokens: [pairs][12] words, as for the native tile.
+// subnormals kept). tokens: [pairs][tr] words, as for the native tile.
 template <int R>
 __attribute__((target("avx512f,avx512bw"))) void TileFma(int64_t pairs, const uint32_t* tokens,
-                                                         const uint16_t* weights, float* c,
-                                                         int64_t ldc, int64_t cols,
+                                                         int64_t tr, const uint16_t* weights,
+                                                         float* c, int64_t ldc, int64_t cols,
                                                          bool accumulate) {
   __m512 acc[R][2];
   tile32::Zero(acc);
@@ -95,7 +96,7 @@ __attribute__((target("avx512f,avx512bw"))) void TileFma(int64_t pairs, const ui
     const __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(v0, high));
     const __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16));
     const __m512 o1 = _mm512_castsi512_ps(_mm512_and_si512(v1, high));
-    const uint32_t* t = tokens + q * kRows;
+    const uint32_t* t = tokens + q * tr;
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
       uint32_t lo_bits = t[r] << 16, hi_bits = t[r] & 0xffff0000u;
@@ -110,47 +111,137 @@ __attribute__((target("avx512f,avx512bw"))) void TileFma(int64_t pairs, const ui
   tile32::Store(acc, c, ldc, cols, accumulate);
 }
 
-using TileFn = void (*)(int64_t, const uint32_t*, const uint16_t*, float*, int64_t, int64_t, bool);
+// FP16 on panels of its own, [K][32] halves: each K step one 64-byte load,
+// widened exactly to FP32 in registers (vcvtph2ps), FP32 FMA.
+// tokens: [kc][tr] floats (tr >= R rows per K step), widened when packed.
+// K steps (64 bytes each) ahead of a decode tile's loads that it asks the
+// cache for; past a panel's end they fall in the next panel, read next.
+constexpr int64_t kHalfPrefetchSteps = 128;
+
+// K step kk of an FP16 panel, widened: columns 0-15 and 16-31.
+__attribute__((target("avx512f"), always_inline)) inline void WidenHalfStep(const uint16_t* weights,
+                                                                            int64_t kk, __m512& lo,
+                                                                            __m512& hi) {
+  const __m512i w = _mm512_load_si512(weights + kk * kBf16PanelLanes);
+  lo = _mm512_cvtph_ps(_mm512_castsi512_si256(w));
+  hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w, 1));
+}
 
 template <int R>
-struct NativeTile {
-  static constexpr TileFn fn = TileNative<R>;
-};
-template <int R>
-struct FmaTile {
-  static constexpr TileFn fn = TileFma<R>;
-};
+__attribute__((target("avx512f"))) void TileHalf(int64_t kc, const float* tokens, int64_t tr,
+                                                 const uint16_t* weights, float* c, int64_t ldc,
+                                                 int64_t cols, bool accumulate) {
+  __m512 acc[R][2];
+  tile32::Zero(acc);
+  int64_t kk = 0;
+  if constexpr (R <= 4) {
+    // Few rows (decode): odd K steps in a second set of accumulators, so
+    // R chains alone do not wait on the FMA latency.
+    __m512 odd[R][2];
+    tile32::Zero(odd);
+    for (; kk + 2 <= kc; kk += 2) {
+      // Two K steps are few instructions for their bytes, so the core's
+      // window holds too few loads to cover memory's latency (measured:
+      // 0.84-1.1 ms for an olmoe decode call without, 0.52-0.70 with).
+      _mm_prefetch(
+          reinterpret_cast<const char*>(weights + (kk + kHalfPrefetchSteps) * kBf16PanelLanes),
+          _MM_HINT_T0);
+      _mm_prefetch(
+          reinterpret_cast<const char*>(weights + (kk + kHalfPrefetchSteps + 1) * kBf16PanelLanes),
+          _MM_HINT_T0);
+      __m512 w0, w1, v0, v1;
+      WidenHalfStep(weights, kk, w0, w1);
+      WidenHalfStep(weights, kk + 1, v0, v1);
+      const float* t = tokens + kk * tr;
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512 x = _mm512_set1_ps(t[r]), y = _mm512_set1_ps(t[tr + r]);
+        acc[r][0] = _mm512_fmadd_ps(x, w0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(x, w1, acc[r][1]);
+        odd[r][0] = _mm512_fmadd_ps(y, v0, odd[r][0]);
+        odd[r][1] = _mm512_fmadd_ps(y, v1, odd[r][1]);
+      }
+    }
+    tile32::Add(acc, odd);
+  }
+  for (; kk < kc; ++kk) {
+    __m512 w0, w1;
+    WidenHalfStep(weights, kk, w0, w1);
+    const float* t = tokens + kk * tr;
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(t[r]);
+      acc[r][0] = _mm512_fmadd_ps(x, w0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(x, w1, acc[r][1]);
+    }
+  }
+  tile32::Store(acc, c, ldc, cols, accumulate);
+}
+
+using HalfTileFn = void (*)(int64_t, const float*, int64_t, const uint16_t*, float*, int64_t,
+                            int64_t, bool);
+constexpr HalfTileFn kHalfTiles[kRows] = {TileHalf<1>, TileHalf<2>,  TileHalf<3>,  TileHalf<4>,
+                                          TileHalf<5>, TileHalf<6>,  TileHalf<7>,  TileHalf<8>,
+                                          TileHalf<9>, TileHalf<10>, TileHalf<11>, TileHalf<12>};
+
+using TileFn = void (*)(int64_t, const uint32_t*, int64_t, const uint16_t*, float*, int64_t,
+                        int64_t, bool);
 
 // Tiles for 1..12 rows.
-constexpr TileFn kNativeTiles[kRows] = {NativeTile<1>::fn,  NativeTile<2>::fn,  NativeTile<3>::fn,
-                                        NativeTile<4>::fn,  NativeTile<5>::fn,  NativeTile<6>::fn,
-                                        NativeTile<7>::fn,  NativeTile<8>::fn,  NativeTile<9>::fn,
-                                        NativeTile<10>::fn, NativeTile<11>::fn, NativeTile<12>::fn};
-constexpr TileFn kFmaTiles[kRows] = {FmaTile<1>::fn,  FmaTile<2>::fn,  FmaTile<3>::fn,
-                                     FmaTile<4>::fn,  FmaTile<5>::fn,  FmaTile<6>::fn,
-                                     FmaTile<7>::fn,  FmaTile<8>::fn,  FmaTile<9>::fn,
-                                     FmaTile<10>::fn, FmaTile<11>::fn, FmaTile<12>::fn};
+constexpr TileFn kNativeTiles[kRows] = {
+    TileNative<1>, TileNative<2>, TileNative<3>, TileNative<4>,  TileNative<5>,  TileNative<6>,
+    TileNative<7>, TileNative<8>, TileNative<9>, TileNative<10>, TileNative<11>, TileNative<12>};
+constexpr TileFn kFmaTiles[kRows] = {TileFma<1>, TileFma<2>,  TileFma<3>,  TileFma<4>,
+                                     TileFma<5>, TileFma<6>,  TileFma<7>,  TileFma<8>,
+                                     TileFma<9>, TileFma<10>, TileFma<11>, TileFma<12>};
 
-// Rows [0, m) of X (gathered), K [k0, k0 + kb), as token panels of words.
+// Token rows per pair in the token panels of an m-row call: 12, or m when
+// fewer (decode), so a panel holds only its rows and stays in L1.
+int64_t TokenStride(int64_t m) { return std::min<int64_t>(m, kRows); }
+
+// Rows [0, m) of X (gathered), K [k0, k0 + kb), as token panels of words:
+// panel t at out + t * pairs * TokenStride(m), [pairs][TokenStride(m)].
 void PackTokenPairs(int64_t m, int64_t k0, int64_t kb, const uint16_t* x, int64_t ldx,
                     const int64_t* a_rows, uint32_t* out) {
-  const int64_t pairs = (kb + 1) / 2;
+  const int64_t pairs = (kb + 1) / 2, tr = TokenStride(m);
   const int64_t panels = (m + kRows - 1) / kRows;
   for (int64_t t = 0; t < panels; ++t) {
-    uint32_t* panel = out + t * pairs * kRows;
+    uint32_t* panel = out + t * pairs * tr;
     const int64_t rows = std::min<int64_t>(kRows, m - t * kRows);
-    for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t r = 0; r < tr; ++r) {
       if (r >= rows) {
-        for (int64_t q = 0; q < pairs; ++q) panel[q * kRows + r] = 0;
+        for (int64_t q = 0; q < pairs; ++q) panel[q * tr + r] = 0;
         continue;
       }
       const int64_t i = t * kRows + r;
       const uint16_t* src = x + (a_rows ? a_rows[i] : i) * ldx + k0;
       int64_t q = 0;
       for (; 2 * q + 1 < kb; ++q) {
-        panel[q * kRows + r] = uint32_t{src[2 * q]} | uint32_t{src[2 * q + 1]} << 16;
+        panel[q * tr + r] = uint32_t{src[2 * q]} | uint32_t{src[2 * q + 1]} << 16;
       }
-      if (q < pairs) panel[q * kRows + r] = src[2 * q];  // odd K: the pair's second is zero
+      if (q < pairs) panel[q * tr + r] = src[2 * q];  // odd K: the pair's second is zero
+    }
+  }
+}
+
+// Rows [0, m) of X (FP16, gathered), K [k0, k0 + kc), widened to FP32 as
+// token panels [kc][TokenStride(m)]; the rows past m are zero.
+__attribute__((target("avx512f,f16c"))) void PackTokensHalf(int64_t m, int64_t k0, int64_t kc,
+                                                            const uint16_t* x, int64_t ldx,
+                                                            const int64_t* a_rows, float* out) {
+  const int64_t tr = TokenStride(m);
+  const int64_t panels = (m + kRows - 1) / kRows;
+  for (int64_t t = 0; t < panels; ++t) {
+    float* panel = out + t * kc * tr;
+    const int64_t rows = std::min<int64_t>(kRows, m - t * kRows);
+    for (int64_t r = 0; r < tr; ++r) {
+      if (r >= rows) {
+        for (int64_t kk = 0; kk < kc; ++kk) panel[kk * tr + r] = 0.0f;
+        continue;
+      }
+      const int64_t i = t * kRows + r;
+      const uint16_t* src = x + (a_rows ? a_rows[i] : i) * ldx + k0;
+      for (int64_t kk = 0; kk < kc; ++kk) panel[kk * tr + r] = _cvtsh_ss(src[kk]);
     }
   }
 }
@@ -219,7 +310,7 @@ void Bf16PanelGemm(int64_t m, int64_t k, int64_t n, const uint16_t* x, int64_t l
   }
   const TileFn* tiles = native ? kNativeTiles : kFmaTiles;
   const int64_t stride = Bf16PanelStride(k);
-  const int64_t token_panels = (m + kRows - 1) / kRows;
+  const int64_t token_panels = (m + kRows - 1) / kRows, tr = TokenStride(m);
   const int64_t k_block = CallKBlock(m, k);
   for (int64_t k0 = 0; k0 < k; k0 += k_block) {
     const int64_t kb = std::min(k_block, k - k0), pairs = (kb + 1) / 2;
@@ -229,8 +320,59 @@ void Bf16PanelGemm(int64_t m, int64_t k, int64_t n, const uint16_t* x, int64_t l
       const int64_t cols = std::min(kBf16PanelLanes, n - p * kBf16PanelLanes);
       for (int64_t t = 0; t < token_panels; ++t) {
         const int64_t rows = std::min<int64_t>(kRows, m - t * kRows);
-        tiles[rows - 1](pairs, scratch + t * pairs * kRows, w,
+        tiles[rows - 1](pairs, scratch + t * pairs * tr, tr, w,
                         c + t * kRows * ldc + (p * kBf16PanelLanes - j_first), ldc, cols, k0 > 0);
+      }
+    }
+  }
+}
+
+void PackFp16Panels(const uint16_t* w, int64_t ldw, int64_t k, int64_t n, uint16_t* out) {
+  const int64_t stride = Fp16PanelStride(k);
+  for (int64_t p = 0; p < Bf16PanelCount(n); ++p) {
+    uint16_t* panel = out + p * stride;
+    const int64_t j0 = p * kBf16PanelLanes;
+    const int64_t cols = std::min(kBf16PanelLanes, n - j0);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      std::copy(w + kk * ldw + j0, w + kk * ldw + j0 + cols, panel + kk * kBf16PanelLanes);
+      std::fill(panel + kk * kBf16PanelLanes + cols, panel + (kk + 1) * kBf16PanelLanes,
+                uint16_t{0});
+    }
+  }
+}
+
+int64_t Fp16PanelScratchWords(int64_t m, int64_t k) {
+  const int64_t panels = (m + kRows - 1) / kRows;
+  const int64_t kc = std::min(k, CallKBlock(m, k));
+  return (panels * kc * kRows + 15) / 16 * 16;
+}
+
+void Fp16PanelGemm(int64_t m, int64_t k, int64_t n, const uint16_t* x, int64_t ldx,
+                   const int64_t* a_rows, const uint16_t* panels, int64_t panel_begin,
+                   int64_t panel_end, float* c, int64_t ldc, uint32_t* scratch) {
+  panel_end = std::min(panel_end, Bf16PanelCount(n));
+  if (m <= 0 || panel_begin >= panel_end) return;
+  const int64_t j_first = panel_begin * kBf16PanelLanes;
+  const int64_t width = std::min(n, panel_end * kBf16PanelLanes) - j_first;
+  if (k <= 0) {
+    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + width, 0.0f);
+    return;
+  }
+  auto* tokens = reinterpret_cast<float*>(scratch);
+  const int64_t stride = Fp16PanelStride(k);
+  const int64_t token_panels = (m + kRows - 1) / kRows, tr = TokenStride(m);
+  const int64_t k_block = CallKBlock(m, k);
+  for (int64_t k0 = 0; k0 < k; k0 += k_block) {
+    const int64_t kc = std::min(k_block, k - k0);
+    PackTokensHalf(m, k0, kc, x, ldx, a_rows, tokens);
+    for (int64_t p = panel_begin; p < panel_end; ++p) {
+      const uint16_t* w = panels + p * stride + k0 * kBf16PanelLanes;
+      const int64_t cols = std::min(kBf16PanelLanes, n - p * kBf16PanelLanes);
+      for (int64_t t = 0; t < token_panels; ++t) {
+        const int64_t rows = std::min<int64_t>(kRows, m - t * kRows);
+        kHalfTiles[rows - 1](kc, tokens + t * kc * tr, tr, w,
+                             c + t * kRows * ldc + (p * kBf16PanelLanes - j_first), ldc, cols,
+                             k0 > 0);
       }
     }
   }

@@ -6,8 +6,8 @@
 // Layout. Panels of kBf16PanelLanes (32) columns; K in pairs: element
 // (2q + h, j) of a panel at panel[q * 64 + 2 * j + h], so one 64-byte load
 // holds the pairs of 16 columns. K is padded to even with zeros. Token rows
-// are packed per K block into panels of kBf16TokenRows (12) rows, each pair
-// one 32-bit word: token panel [pairs][12].
+// are packed per K block into panels of kBf16TokenRows (12) rows (or of all
+// the rows, when fewer), each pair one 32-bit word: token panel [pairs][12].
 //
 // Exactness. vdpbf16ps treats subnormal inputs as zero and flushes subnormal
 // results. Products of BF16 values are multiples of 2^(ex + ew - 268) (ex,
@@ -32,8 +32,8 @@ inline constexpr int64_t kBf16PanelLanes = 32;
 inline constexpr int64_t kBf16TokenRows = 12;
 inline constexpr int64_t kBf16KBlock = 256;  // even
 
-// True where the panels can be computed on at all (AVX-512 F; the native
-// path also needs AVX512-BF16).
+// True where the panels can be computed on at all (AVX-512 F, for BF16 and
+// FP16; BF16's native path also needs AVX512-BF16).
 bool Bf16PanelsSupported();
 
 inline int64_t Bf16PanelCount(int64_t n) { return (n + kBf16PanelLanes - 1) / kBf16PanelLanes; }
@@ -58,6 +58,19 @@ void Bf16PanelGemm(int64_t m, int64_t k, int64_t n, const uint16_t* x, int64_t l
                    const int64_t* a_rows, const uint16_t* panels, int weights_min_exponent,
                    int64_t panel_begin, int64_t panel_end, float* c, int64_t ldc,
                    uint32_t* scratch);
+
+// FP16 on panels of its own: kBf16PanelLanes (32) columns, [K][32] halves
+// (element (kk, j) at panel[kk * 32 + j]), so each K step is one 64-byte
+// load widened exactly to FP32 in registers (vcvtph2ps); token rows widened
+// when packed; FP32 FMA, IEEE semantics (so no exponent guard). The same
+// contract as Bf16PanelGemm; `scratch` holds Fp16PanelScratchWords(m, k)
+// words.
+inline int64_t Fp16PanelStride(int64_t k) { return k * kBf16PanelLanes; }
+void PackFp16Panels(const uint16_t* w, int64_t ldw, int64_t k, int64_t n, uint16_t* out);
+int64_t Fp16PanelScratchWords(int64_t m, int64_t k);
+void Fp16PanelGemm(int64_t m, int64_t k, int64_t n, const uint16_t* x, int64_t ldx,
+                   const int64_t* a_rows, const uint16_t* panels, int64_t panel_begin,
+                   int64_t panel_end, float* c, int64_t ldc, uint32_t* scratch);
 
 // Which path calls take: "avx512_bf16" (native where exact), "avx512f" (FMA
 // only), or "none".
