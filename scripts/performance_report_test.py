@@ -68,6 +68,32 @@ class CheckpointLimitsTest(unittest.TestCase):
         self.assertEqual(report.moved_groups(), [])
 
 
+class ServingTargetsTest(unittest.TestCase):
+    def test_resident_cases_are_judged_by_their_roofline_and_against_fused(self):
+        fast = pr.grouped_name("resident", "bf16", "olmoe", 64)
+        slow = pr.grouped_name("resident", "fp32", "olmoe", 64)
+        # sgemm 200 GFLOP/s, 40 GB/s: 2e9 flops need 10 ms, 0.2 GB needs 5 ms.
+        report = report_of(
+            limits(0, 200, 40) +
+            [entry(fast, 12.5, GFLOPS=160, bytes_touched=2e8),
+             entry(slow, 20, GFLOPS=100, bytes_touched=2e8),
+             entry(pr.grouped_name("fused", "bf16", "olmoe", 64), 25, GFLOPS=80),
+             entry(pr.grouped_name("fused", "fp32", "olmoe", 64), 10, GFLOPS=200)])
+        self.assertAlmostEqual(report.roofline_fraction(fast, "bf16"), 0.8)
+        self.assertAlmostEqual(report.roofline_fraction(slow, "fp32"), 0.5)
+        text = report.serving_targets()
+        self.assertIn("| BF16 olmoe M = 64: roofline fraction", text)
+        row = next(line for line in text.splitlines() if line.startswith("| BF16 olmoe M = 64"))
+        self.assertIn("0.800 | ≥ 0.75 | PASS", row)
+        row = next(line for line in text.splitlines() if line.startswith("| FP32 olmoe M = 64"))
+        self.assertIn("**FAIL**", row)
+        # The FP32 resident case is half as fast as fused: listed; BF16 (2x) is not.
+        self.assertIn("1 of 2 | all | **FAIL**", text)
+        self.assertIn(f"`{slow}` | 0.500×", text)
+        self.assertNotIn(f"`{fast}`", text)
+        self.assertIn("| olmoe | BF16 | — | — | — | 2.00× |", report.resident_tables())
+
+
 class KeptSectionsTest(unittest.TestCase):
     def test_regenerating_keeps_the_service_figures_and_the_design_notes(self):
         case = pr.grouped_name("fused", "fp32", "olmoe", 1)

@@ -453,7 +453,7 @@ void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
       };
       break;
     case GroupedImpl::kResident: {
-      if (!PackedWeights::Supports(spec.type)) {
+      if (!PackedWeights::PackedAtLoad(spec.type)) {  // as a resident model holds them
         call = [&] {
           return RunGroupedMatMul(c.plan, c.input, w, c.indices, nullptr, &c.output, g_threads);
         };

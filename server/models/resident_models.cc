@@ -490,7 +490,7 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
   // requests then pack only their own rows.
   std::optional<PackedWeights> packed;
   const absl::Time start = absl::Now();
-  if (PackedWeights::Supports(spec.weights.type()) &&
+  if (PackedWeights::PackedAtLoad(spec.weights.type()) &&
       PackingCostsLittle(spec.weights.type(), spec.weights.shape(), spec.weights.byte_size())) {
     GEMMSERVE_ASSIGN_OR_RETURN(PackedWeights p, PackedWeights::Pack(spec.weights));
     packed = std::move(p);

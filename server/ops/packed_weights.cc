@@ -15,6 +15,10 @@ bool PackedWeights::Supports(DataType type) {
   return type == DataType::kFP32 || type == DataType::kFP64;
 }
 
+bool PackedWeights::PackedAtLoad(DataType type) {
+  return type != DataType::kFP64 && Supports(type);
+}
+
 absl::StatusOr<int64_t> PackedWeights::BytesFor(DataType type, absl::Span<const int64_t> shape) {
   if (!Supports(type)) {
     return absl::InvalidArgumentError(

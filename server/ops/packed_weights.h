@@ -30,6 +30,13 @@ class PackedWeights {
   // (bf16_panel_gemm.h).
   static bool Supports(DataType type);
 
+  // The types whose resident weights are packed at load: those of Supports
+  // but FP64, whose panel path (streaming, or BLIS's FP64 micro-kernel with
+  // no tiles for partial token panels) lost to the row-major kernels at the
+  // serving sizes: 0.48-0.85x at M <= 64 in one gemmserve-bench run, for
+  // 1.0-1.5x from M = 256. FP64 experts stay row-major.
+  static bool PackedAtLoad(DataType type);
+
   // Bytes Pack allocates for weights of `shape` ([G, K, N] or [K, N]),
   // saturating; INVALID_ARGUMENT for another rank or type.
   static absl::StatusOr<int64_t> BytesFor(DataType type, absl::Span<const int64_t> shape);
