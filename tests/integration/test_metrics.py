@@ -112,7 +112,11 @@ class PrometheusCountsTest(GemmServeTestCase):
         p99 = p.scalar('histogram_quantile(0.99, '
                        'gemmserve_request_duration_seconds_bucket{model="matmul"})')
         self.assertLessEqual(median, p99)
-        self.assertLessEqual(p99, max(latencies) + 0.00025)
+        # The server takes its end time once the answer is handed to gRPC, so
+        # a server thread descheduled right then (a loaded 2-core machine:
+        # seen 1.3 ms) records more than the client saw: one bucket for the
+        # interpolation, 2.5 ms for that.
+        self.assertLessEqual(p99, max(latencies) + 0.00025 + 0.0025)
 
 
 class MetricNamesTest(GemmServeTestCase):
