@@ -59,7 +59,9 @@ LIMIT_NAME = re.compile(r"(Limit/sgemm/2048|Limit/dgemm/2048|Limit/read_bandwidt
 LIMIT_KINDS = {"Limit/sgemm/2048": ("sgemm", "GFLOPS"), "Limit/dgemm/2048": ("dgemm", "GFLOPS"),
                "Limit/read_bandwidth": ("bandwidth", "GBps")}
 LIMIT_MOVE = 0.10  # a group whose limits moved more than this is marked
-KEPT_SECTIONS = ("service-benchmark", "scaling")  # kept from the old file, in this order
+# Kept from the old file, in this order: scripts/service_benchmark.py's and
+# scripts/scaling_benchmark.py's sections, and the written design notes.
+KEPT_SECTIONS = ("service-benchmark", "thread-scaling", "scaling")
 
 
 @dataclass
@@ -757,8 +759,7 @@ def main(argv=None):
     markdown = render(report, args.run,
                       os.path.relpath(args.plot, os.path.dirname(os.path.abspath(args.markdown))),
                       args.note)
-    # Keep the sections that are not made from the run: the one
-    # scripts/service_benchmark.py maintains, and the written design notes.
+    # Keep the sections that are not made from the run (KEPT_SECTIONS).
     if os.path.exists(args.markdown):
         old = open(args.markdown).read()
         for section in KEPT_SECTIONS:

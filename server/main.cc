@@ -16,6 +16,7 @@
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "server/common/logging.h"
+#include "server/ops/kernels/bf16_panel_gemm.h"
 #include "server/ops/kernels/compute_environment.h"
 #include "server/service/grpc_server.h"
 
@@ -84,6 +85,11 @@ ABSL_FLAG(int64_t, builtin_max_queue_size, kBuiltin.max_queue_size,
           "Dynamic batching of the built-in models: queued requests beyond this get "
           "UNAVAILABLE (0: no limit).");
 
+ABSL_FLAG(std::string, bf16_panels, "auto",
+          "BF16 weights on pair panels for the vdpbf16ps kernel: auto (where vdpbf16ps is "
+          "measured at start to do 1.25x FP32 FMA's flops), on, or off (row-major, BLIS on "
+          "widened values).");
+
 int main(int argc, char** argv) {
   gemmserve::ReexecWithComputeEnvironment(argv);
   absl::SetProgramUsageMessage(
@@ -134,6 +140,16 @@ int main(int argc, char** argv) {
   grpc.max_connection_idle_ms = absl::GetFlag(FLAGS_grpc_max_connection_idle_ms);
   grpc.max_connection_age_ms = absl::GetFlag(FLAGS_grpc_max_connection_age_ms);
 
+  {
+    gemmserve::Bf16Panels mode;
+    if (!gemmserve::ParseBf16Panels(absl::GetFlag(FLAGS_bf16_panels).c_str(), &mode)) {
+      GEMMSERVE_LOG(ERROR) << "cannot start: --bf16_panels: expected auto, on or off, got '"
+                           << absl::GetFlag(FLAGS_bf16_panels) << "'";
+      return 1;
+    }
+    gemmserve::SetBf16Panels(mode);  // before the model repository loads
+  }
+
   absl::StatusOr<std::unique_ptr<gemmserve::GemmServer>> server =
       gemmserve::GemmServer::Start(std::move(options));
   if (!server.ok()) {
@@ -142,7 +158,8 @@ int main(int argc, char** argv) {
   }
   GEMMSERVE_LOG(INFO) << "gemmserve serving with "
                       << (*server)->serving().engine().options().compute_threads
-                      << " compute threads, BLIS config " << gemmserve::BlisArchitecture();
+                      << " compute threads, BLIS config " << gemmserve::BlisArchitecture()
+                      << ", BF16 weights " << gemmserve::Bf16PanelsChoice();
   std::cout << "gemmserve listening on " << (*server)->address() << std::endl;
   if (const std::string path = absl::GetFlag(FLAGS_address_file); !path.empty()) {
     // Written whole, then renamed: a reader never sees half an address.

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -209,6 +210,7 @@ absl::Status RunStreaming(const std::vector<const GemmProblem*>& problems, int t
 // Scratch of one thread for the gather/GEMM/scatter path.
 struct Lane {
   AlignedBuffer rows, result;
+  AlignedBuffer weights;  // weight panels packed per call (PacksWeightsPerCall)
 };
 
 // One block of at most kGatherBlockRows rows of a problem that gathers or
@@ -347,6 +349,7 @@ struct PanelLayout {
   std::vector<PanelItem> items;
   int lanes = 0;
   int64_t token_bytes = 0, result_bytes = 0;  // of each lane
+  int64_t weight_bytes = 0;                   // of each lane: PacksWeightsPerCall's panels
 };
 
 // Tiles no narrower than this many columns: each micro-kernel call still
@@ -364,6 +367,25 @@ int64_t PanelTokenBytes(DataType type, int64_t rows, int64_t k) {
   if (type == DataType::kFP16) return SaturatingMul(Fp16PanelScratchWords(rows, k), 4);
   return SaturatingMul(PanelGemmScratchElements(PanelGeometryFor(type), rows, k), AccSize(type));
 }
+// Bytes of `panels` BF16 pair panels over K = k.
+int64_t Bf16PanelBytes(int64_t k, int64_t panels) {
+  return SaturatingMul(SaturatingMul(Bf16PanelStride(k), panels), 2);
+}
+
+// Whether a BF16 problem on row-major weights packs them into pair panels
+// per call and runs the vdpbf16ps kernel: above streaming's rows, where
+// BF16 panels are preferred (Bf16PanelsPreferred: vdpbf16ps measured fast).
+// The packing is a pass over B that the BLIS path makes too (it widens B to
+// FP32 in its own packing). Not FP16: its panels run FP32 FMA like BLIS,
+// and packed per call they ran at 0.4-0.8x of BLIS on mixtral-small and at
+// olmoe M = 4096 (one run on a Xeon, 3 alternations).
+std::atomic<bool> g_force_blis_half{false};
+
+bool PacksWeightsPerCall(const GemmProblem& p) {
+  return p.b_panels == nullptr && p.type == DataType::kBF16 && p.m > kStreamingMaxRows &&
+         !g_force_blis_half.load(std::memory_order_relaxed) && Bf16PanelsPreferred();
+}
+
 // Whether results go through the lane's buffer (scatter, bias, rounding to
 // a half type) rather than straight into C.
 bool PanelResultBuffered(const GemmProblem& p) { return !IsDirect(p) || IsHalfPrecision(p.type); }
@@ -393,6 +415,9 @@ PanelLayout LayOutPanels(const std::vector<const GemmProblem*>& problems, int th
     const int64_t lanes = PanelLanes(p.type);
     const int64_t block = std::min(p.m, kGatherBlockRows);
     l.token_bytes = std::max(l.token_bytes, PanelTokenBytes(p.type, block, p.k));
+    if (p.b_panels == nullptr) {
+      l.weight_bytes = std::max(l.weight_bytes, Bf16PanelBytes(p.k, item.end - item.begin));
+    }
     if (PanelResultBuffered(p)) {
       const int64_t cols = std::min(p.n, item.end * lanes) - item.begin * lanes;
       l.result_bytes = std::max(l.result_bytes, block * PanelResultLd(cols) * AccSize(p.type));
@@ -440,18 +465,28 @@ void RunHalfPanelItem(const PanelItem& item, Lane& lane) {
   const auto* a = static_cast<const uint16_t*>(p.a);
   auto* result = static_cast<float*>(lane.result.data());
   const int64_t ld = PanelResultLd(width);
+  // The panels to run on, as panels [begin, end) of weights n columns wide.
+  const auto* panels = static_cast<const uint16_t*>(p.b_panels);
+  int64_t n = p.n, begin = item.begin, end = item.end;
+  int min_exponent = p.b_panels_min_exponent;
+  if (panels == nullptr) {  // PacksWeightsPerCall: this tile's columns of B, packed here
+    auto* packed = static_cast<uint16_t*>(lane.weights.data());
+    PackBf16Panels(static_cast<const uint16_t*>(p.b) + j0, p.ldb, p.k, width, packed);
+    // Over this tile's columns only: the products this call forms.
+    min_exponent = Bf16MinExponent(packed, Bf16PanelBytes(p.k, end - begin) / 2);
+    panels = packed;
+    n = width, begin = 0, end = Bf16PanelCount(width);
+  }
   for (int64_t i0 = 0; i0 < p.m; i0 += kGatherBlockRows) {
     const int64_t m = std::min(kGatherBlockRows, p.m - i0);
     const int64_t* a_rows = p.a_rows ? p.a_rows + i0 : nullptr;
     const uint16_t* x = p.a_rows ? a : a + i0 * p.lda;
-    const auto* panels = static_cast<const uint16_t*>(p.b_panels);
     auto* tokens = static_cast<uint32_t*>(lane.rows.data());
     if (p.type == DataType::kFP16) {
-      Fp16PanelGemm(m, p.k, p.n, x, p.lda, a_rows, panels, item.begin, item.end, result, ld,
-                    tokens);
+      Fp16PanelGemm(m, p.k, n, x, p.lda, a_rows, panels, begin, end, result, ld, tokens);
     } else {
-      Bf16PanelGemm(m, p.k, p.n, x, p.lda, a_rows, panels, p.b_panels_min_exponent, item.begin,
-                    item.end, result, ld, tokens);
+      Bf16PanelGemm(m, p.k, n, x, p.lda, a_rows, panels, min_exponent, begin, end, result, ld,
+                    tokens);
     }
     GemmProblem block = ColumnTile(p, j0, width);
     block.m = m;
@@ -488,6 +523,7 @@ absl::Status RunPanels(const std::vector<const GemmProblem*>& problems, int thre
   for (Lane& l : lane) {
     GEMMSERVE_ASSIGN_OR_RETURN(l.rows, AlignedBuffer::Allocate(layout.token_bytes));
     GEMMSERVE_ASSIGN_OR_RETURN(l.result, AlignedBuffer::Allocate(layout.result_bytes));
+    GEMMSERVE_ASSIGN_OR_RETURN(l.weights, AlignedBuffer::Allocate(layout.weight_bytes));
   }
   if (layout.lanes <= 1) {
     for (const PanelItem& item : layout.items) RunPanelItem(item, lane[0]);
@@ -538,6 +574,17 @@ int64_t GemmWorkBytes(const GemmWorkShape& w, int threads) {
     }
     bytes = SaturatingAdd(bytes, SaturatingMul(lane, t));
   }
+  if (!w.panels && w.type == DataType::kBF16 && Bf16PanelsSupported()) {
+    // BF16 problems that pack their row-major weights per call
+    // (PacksWeightsPerCall): each of up to t lanes holds one column tile's
+    // weight panels (at most all of N), a block of rows in token panels and
+    // its FP32 results. Counted whatever the rows, as for the panels above.
+    const int64_t block = std::min(w.max_rows, kGatherBlockRows);
+    int64_t lane = SaturatingAdd(PanelTokenBytes(w.type, block, w.k),
+                                 SaturatingMul(SaturatingMul(block, PanelResultLd(w.n)), 4));
+    lane = SaturatingAdd(lane, Bf16PanelBytes(w.k, Bf16PanelCount(w.n)));
+    bytes = SaturatingAdd(bytes, SaturatingMul(lane, t));
+  }
   if (!w.panels && (!IsFloatingPoint(w.type) || w.max_rows > kStreamingMaxRows)) {
     // Packed problems: each of up to t lanes holds one block of gathered rows
     // and its results (gathered problems), or the FP32 results of a block of
@@ -573,7 +620,7 @@ void Split(absl::Span<const GemmProblem> problems, std::vector<const GemmProblem
         (IsHalfPrecision(p.type) ||
          (p.type == DataType::kFP32 && PanelGemmHasPartialTiles(PanelGeometryFor(p.type))));
     const bool stream = IsFloatingPoint(p.type) && p.m <= kStreamingMaxRows && !panel_rows;
-    if (p.b_panels != nullptr && !stream) {
+    if ((p.b_panels != nullptr && !stream) || PacksWeightsPerCall(p)) {
       panels->push_back(&p);
       continue;
     }
@@ -613,11 +660,15 @@ int64_t GemmScratchBytes(absl::Span<const GemmProblem> problems, int threads) {
   }
   if (!panels.empty()) {
     const PanelLayout p = LayOutPanels(panels, threads);
-    bytes += static_cast<int64_t>(p.lanes) * (p.token_bytes + p.result_bytes) +
+    bytes += static_cast<int64_t>(p.lanes) * (p.token_bytes + p.result_bytes + p.weight_bytes) +
              static_cast<int64_t>(p.items.size() * sizeof(PanelItem));
   }
   return bytes;
 }
+
+namespace gemm_scheduler_internal {
+void ForceBlisHalf(bool force) { g_force_blis_half.store(force); }
+}  // namespace gemm_scheduler_internal
 
 absl::Status RunGemmProblems(absl::Span<const GemmProblem> problems, int threads) {
   // The scheduler's lists are standard containers; nothing inside its

@@ -99,6 +99,13 @@ int64_t GemmWorkBytes(const GemmWorkShape& work, int threads);
 // GemmWorkBytes must bound (gemm_scheduler_test checks that it does).
 int64_t GemmScratchBytes(absl::Span<const GemmProblem> problems, int threads);
 
+namespace gemm_scheduler_internal {
+// Sends half-type problems on row-major weights to BLIS (B widened in its
+// packing) instead of panels packed per call: the path of CPUs without
+// AVX-512, forced for tests and side-by-side measurement.
+void ForceBlisHalf(bool force);
+}  // namespace gemm_scheduler_internal
+
 }  // namespace gemmserve
 
 #endif  // GEMMSERVE_SERVER_OPS_GEMM_SCHEDULER_H_

@@ -159,7 +159,40 @@ void Check(const Owned& o, const std::string& where) {
   }
 }
 
-TEST(RunGemmProblemsTest, MixedListsGiveEachProblemItsOwnResult) {
+// BF16 on row-major weights: pair panels packed per call (native and on the
+// FMA path) and BLIS with B widened in its packing, each in turn.
+struct HalfPath {
+  bool blis, fma_only;
+};
+
+class RunGemmProblemsTest : public testing::TestWithParam<HalfPath> {
+ protected:
+  void SetUp() override {
+    if (!GetParam().blis && !Bf16PanelsSupported()) GTEST_SKIP() << "no AVX-512: no half panels";
+    if (!GetParam().fma_only && !bf16_panel_internal::HaveNativeBf16() && !GetParam().blis) {
+      GTEST_SKIP() << "no AVX512-BF16: the native path is not there to test";
+    }
+    gemm_scheduler_internal::ForceBlisHalf(GetParam().blis);
+    bf16_panel_internal::ForceFmaPath(GetParam().fma_only);
+    SetBf16Panels(Bf16Panels::kOn);  // whatever vdpbf16ps's measured speed here
+  }
+  void TearDown() override {
+    gemm_scheduler_internal::ForceBlisHalf(false);
+    bf16_panel_internal::ForceFmaPath(false);
+    SetBf16Panels(Bf16Panels::kAuto);
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(HalfPaths, RunGemmProblemsTest,
+                         testing::Values(HalfPath{false, false}, HalfPath{false, true},
+                                         HalfPath{true, false}),
+                         [](const testing::TestParamInfo<HalfPath>& info) {
+                           return std::string(info.param.blis       ? "Blis"
+                                              : info.param.fma_only ? "PanelsFma"
+                                                                    : "PanelsNative");
+                         });
+
+TEST_P(RunGemmProblemsTest, MixedListsGiveEachProblemItsOwnResult) {
   for (int threads : {1, 2}) {
     std::mt19937_64 rng(99 + threads);
     std::vector<Owned> owned;
@@ -172,11 +205,16 @@ TEST(RunGemmProblemsTest, MixedListsGiveEachProblemItsOwnResult) {
     owned.push_back(Make(DataType::kFP32, 17, 300, 70, true, true, rng));
     owned.push_back(Make(DataType::kBF16, 40, 19, 33, true, true, rng));
     owned.push_back(Make(DataType::kFP16, 17, 8, 5, true, false, rng));
-    // Half types packed by our pack_fn: K over several of BLIS's KC blocks,
-    // rows and columns across micro-tile edges (skx 32 x 12, haswell 6 x 16).
+    // Half types packed by our pack_fn (BLIS) or into panels per call: K over
+    // several KC blocks (and K-block edges), rows and columns across
+    // micro-tile and panel edges (skx 32 x 12, haswell 6 x 16; panels of 32).
     owned.push_back(Make(DataType::kBF16, 65, 37, 1100, true, true, rng));
     owned.push_back(Make(DataType::kFP16, 33, 131, 777, true, true, rng));
     owned.push_back(Make(DataType::kFP16, 97, 12, 1, false, false, rng));
+    owned.push_back(Make(DataType::kBF16, 31, 65, 2 * kBf16KBlock + 1, false, true, rng));
+    owned.push_back(Make(DataType::kBF16, 29, 257, 0, true, true, rng));
+    owned.push_back(Make(DataType::kFP16, 24, 31, kBf16KBlock, true, false, rng));
+    owned.push_back(Make(DataType::kBF16, 19, 1, 2, false, false, rng));
     owned.push_back(Make(DataType::kINT32, 33, 400, 9, false, false, rng));
     owned.push_back(Make(DataType::kFP64, 12, 7, 9, true, true, rng));
     owned.push_back(Make(DataType::kFP32, 30, 31, 29, false, false, rng));
@@ -225,6 +263,26 @@ TEST(RunGemmProblemsTest, MixedListsGiveEachProblemItsOwnResult) {
       Check(owned[i],
             absl::StrCat("problem ", i, " ", DataTypeName(owned[i].p.type), " threads=", threads));
     }
+  }
+}
+
+// Tiny BF16 weights packed per call: their products are FP32 subnormals,
+// which vdpbf16ps would flush, so the exponent guard (taken over the packed
+// tile) must send the call to the FMA path and the sums stay exact.
+TEST_P(RunGemmProblemsTest, TinyHalfWeightsPackedPerCallKeepSubnormalProducts) {
+  std::mt19937_64 rng(5);
+  for (int threads : {1, 2}) {
+    Owned o = Make(DataType::kBF16, 20, 70, 33, true, false, rng);
+    auto* a = reinterpret_cast<uint16_t*>(o.a.data());
+    auto* b = reinterpret_cast<uint16_t*>(o.b.data());
+    // Positive, so nothing cancels: ~2^-7 times ~2^-120 (the last column
+    // only, past the first panel) gives products about FP32's smallest
+    // normal, a quarter of them subnormal, and sums far above BF16's ulp.
+    for (size_t i = 0; i < o.a.size() / 2; ++i) a[i] = 0x3c00 | (rng() & 0x7f);
+    for (int64_t q = 0; q < o.p.k; ++q) b[q * o.p.n + o.p.n - 1] = 0x0380 | (rng() & 0x7f);
+    std::vector<GemmProblem> problems = {o.p};
+    ASSERT_TRUE(RunGemmProblems(problems, threads).ok());
+    Check(o, absl::StrCat("tiny weights, threads=", threads));
   }
 }
 

@@ -16,6 +16,7 @@ bool PackedWeights::Supports(DataType type) {
 }
 
 bool PackedWeights::PackedAtLoad(DataType type) {
+  if (type == DataType::kBF16) return Bf16PanelsPreferred();
   return type != DataType::kFP64 && Supports(type);
 }
 

@@ -34,7 +34,9 @@ class PackedWeights {
   // but FP64, whose panel path (streaming, or BLIS's FP64 micro-kernel with
   // no tiles for partial token panels) lost to the row-major kernels at the
   // serving sizes: 0.48-0.85x at M <= 64 in one gemmserve-bench run, for
-  // 1.0-1.5x from M = 256. FP64 experts stay row-major.
+  // 1.0-1.5x from M = 256. FP64 experts stay row-major. BF16 ones only where
+  // its panels are preferred (Bf16PanelsPreferred: vdpbf16ps measured
+  // fast, or --bf16_panels=on).
   static bool PackedAtLoad(DataType type);
 
   // Bytes Pack allocates for weights of `shape` ([G, K, N] or [K, N]),

@@ -1,6 +1,7 @@
 """Resident GroupedMatMul weights packed once at load (issue 15): FP32 into
 the panels of BLIS's micro-kernel, BF16 into pair panels for the vdpbf16ps
-kernel, FP16 into panels of halves (widened in registers); FP64 stays
+kernel (where it is measured fast, or --bf16_panels=on; run here both on and
+off), FP16 into panels of halves (widened in registers); FP64 stays
 row-major. Through the real server and its model repository, for every
 datatype: answers equal the exact reference within the rigorous bound, and
 the built-in operator's answer on the same weights bit for bit where the sums
@@ -57,7 +58,9 @@ def routing(m, kind, rng):
 
 
 class PackedResidentTest(GemmServeTestCase):
-    server_flags = (f"--model_repository={_REPO}",)
+    # BF16 on pair panels whatever vdpbf16ps's speed here, so they are tested on every CPU.
+    server_flags = (f"--model_repository={_REPO}", "--bf16_panels=on")
+    datatypes = DATATYPES
 
     def resident(self, name, x, idx, datatype):
         return decode_outputs(self.infer(make_infer_request(
@@ -70,7 +73,7 @@ class PackedResidentTest(GemmServeTestCase):
 
     def test_answers_equal_the_reference_on_every_path_and_datatype(self):
         rng = np.random.default_rng(150)
-        for datatype in DATATYPES:
+        for datatype in self.datatypes:
             name = f"moe_{datatype.lower()}_real"
             w, b = WEIGHTS[name]
             for m, kind in ((1, "uniform"), (7, "uniform"), (16, "uniform"), (17, "skewed"),
@@ -84,7 +87,7 @@ class PackedResidentTest(GemmServeTestCase):
 
     def test_answers_equal_the_built_in_operator_bit_for_bit_where_sums_are_exact(self):
         rng = np.random.default_rng(151)
-        for datatype in DATATYPES:
+        for datatype in self.datatypes:
             name = f"moe_{datatype.lower()}_int"
             w, b = WEIGHTS[name]
             for m, kind in ((1, "uniform"), (5, "skewed"), (16, "uniform"), (33, "skewed"),
@@ -99,6 +102,21 @@ class PackedResidentTest(GemmServeTestCase):
                                      f"{name} M={m}: resident and built-in differ")
 
 
+    def test_the_bf16_layout_is_the_one_asked_for(self):
+        on = "--bf16_panels=on" in self.server_flags
+        config = self.stub.ModelConfig(pb2.ModelConfigRequest(name="moe_bf16_real"),
+                                       timeout=10).config
+        want = "panels" if on and cpu_has("avx512f") else "row_major"
+        self.assertEqual(config.parameters["weights_layout"].string_value, want)
+
+
+class Bf16RowMajorResidentTest(PackedResidentTest):
+    """BF16 experts kept row-major (--bf16_panels=off, as auto chooses where
+    vdpbf16ps is slow): the same answers, on BLIS with widened values."""
+    server_flags = (f"--model_repository={_REPO}", "--bf16_panels=off")
+    datatypes = ("BF16",)
+
+
 def cpu_has(flag):
     with open("/proc/cpuinfo") as f:
         return any(flag in line.split() for line in f if line.startswith("flags"))
@@ -109,8 +127,15 @@ class PackedLayoutTest(GemmServeTestCase):
 
     def test_model_config_says_how_the_weights_are_held_and_what_they_cost(self):
         sizes = {"FP32": 4, "FP64": 8, "BF16": 2, "FP16": 2}
-        # FP64 stays row-major (PackedWeights::PackedAtLoad: its panels lost at serving sizes).
-        packed = {"FP32"} | ({"BF16", "FP16"} if cpu_has("avx512f") else set())
+        # FP64 stays row-major (PackedWeights::PackedAtLoad: its panels lost at serving
+        # sizes); BF16 goes on panels only where the start-up probe found vdpbf16ps fast,
+        # as the server's log says.
+        log = self.server.stderr_text(limit=1 << 24)
+        self.assertRegex(log, r"BF16 weights (pair panels|row-major) \(auto: vdpbf16ps does "
+                              r"[0-9.]+x FP32 FMA's flops here|BF16 weights row-major \(no AVX-512")
+        packed = {"FP32"} | ({"FP16"} if cpu_has("avx512f") else set())
+        if "BF16 weights pair panels" in log:
+            packed.add("BF16")
         for datatype in DATATYPES:
             name = f"moe_{datatype.lower()}_real"
             with self.subTest(datatype=datatype):

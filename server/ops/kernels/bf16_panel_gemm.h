@@ -25,6 +25,7 @@
 #define GEMMSERVE_SERVER_OPS_KERNELS_BF16_PANEL_GEMM_H_
 
 #include <cstdint>
+#include <string>
 
 namespace gemmserve {
 
@@ -75,6 +76,26 @@ void Fp16PanelGemm(int64_t m, int64_t k, int64_t n, const uint16_t* x, int64_t l
 // Which path calls take: "avx512_bf16" (native where exact), "avx512f" (FMA
 // only), or "none".
 const char* Bf16PanelIsa();
+
+// Whether BF16 weights are computed on pair panels at all. A CPU feature
+// says vdpbf16ps exists, not how fast it runs: on a Zen 5 it did twice the
+// flops of FP32 FMA, on one Xeon (AVX512-BF16, AVX512-FP16) half of them,
+// and there the pair panels ran at 0.57-0.70x of BLIS on widened values for
+// M >= 1024. So kAuto measures both rates once (a register-only loop, about
+// a millisecond) and takes the panels where vdpbf16ps does at least
+// kBf16NativeMinSpeedup times FMA's flops; elsewhere BF16 weights stay
+// row-major and run BLIS's FP32 kernel on values widened in its packing.
+enum class Bf16Panels { kAuto, kOn, kOff };
+inline constexpr double kBf16NativeMinSpeedup = 1.25;
+// Set before any model loads (gemmserve --bf16_panels); kAuto by default.
+void SetBf16Panels(Bf16Panels mode);
+// "auto", "on", "off" -> mode; false for anything else.
+bool ParseBf16Panels(const char* text, Bf16Panels* mode);
+bool Bf16PanelsPreferred();
+// vdpbf16ps's flops per FP32 FMA flop, measured once (0 without
+// AVX512-BF16), and what was chosen and why, for the server's start-up log.
+double Bf16NativeSpeedup();
+std::string Bf16PanelsChoice();
 
 namespace bf16_panel_internal {
 // Forces a path for tests: 0 as the CPU allows, 1 FMA only.

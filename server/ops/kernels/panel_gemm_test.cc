@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/ops/kernels/compute_environment.h"
 #include "server/ops/kernels/gemm_testing.h"
+#include "server/ops/packed_weights.h"
 #include "server/tensor/half.h"
 
 namespace gemmserve {
@@ -331,6 +332,41 @@ TEST(Bf16PanelGemmTest, MinExponentSeesSubnormalsAndIgnoresZeros) {
   EXPECT_EQ(Bf16MinExponent(values, 3), 127);
   EXPECT_EQ(Bf16MinExponent(values, 4), 0);
   EXPECT_EQ(Bf16MinExponent(values, 2), 255);
+}
+
+// --bf16_panels: on and off as asked (where the panels exist at all), auto
+// by the start-up probe's measured speed-up, and resident BF16 weights
+// packed at load exactly when the panels are preferred.
+TEST(Bf16PanelsPolicyTest, ModesParseAndDecideTheLayout) {
+  Bf16Panels mode = Bf16Panels::kAuto;
+  ASSERT_TRUE(ParseBf16Panels("on", &mode));
+  EXPECT_EQ(mode, Bf16Panels::kOn);
+  ASSERT_TRUE(ParseBf16Panels("off", &mode));
+  EXPECT_EQ(mode, Bf16Panels::kOff);
+  ASSERT_TRUE(ParseBf16Panels("auto", &mode));
+  EXPECT_EQ(mode, Bf16Panels::kAuto);
+  for (const char* bad : {"", "On", "yes", "1", "auto "}) {
+    EXPECT_FALSE(ParseBf16Panels(bad, &mode)) << bad;
+  }
+  const double speedup = Bf16NativeSpeedup();
+  if (bf16_panel_internal::HaveNativeBf16()) {
+    EXPECT_GT(speedup, 0.05);  // a rate, measured: not a constant
+    EXPECT_LT(speedup, 20.0);
+  } else {
+    EXPECT_EQ(speedup, 0.0);
+  }
+  SetBf16Panels(Bf16Panels::kOn);
+  EXPECT_EQ(Bf16PanelsPreferred(), Bf16PanelsSupported());
+  EXPECT_EQ(PackedWeights::PackedAtLoad(DataType::kBF16), Bf16PanelsSupported());
+  SetBf16Panels(Bf16Panels::kOff);
+  EXPECT_FALSE(Bf16PanelsPreferred());
+  EXPECT_FALSE(PackedWeights::PackedAtLoad(DataType::kBF16));
+  EXPECT_EQ(Bf16PanelsChoice().rfind("row-major", 0), 0u) << Bf16PanelsChoice();
+  SetBf16Panels(Bf16Panels::kAuto);
+  const bool fast = Bf16PanelsSupported() && speedup >= kBf16NativeMinSpeedup;
+  EXPECT_EQ(Bf16PanelsPreferred(), fast);
+  EXPECT_EQ(PackedWeights::PackedAtLoad(DataType::kBF16), fast);
+  EXPECT_EQ(PackedWeights::PackedAtLoad(DataType::kFP32), true);  // not BF16's switch
 }
 
 }  // namespace
