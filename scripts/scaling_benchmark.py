@@ -89,7 +89,7 @@ def render(results):
         lines.append(f"| {row['case']} | {row['one_ms']:.2f} ms | {row['two_ms']:.2f} ms | "
                      f"{row['speedup']:.2f}x | {target} |")
     lines += ["", "Reproduce: `scripts/scaling_benchmark.py --build build` "
-              "(about 4 minutes).", ""]
+              "(about a minute).", ""]
     if results.get("note"):
         lines += [f"> **Note.** {results['note']}", ""]
     lines += [END]
