@@ -67,8 +67,11 @@ int64_t ResidentHeldBytes(int64_t input_bytes, int64_t output_bytes, int64_t wor
 
 class PreparedResidentMatMul final : public PreparedInference {
  public:
-  PreparedResidentMatMul(MatMulPlan plan, BoundInput a, std::string output_name)
-      : plan_(std::move(plan)), a_(std::move(a)), output_name_(std::move(output_name)) {}
+  PreparedResidentMatMul(MatMulPlan plan, BoundInput a, std::string output_name, bool panels)
+      : plan_(std::move(plan)),
+        a_(std::move(a)),
+        output_name_(std::move(output_name)),
+        panels_(panels) {}
   int64_t output_bytes() const override { return SaturatingBytes(plan_.output_elements, a_.type); }
   std::vector<std::pair<std::string, Shape>> output_shapes() const override {
     return {{output_name_, plan_.output_shape}};
@@ -84,6 +87,7 @@ class PreparedResidentMatMul final : public PreparedInference {
     work.rows = work.min_rows = work.max_rows = rows();
     work.k = plan_.k;
     work.n = plan_.n;
+    work.panels = panels_;
     return ResidentHeldBytes(a_.byte_size, output_bytes(), GemmWorkBytes(work, threads));
   }
   const BoundInput& a() const { return a_; }
@@ -93,22 +97,35 @@ class PreparedResidentMatMul final : public PreparedInference {
   MatMulPlan plan_;
   BoundInput a_;
   std::string output_name_;
+  bool panels_;
 };
 
 class ResidentMatMulModel final : public Model {
  public:
-  explicit ResidentMatMulModel(ResidentMatMulSpec spec) : spec_(std::move(spec)) {
+  // With `packed`, B is computed on from its panels and the row-major
+  // tensor is dropped: one copy stays resident.
+  ResidentMatMulModel(ResidentMatMulSpec spec, std::optional<PackedWeights> packed, double pack_ms)
+      : spec_(std::move(spec)),
+        type_(spec_.b.type()),
+        b_shape_(spec_.b.shape()),
+        packed_(std::move(packed)),
+        pack_ms_(pack_ms) {
+    if (packed_) spec_.b = Tensor();
     metadata_.name = spec_.name;
     metadata_.versions = {spec_.version};
     metadata_.platform = kResidentPlatform;
     metadata_.inputs = {spec_.a};
     Shape out(spec_.a.shape.begin(), spec_.a.shape.end() - 1);
-    out.push_back(spec_.b.shape()[1]);
+    out.push_back(b_shape_[1]);
     metadata_.outputs = {{spec_.output_name, spec_.a.datatypes, out, false, false}};
   }
   const ModelMetadata& metadata() const override { return metadata_; }
   std::vector<std::pair<std::string, std::string>> parameters() const override {
-    return {{"k", absl::StrCat(spec_.b.shape()[0])}, {"n", absl::StrCat(spec_.b.shape()[1])}};
+    return {{"k", absl::StrCat(b_shape_[0])},
+            {"n", absl::StrCat(b_shape_[1])},
+            {"weights_layout", packed_ ? "panels" : "row_major"},
+            {"weights_bytes", absl::StrCat(packed_ ? packed_->bytes() : spec_.b.byte_size())},
+            {"pack_ms", absl::StrFormat("%.1f", pack_ms_)}};
   }
 
   absl::StatusOr<std::unique_ptr<PreparedInference>> Prepare(
@@ -116,15 +133,16 @@ class ResidentMatMulModel final : public Model {
     const BoundInput& a = inputs[0];
     // BindInputs held A to the signature; the rows are sized from it, so
     // what they depend on is checked here again.
-    const int64_t k = spec_.b.shape()[0];
-    if (a.type != spec_.b.type() || a.shape.size() != spec_.a.shape.size() || a.shape.back() != k) {
+    const int64_t k = b_shape_[0];
+    if (a.type != type_ || a.shape.size() != spec_.a.shape.size() || a.shape.back() != k) {
       return absl::InvalidArgumentError(
-          absl::StrCat("input '", spec_.a.name, "': expected ", DataTypeName(spec_.b.type()),
-                       " of shape ", ShapeToString(spec_.a.shape), " (K=", k, "), got ",
-                       DataTypeName(a.type), " ", ShapeToString(a.shape)));
+          absl::StrCat("input '", spec_.a.name, "': expected ", DataTypeName(type_), " of shape ",
+                       ShapeToString(spec_.a.shape), " (K=", k, "), got ", DataTypeName(a.type),
+                       " ", ShapeToString(a.shape)));
     }
-    GEMMSERVE_ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a.shape, spec_.b.shape()));
-    return std::make_unique<PreparedResidentMatMul>(std::move(plan), a, spec_.output_name);
+    GEMMSERVE_ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a.shape, b_shape_));
+    return std::make_unique<PreparedResidentMatMul>(std::move(plan), a, spec_.output_name,
+                                                    packed_.has_value());
   }
 
   std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
@@ -142,8 +160,8 @@ class ResidentMatMulModel final : public Model {
   // The rows of every request stacked into one [R, K] x [K, N] GEMM.
   absl::Status RunTogether(absl::Span<PreparedInference* const> batch, int threads,
                            std::vector<InferOutputs>* results) const {
-    const DataType type = spec_.b.type();
-    const int64_t k = spec_.b.shape()[0], n = spec_.b.shape()[1];
+    const DataType type = type_;
+    const int64_t k = b_shape_[0], n = b_shape_[1];
     const int64_t es = DataTypeSize(type);
     int64_t rows = 0;
     for (PreparedInference* p : batch) {
@@ -168,8 +186,13 @@ class ResidentMatMulModel final : public Model {
     problem.k = k;
     problem.a = a.raw_data();
     problem.lda = k;
-    problem.b = spec_.b.raw_data();
-    problem.ldb = n;
+    if (packed_) {
+      problem.b_panels = packed_->group(0);
+      problem.b_panels_min_exponent = packed_->min_exponent(0);
+    } else {
+      problem.b = spec_.b.raw_data();
+      problem.ldb = n;
+    }
     problem.c = y.raw_data();
     problem.ldc = n;
     GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems({problem}, threads));
@@ -182,6 +205,10 @@ class ResidentMatMulModel final : public Model {
   }
 
   ResidentMatMulSpec spec_;
+  DataType type_;
+  Shape b_shape_;  // [K, N]
+  std::optional<PackedWeights> packed_;
+  double pack_ms_;
   ModelMetadata metadata_;
 };
 
@@ -400,6 +427,10 @@ absl::Status OneDatatype(const TensorSpec& spec, DataType want, const char* what
 
 }  // namespace
 
+namespace {
+bool PackingCostsLittle(DataType type, const Shape& shape, int64_t dense_bytes);
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Model>> MakeResidentMatMulModel(ResidentMatMulSpec spec) {
   if (spec.b.shape().size() != 2) {
     return absl::InvalidArgumentError(
@@ -418,7 +449,17 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentMatMulModel(ResidentMatMulSpe
         " of initializer B ", ShapeToString(spec.b.shape())));
   }
   if (k == -1) spec.a.shape.back() = spec.b.shape()[0];
-  return std::unique_ptr<Model>(new ResidentMatMulModel(std::move(spec)));
+  // B packed once, as a GroupedMatMul's experts are (one group).
+  std::optional<PackedWeights> packed;
+  const absl::Time start = absl::Now();
+  if (PackedWeights::PackedAtLoad(spec.b.type()) &&
+      PackingCostsLittle(spec.b.type(), spec.b.shape(), spec.b.byte_size())) {
+    GEMMSERVE_ASSIGN_OR_RETURN(PackedWeights p, PackedWeights::Pack(spec.b));
+    packed = std::move(p);
+  }
+  const double pack_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  return std::unique_ptr<Model>(
+      new ResidentMatMulModel(std::move(spec), std::move(packed), pack_ms));
 }
 
 namespace {

@@ -18,9 +18,9 @@ from onnx import TensorProto
 
 from gemmserve_client import decode_outputs, make_infer_request, pb2
 from gemmserve_testing.base import GemmServeTestCase
-from gemmserve_testing.onnx_models import batching_config, grouped_graph, write_model
-from gemmserve_testing.references import (assert_grouped_matmul_result, random_wire,
-                                          small_int_wire)
+from gemmserve_testing.onnx_models import batching_config, grouped_graph, matmul_graph, write_model
+from gemmserve_testing.references import (assert_grouped_matmul_result, assert_matmul_result,
+                                          random_wire, small_int_wire)
 
 K, N, G, S = 777, 100, 6, 2
 DATATYPES = ("FP32", "FP64", "BF16", "FP16")
@@ -37,6 +37,12 @@ for _dt in DATATYPES:
         _name = f"moe_{_dt.lower()}_{_kind}"
         WEIGHTS[_name] = (_w, _b)
         write_model(_REPO, _name, grouped_graph(_name, _w, S, bias=_b, onnx_type=_ONNX[_dt]),
+                    config=batching_config(100))
+        # A resident MatMul's B [K, N] is packed the same way (one group).
+        _bm = _make(RNG, _dt, (K, N))
+        _name = f"lin_{_dt.lower()}_{_kind}"
+        WEIGHTS[_name] = (_bm, None)
+        write_model(_REPO, _name, matmul_graph(_name, _bm, onnx_type=_ONNX[_dt]),
                     config=batching_config(100))
 
 
@@ -85,6 +91,28 @@ class PackedResidentTest(GemmServeTestCase):
                     assert_grouped_matmul_result(got, x, w, idx, b, datatype,
                                                  f"resident {name} M={m}")
 
+    def linear(self, name, x, datatype):
+        return decode_outputs(self.infer(make_infer_request(
+            name, [("hidden", x, datatype)])))["projected"]
+
+    def test_resident_matmul_answers_equal_the_reference_and_the_built_in_operator(self):
+        rng = np.random.default_rng(153)
+        for datatype in self.datatypes:
+            for m in (1, 7, 16, 17, 64, 300, 1100):
+                with self.subTest(datatype=datatype, m=m):
+                    b, _ = WEIGHTS[f"lin_{datatype.lower()}_real"]
+                    x = random_wire(rng, datatype, (m, K))
+                    assert_matmul_result(self.linear(f"lin_{datatype.lower()}_real", x, datatype),
+                                         x, b, datatype, f"resident MatMul {datatype} M={m}")
+                    b, _ = WEIGHTS[f"lin_{datatype.lower()}_int"]
+                    x = small_int_wire(rng, datatype, (m, K), bound=4)
+                    resident = self.linear(f"lin_{datatype.lower()}_int", x, datatype)
+                    built_in = decode_outputs(self.infer(make_infer_request(
+                        "matmul", [("A", x, datatype), ("B", b, datatype)])))["Y"]
+                    self.assertEqual(resident.shape, (m, N))
+                    self.assertEqual(resident.tobytes(), built_in.tobytes(),
+                                     f"lin {datatype} M={m}: resident and built-in differ")
+
     def test_answers_equal_the_built_in_operator_bit_for_bit_where_sums_are_exact(self):
         rng = np.random.default_rng(151)
         for datatype in self.datatypes:
@@ -104,10 +132,10 @@ class PackedResidentTest(GemmServeTestCase):
 
     def test_the_bf16_layout_is_the_one_asked_for(self):
         on = "--bf16_panels=on" in self.server_flags
-        config = self.stub.ModelConfig(pb2.ModelConfigRequest(name="moe_bf16_real"),
-                                       timeout=10).config
         want = "panels" if on and cpu_has("avx512f") else "row_major"
-        self.assertEqual(config.parameters["weights_layout"].string_value, want)
+        for name in ("moe_bf16_real", "lin_bf16_real"):
+            config = self.stub.ModelConfig(pb2.ModelConfigRequest(name=name), timeout=10).config
+            self.assertEqual(config.parameters["weights_layout"].string_value, want, name)
 
 
 class Bf16RowMajorResidentTest(PackedResidentTest):
@@ -136,14 +164,14 @@ class PackedLayoutTest(GemmServeTestCase):
         packed = {"FP32"} | ({"FP16"} if cpu_has("avx512f") else set())
         if "BF16 weights pair panels" in log:
             packed.add("BF16")
-        for datatype in DATATYPES:
-            name = f"moe_{datatype.lower()}_real"
-            with self.subTest(datatype=datatype):
+        for datatype, kind in ((d, k) for d in DATATYPES for k in ("moe", "lin")):
+            name = f"{kind}_{datatype.lower()}_real"
+            with self.subTest(datatype=datatype, model=name):
                 config = self.stub.ModelConfig(pb2.ModelConfigRequest(name=name), timeout=10).config
                 params = {k: v.string_value for k, v in config.parameters.items()}
                 self.assertEqual(params["weights_layout"],
                                  "panels" if datatype in packed else "row_major")
-                dense = G * K * N * sizes[datatype]
+                dense = (G if kind == "moe" else 1) * K * N * sizes[datatype]
                 held = int(params["weights_bytes"])
                 # Panels pad N to whole panels (32 columns: 100 -> 128) and 16-bit K to pairs.
                 self.assertGreaterEqual(held, dense)

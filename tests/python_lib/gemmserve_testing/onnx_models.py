@@ -50,8 +50,9 @@ def grouped_graph(name, weights, s, bias=None, index_type=TensorProto.INT64, ext
         initializer=inits)
 
 
-def matmul_graph(name, b):
-    onnx_type = _NP_TO_ONNX[b.dtype]
+def matmul_graph(name, b, onnx_type=None):
+    """`onnx_type` for wire arrays whose dtype does not say it (BF16 as uint16)."""
+    onnx_type = onnx_type if onnx_type is not None else _NP_TO_ONNX[b.dtype]
     k, n = b.shape
     node = helper.make_node("MatMul", ["hidden", "proj"], ["projected"], name="linear")
     return helper.make_graph(
