@@ -128,25 +128,19 @@ StreamingLayout LayOutStreaming(const std::vector<const GemmProblem*>& problems,
   return l;
 }
 
-// A streaming item of a problem whose B is packed: each weight panel is a
-// row-major [K, weight_ld] matrix of its own, streamed the same way.
+// A streaming item of an FP32 problem whose B is packed (where BLIS's
+// kernel has no partial tiles of ours): each weight panel is a row-major
+// [K, weight_ld] matrix of its own, streamed the same way.
 void StreamPanels(const GemmProblem& p, const StreamingItem& item, const uint8_t* rows,
                   uint8_t* partial) {
-  const PanelGeometry& g = PanelGeometryFor(p.type);
+  const PanelGeometry& g = Fp32PanelGeometry();
   const int64_t stride = PanelStrideElements(g, p.k), panels = PanelCount(g, p.n);
   for (int64_t q = 0; q < panels; ++q) {
     const int64_t j0 = q * g.weight_lanes, cols = std::min(g.weight_lanes, p.n - j0);
-    if (p.type == DataType::kFP64) {
-      StreamingGemmAccumulate(p.m, item.k_begin, item.k_end, cols,
-                              reinterpret_cast<const double*>(rows), p.k,
-                              static_cast<const double*>(p.b_panels) + q * stride, g.weight_ld,
-                              reinterpret_cast<double*>(partial) + j0, p.n);
-    } else {
-      StreamingGemmAccumulate(DataType::kFP32, p.m, item.k_begin, item.k_end, cols,
-                              reinterpret_cast<const float*>(rows), p.k,
-                              static_cast<const float*>(p.b_panels) + q * stride, g.weight_ld,
-                              reinterpret_cast<float*>(partial) + j0, p.n);
-    }
+    StreamingGemmAccumulate(DataType::kFP32, p.m, item.k_begin, item.k_end, cols,
+                            reinterpret_cast<const float*>(rows), p.k,
+                            static_cast<const float*>(p.b_panels) + q * stride, g.weight_ld,
+                            reinterpret_cast<float*>(partial) + j0, p.n);
   }
 }
 
@@ -358,14 +352,14 @@ constexpr int64_t kMinPanelTileColumns = 128;
 
 // Columns per weight panel, and the token scratch of a block of `rows` rows,
 // for packed problems of `type` (BF16 on pair panels, FP16 on its own, FP32
-// and FP64 on BLIS's).
+// on BLIS's).
 int64_t PanelLanes(DataType type) {
-  return IsHalfPrecision(type) ? kBf16PanelLanes : PanelGeometryFor(type).weight_lanes;
+  return IsHalfPrecision(type) ? kBf16PanelLanes : Fp32PanelGeometry().weight_lanes;
 }
 int64_t PanelTokenBytes(DataType type, int64_t rows, int64_t k) {
   if (type == DataType::kBF16) return SaturatingMul(Bf16PanelScratchWords(rows, k), 4);
   if (type == DataType::kFP16) return SaturatingMul(Fp16PanelScratchWords(rows, k), 4);
-  return SaturatingMul(PanelGemmScratchElements(PanelGeometryFor(type), rows, k), AccSize(type));
+  return SaturatingMul(PanelGemmScratchElements(Fp32PanelGeometry(), rows, k), 4);
 }
 // Bytes of `panels` BF16 pair panels over K = k.
 int64_t Bf16PanelBytes(int64_t k, int64_t panels) {
@@ -426,32 +420,31 @@ PanelLayout LayOutPanels(const std::vector<const GemmProblem*>& problems, int th
   return l;
 }
 
-template <typename T>
-void RunPanelItemT(const PanelItem& item, Lane& lane) {
+void RunFp32PanelItem(const PanelItem& item, Lane& lane) {
   const GemmProblem& p = *item.problem;
-  const PanelGeometry& g = PanelGeometryFor(p.type);
+  const PanelGeometry& g = Fp32PanelGeometry();
   const int64_t j0 = item.begin * g.weight_lanes;
   const int64_t width = std::min(p.n, item.end * g.weight_lanes) - j0;
-  const auto* a = static_cast<const T*>(p.a);
-  const auto* panels = static_cast<const T*>(p.b_panels);
-  auto* tokens = static_cast<T*>(lane.rows.data());
+  const auto* a = static_cast<const float*>(p.a);
+  const auto* panels = static_cast<const float*>(p.b_panels);
+  auto* tokens = static_cast<float*>(lane.rows.data());
   for (int64_t i0 = 0; i0 < p.m; i0 += kGatherBlockRows) {
     const int64_t m = std::min(kGatherBlockRows, p.m - i0);
     const int64_t* a_rows = p.a_rows ? p.a_rows + i0 : nullptr;
-    const T* a_block = p.a_rows ? a : a + i0 * p.lda;
+    const float* a_block = p.a_rows ? a : a + i0 * p.lda;
     if (IsDirect(p)) {  // straight into C
-      PanelGemm<T>(g, m, p.k, p.n, a_block, p.lda, a_rows, panels, item.begin, item.end,
-                   static_cast<T*>(p.c) + i0 * p.ldc + j0, p.ldc, tokens);
+      PanelGemm(g, m, p.k, p.n, a_block, p.lda, a_rows, panels, item.begin, item.end,
+                static_cast<float*>(p.c) + i0 * p.ldc + j0, p.ldc, tokens);
       continue;
     }
-    auto* result = static_cast<T*>(lane.result.data());
+    auto* result = static_cast<float*>(lane.result.data());
     const int64_t ld = PanelResultLd(width);
-    PanelGemm<T>(g, m, p.k, p.n, a_block, p.lda, a_rows, panels, item.begin, item.end, result, ld,
-                 tokens);
+    PanelGemm(g, m, p.k, p.n, a_block, p.lda, a_rows, panels, item.begin, item.end, result, ld,
+              tokens);
     GemmProblem block = ColumnTile(p, j0, width);
     block.m = m;
     block.c_rows = p.c_rows ? p.c_rows + i0 : nullptr;
-    if (!p.c_rows) block.c = static_cast<uint8_t*>(block.c) + i0 * p.ldc * sizeof(T);
+    if (!p.c_rows) block.c = static_cast<uint8_t*>(block.c) + i0 * p.ldc * sizeof(float);
     StoreRows(block, result, ld);
   }
 }
@@ -497,12 +490,8 @@ void RunHalfPanelItem(const PanelItem& item, Lane& lane) {
 }
 
 void RunPanelItem(const PanelItem& item, Lane& lane) {
-  switch (item.problem->type) {
-    case DataType::kFP64: return RunPanelItemT<double>(item, lane);
-    case DataType::kBF16:
-    case DataType::kFP16: return RunHalfPanelItem(item, lane);
-    default: return RunPanelItemT<float>(item, lane);
-  }
+  if (IsHalfPrecision(item.problem->type)) return RunHalfPanelItem(item, lane);
+  RunFp32PanelItem(item, lane);
 }
 
 // Problems whose B is packed once (resident weights): each (problem, column
@@ -512,7 +501,7 @@ void RunPanelItem(const PanelItem& item, Lane& lane) {
 absl::Status RunPanels(const std::vector<const GemmProblem*>& problems, int threads) {
   for (const GemmProblem* p : problems) {
     const bool half = IsHalfPrecision(p->type) && Bf16PanelsSupported();
-    if (p->type != DataType::kFP32 && p->type != DataType::kFP64 && !half) {
+    if (p->type != DataType::kFP32 && !half) {
       return absl::InternalError(
           absl::StrCat("packed weight panels of ", DataTypeName(p->type), ", which has none here"));
     }
@@ -618,7 +607,7 @@ void Split(absl::Span<const GemmProblem> problems, std::vector<const GemmProblem
     const bool panel_rows =
         p.b_panels != nullptr &&
         (IsHalfPrecision(p.type) ||
-         (p.type == DataType::kFP32 && PanelGemmHasPartialTiles(PanelGeometryFor(p.type))));
+         (p.type == DataType::kFP32 && PanelGemmHasPartialTiles(Fp32PanelGeometry())));
     const bool stream = IsFloatingPoint(p.type) && p.m <= kStreamingMaxRows && !panel_rows;
     if ((p.b_panels != nullptr && !stream) || PacksWeightsPerCall(p)) {
       panels->push_back(&p);

@@ -14,9 +14,10 @@
 //     two tiles per thread;
 //   - a problem whose B was packed once (b_panels: a resident model's
 //     weights) packs only its rows and runs on the panels (PanelGemm, BLIS's
-//     micro-kernel, or the BF16 pair-panel kernel), in column tiles taken
-//     largest first; FP32/FP64 panels of few rows stream where no tile of
-//     ours serves few rows.
+//     micro-kernel, or the BF16/FP16 panel kernels), in column tiles taken
+//     largest first; FP32 panels of few rows stream where no tile of ours
+//     serves few rows. BF16 problems on row-major weights pack them per
+//     call where BF16 panels are preferred (bf16_panel_gemm.h).
 // Nothing of the form [rows, K, N] is ever materialised; bias is added in the
 // epilogue, before the one rounding of half types; rows land directly in C.
 //
@@ -52,7 +53,7 @@ struct GemmProblem {
   const int64_t* c_rows = nullptr;  // row i goes to row c_rows[i] of c; null: i
   const void* bias = nullptr;       // [n], floating types only; null: none
   // B packed once into weight panels (PackedWeights: PackWeightPanels with
-  // PanelGeometryFor(type) for FP32 and FP64, PackBf16Panels for BF16): b
+  // Fp32PanelGeometry() for FP32, PackBf16Panels / PackFp16Panels): b
   // and ldb are unused, and only the gathered rows of A are packed per call.
   // Null: B is b, row-major.
   const void* b_panels = nullptr;

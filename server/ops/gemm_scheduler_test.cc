@@ -33,7 +33,7 @@ struct Owned {
 };
 
 // The same problem with its B packed once into weight panels, as a resident
-// model holds it (FP32, FP64 on BLIS's; BF16 on pair panels, FP16 on its
+// model holds it (FP32 on BLIS's; BF16 on pair panels, FP16 on its
 // own); p.b is cleared, so only the panels are read.
 Owned WithPanels(Owned o) {
   const int64_t es = DataTypeSize(o.p.type);
@@ -54,15 +54,10 @@ Owned WithPanels(Owned o) {
     o.p.ldb = 0;
     return o;
   }
-  const PanelGeometry& g = PanelGeometryFor(o.p.type);
+  const PanelGeometry& g = Fp32PanelGeometry();
   o.panels = *AlignedBuffer::Allocate(PackedWeightElements(g, o.p.k, o.p.n) * es);
-  if (o.p.type == DataType::kFP64) {
-    PackWeightPanels<double>(g, reinterpret_cast<const double*>(o.b.data()), o.p.n, o.p.k, o.p.n,
-                             static_cast<double*>(o.panels.data()));
-  } else {
-    PackWeightPanels<float>(g, reinterpret_cast<const float*>(o.b.data()), o.p.n, o.p.k, o.p.n,
-                            static_cast<float*>(o.panels.data()));
-  }
+  PackWeightPanels(g, reinterpret_cast<const float*>(o.b.data()), o.p.n, o.p.k, o.p.n,
+                   static_cast<float*>(o.panels.data()));
   o.p.b_panels = o.panels.data();
   o.p.b = nullptr;
   o.p.ldb = 0;
@@ -231,8 +226,9 @@ TEST_P(RunGemmProblemsTest, MixedListsGiveEachProblemItsOwnResult) {
     // B packed once (resident weights): streaming sizes, mid sizes and blocks
     // of 512 rows; K across BLIS's KC blocks, N across weight panel edges;
     // gathered with bias, and direct.
-    for (DataType type : {DataType::kFP32, DataType::kFP64}) {
-      const PanelGeometry& g = PanelGeometryFor(type);
+    {
+      constexpr DataType type = DataType::kFP32;
+      const PanelGeometry& g = Fp32PanelGeometry();
       const int64_t w = g.weight_lanes, kc = g.kc;
       owned.push_back(WithPanels(Make(type, 1, 4 * w + 3, kc + 1, true, true, rng)));
       owned.push_back(WithPanels(Make(type, 16, w - 1, 67, false, false, rng)));

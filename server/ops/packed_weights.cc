@@ -12,12 +12,12 @@ namespace gemmserve {
 
 bool PackedWeights::Supports(DataType type) {
   if (IsHalfPrecision(type)) return Bf16PanelsSupported();
-  return type == DataType::kFP32 || type == DataType::kFP64;
+  return type == DataType::kFP32;
 }
 
 bool PackedWeights::PackedAtLoad(DataType type) {
   if (type == DataType::kBF16) return Bf16PanelsPreferred();
-  return type != DataType::kFP64 && Supports(type);
+  return Supports(type);
 }
 
 absl::StatusOr<int64_t> PackedWeights::BytesFor(DataType type, absl::Span<const int64_t> shape) {
@@ -39,7 +39,7 @@ absl::StatusOr<int64_t> PackedWeights::BytesFor(DataType type, absl::Span<const 
         SaturatingMul(type == DataType::kBF16 ? SaturatingAdd(k, 1) : k, kBf16PanelLanes);
     return SaturatingMul(SaturatingMul(SaturatingMul(groups, Bf16PanelCount(n)), per_panel), 2);
   }
-  const PanelGeometry& g = PanelGeometryFor(type);
+  const PanelGeometry& g = Fp32PanelGeometry();
   const int64_t panels = (n + g.weight_lanes - 1) / g.weight_lanes;
   const int64_t per_panel = SaturatingAdd(SaturatingMul(k, g.weight_ld), 16);
   return SaturatingMul(SaturatingMul(SaturatingMul(groups, panels), per_panel), DataTypeSize(type));
@@ -57,7 +57,7 @@ absl::StatusOr<PackedWeights> PackedWeights::Pack(const Tensor& weights) {
   const bool fp16 = out.type_ == DataType::kFP16;
   out.group_bytes_ = bf16   ? Bf16PanelCount(n) * Bf16PanelStride(k) * es
                      : fp16 ? Bf16PanelCount(n) * Fp16PanelStride(k) * es
-                            : PackedWeightElements(PanelGeometryFor(out.type_), k, n) * es;
+                            : PackedWeightElements(Fp32PanelGeometry(), k, n) * es;
   const int64_t bytes = out.groups() * out.group_bytes_;
   if (bytes > bound) return absl::InternalError("packed weights: size above its bound");
   GEMMSERVE_ASSIGN_OR_RETURN(out.buffer_, AlignedBuffer::Allocate(bytes));
@@ -76,14 +76,8 @@ absl::StatusOr<PackedWeights> PackedWeights::Pack(const Tensor& weights) {
                      reinterpret_cast<uint16_t*>(dst));
       continue;
     }
-    const PanelGeometry& g = PanelGeometryFor(out.type_);
-    if (out.type_ == DataType::kFP64) {
-      PackWeightPanels<double>(g, reinterpret_cast<const double*>(src), n, k, n,
-                               reinterpret_cast<double*>(dst));
-    } else {
-      PackWeightPanels<float>(g, reinterpret_cast<const float*>(src), n, k, n,
-                              reinterpret_cast<float*>(dst));
-    }
+    PackWeightPanels(Fp32PanelGeometry(), reinterpret_cast<const float*>(src), n, k, n,
+                     reinterpret_cast<float*>(dst));
   }
   return out;
 }

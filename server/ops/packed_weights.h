@@ -25,18 +25,17 @@ class PackedWeights {
  public:
   PackedWeights() = default;
 
-  // The types with panels in this process: FP32 and FP64 (BLIS's
+  // The types with panels in this process: FP32 (BLIS's sgemm
   // micro-kernel), BF16 and FP16 where the CPU has AVX-512
-  // (bf16_panel_gemm.h).
+  // (bf16_panel_gemm.h). Not FP64: on BLIS's FP64 micro-kernel, which has
+  // no tiles of ours for partial token panels, FP64 ran at 0.48-0.85x of
+  // the row-major kernels at M <= 64 in one gemmserve-bench run (1.0-1.5x
+  // from M = 256), so FP64 experts stay row-major.
   static bool Supports(DataType type);
 
-  // The types whose resident weights are packed at load: those of Supports
-  // but FP64, whose panel path (streaming, or BLIS's FP64 micro-kernel with
-  // no tiles for partial token panels) lost to the row-major kernels at the
-  // serving sizes: 0.48-0.85x at M <= 64 in one gemmserve-bench run, for
-  // 1.0-1.5x from M = 256. FP64 experts stay row-major. BF16 ones only where
-  // its panels are preferred (Bf16PanelsPreferred: vdpbf16ps measured
-  // fast, or --bf16_panels=on).
+  // The types whose resident weights are packed at load: those of
+  // Supports, BF16 only where its panels are preferred
+  // (Bf16PanelsPreferred: vdpbf16ps measured fast, or --bf16_panels=on).
   static bool PackedAtLoad(DataType type);
 
   // Bytes Pack allocates for weights of `shape` ([G, K, N] or [K, N]),

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 
 #include "server/ops/kernels/tile32.h"
 
@@ -19,18 +18,12 @@ namespace {
 
 constexpr int64_t kLine = 64;  // bytes
 
-template <typename T>
-int64_t LineUp(int64_t elements) {
-  const int64_t per_line = kLine / static_cast<int64_t>(sizeof(T));
-  return (elements + per_line - 1) / per_line * per_line;
-}
+constexpr int64_t kPerLine = kLine / static_cast<int64_t>(sizeof(float));
 
-int64_t ElementSize(const PanelGeometry& g) { return g.type == DataType::kFP64 ? 8 : 4; }
-
-PanelGeometry Query(num_t dt, DataType type) {
+PanelGeometry Query() {
+  constexpr num_t dt = BLIS_FLOAT;
   cntx_t* cntx = bli_gks_query_cntx();
   PanelGeometry g;
-  g.type = type;
   const int64_t mr = bli_cntx_get_blksz_def_dt(dt, BLIS_MR, cntx);
   const int64_t nr = bli_cntx_get_blksz_def_dt(dt, BLIS_NR, cntx);
   // The packed widths (PACKMR, PACKNR): the leading dimension of a packed
@@ -48,35 +41,23 @@ PanelGeometry Query(num_t dt, DataType type) {
   return g;
 }
 
-template <typename T>
-struct Ukr;
-template <>
-struct Ukr<float> {
-  using Fn = sgemm_ukr_ft;
-};
-template <>
-struct Ukr<double> {
-  using Fn = dgemm_ukr_ft;
-};
-
 // Packs rows [0, m) of X (gathered), K columns [k0, k0 + kc), into token
 // panels of g.token_lanes rows: panel t at out + t * kc * token_ld.
-template <typename T>
-void PackTokens(const PanelGeometry& g, int64_t m, int64_t k0, int64_t kc, const T* x, int64_t ldx,
-                const int64_t* a_rows, T* out) {
+void PackTokens(const PanelGeometry& g, int64_t m, int64_t k0, int64_t kc, const float* x,
+                int64_t ldx, const int64_t* a_rows, float* out) {
   const int64_t lanes = g.token_lanes, ld = g.token_ld;
   const int64_t panels = (m + lanes - 1) / lanes;
   for (int64_t t = 0; t < panels; ++t) {
-    T* panel = out + t * kc * ld;
+    float* panel = out + t * kc * ld;
     const int64_t rows = std::min(lanes, m - t * lanes);
     for (int64_t lane = 0; lane < rows; ++lane) {
       const int64_t i = t * lanes + lane;
-      const T* src = x + (a_rows ? a_rows[i] : i) * ldx + k0;
+      const float* src = x + (a_rows ? a_rows[i] : i) * ldx + k0;
       for (int64_t kk = 0; kk < kc; ++kk) panel[kk * ld + lane] = src[kk];
     }
     if (rows < ld) {
       for (int64_t kk = 0; kk < kc; ++kk)
-        std::fill(panel + kk * ld + rows, panel + kk * ld + ld, T{0});
+        std::fill(panel + kk * ld + rows, panel + kk * ld + ld, 0.0f);
     }
   }
 }
@@ -141,27 +122,13 @@ constexpr PartialTileFn kPartialTiles[kPartialRows] = {
 
 bool PanelGemmHasPartialTiles(const PanelGeometry& g) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512 && g.type == DataType::kFP32 && g.weights_are_a && g.weight_lanes == 32 &&
-         g.weight_ld == 32 && g.token_lanes <= kPartialRows;
+  return avx512 && g.weights_are_a && g.weight_lanes == 32 && g.weight_ld == 32 &&
+         g.token_lanes <= kPartialRows;
 }
 
-namespace {
-
-template <typename T>
-bool UsePartialTile(const PanelGeometry& g, int64_t rows) {
-  if constexpr (std::is_same_v<T, float>) {
-    return rows < g.token_lanes && PanelGemmHasPartialTiles(g);
-  } else {
-    return false;
-  }
-}
-
-}  // namespace
-
-const PanelGeometry& PanelGeometryFor(DataType type) {
-  static const PanelGeometry fp32 = (bli_init(), Query(BLIS_FLOAT, DataType::kFP32));
-  static const PanelGeometry fp64 = (bli_init(), Query(BLIS_DOUBLE, DataType::kFP64));
-  return type == DataType::kFP64 ? fp64 : fp32;
+const PanelGeometry& Fp32PanelGeometry() {
+  static const PanelGeometry fp32 = (bli_init(), Query());
+  return fp32;
 }
 
 int64_t PanelCount(const PanelGeometry& g, int64_t n) {
@@ -169,8 +136,7 @@ int64_t PanelCount(const PanelGeometry& g, int64_t n) {
 }
 
 int64_t PanelStrideElements(const PanelGeometry& g, int64_t k) {
-  const int64_t per_line = kLine / ElementSize(g);
-  return (k * g.weight_ld + per_line - 1) / per_line * per_line;
+  return (k * g.weight_ld + kPerLine - 1) / kPerLine * kPerLine;
 }
 
 // The K block of a call: BLIS's KC, or all of K when the rows fit one
@@ -182,42 +148,39 @@ int64_t CallKBlock(const PanelGeometry& g, int64_t m, int64_t k) {
 
 int64_t PanelGemmScratchElements(const PanelGeometry& g, int64_t m, int64_t k) {
   const int64_t panels = (m + g.token_lanes - 1) / g.token_lanes;
-  const int64_t per_line = kLine / ElementSize(g);
   const int64_t kc = std::max<int64_t>(0, std::min(CallKBlock(g, m, k), k));
-  return (panels * kc * g.token_ld + per_line - 1) / per_line * per_line;
+  return (panels * kc * g.token_ld + kPerLine - 1) / kPerLine * kPerLine;
 }
 
-template <typename T>
-void PackWeightPanels(const PanelGeometry& g, const T* w, int64_t ldw, int64_t k, int64_t n,
-                      T* out) {
+void PackWeightPanels(const PanelGeometry& g, const float* w, int64_t ldw, int64_t k, int64_t n,
+                      float* out) {
   const int64_t lanes = g.weight_lanes, ld = g.weight_ld, stride = PanelStrideElements(g, k);
   for (int64_t p = 0; p < PanelCount(g, n); ++p) {
-    T* panel = out + p * stride;
+    float* panel = out + p * stride;
     const int64_t j0 = p * lanes, cols = std::min(lanes, n - j0);
     for (int64_t kk = 0; kk < k; ++kk) {
-      std::memcpy(panel + kk * ld, w + kk * ldw + j0, static_cast<size_t>(cols) * sizeof(T));
-      std::fill(panel + kk * ld + cols, panel + kk * ld + ld, T{0});
+      std::memcpy(panel + kk * ld, w + kk * ldw + j0, static_cast<size_t>(cols) * sizeof(float));
+      std::fill(panel + kk * ld + cols, panel + kk * ld + ld, 0.0f);
     }
-    std::fill(panel + k * ld, panel + stride, T{0});
+    std::fill(panel + k * ld, panel + stride, 0.0f);
   }
 }
 
-template <typename T>
-void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const T* x, int64_t ldx,
-               const int64_t* a_rows, const T* packed_w, int64_t panel_begin, int64_t panel_end,
-               T* c, int64_t ldc, T* scratch) {
+void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const float* x, int64_t ldx,
+               const int64_t* a_rows, const float* packed_w, int64_t panel_begin, int64_t panel_end,
+               float* c, int64_t ldc, float* scratch) {
   panel_end = std::min(panel_end, PanelCount(g, n));
   if (m <= 0 || panel_begin >= panel_end) return;
   const int64_t j_first = panel_begin * g.weight_lanes;
   const int64_t width = std::min(n, panel_end * g.weight_lanes) - j_first;
   if (k <= 0) {
-    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + width, T{0});
+    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + width, 0.0f);
     return;
   }
-  const auto kernel = reinterpret_cast<typename Ukr<T>::Fn>(const_cast<void*>(g.kernel));
+  const auto kernel = reinterpret_cast<sgemm_ukr_ft>(const_cast<void*>(g.kernel));
   const int64_t stride = PanelStrideElements(g, k);
   const int64_t token_panels = (m + g.token_lanes - 1) / g.token_lanes;
-  T one = 1, zero = 0;
+  float one = 1, zero = 0;
   auxinfo_t aux;
   bli_auxinfo_set_schema_a(BLIS_PACKED_ROW_PANELS, &aux);
   bli_auxinfo_set_schema_b(BLIS_PACKED_COL_PANELS, &aux);
@@ -231,9 +194,9 @@ void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const T*
   for (int64_t k0 = 0; k0 < k; k0 += k_block) {
     const int64_t kc = std::min(k_block, k - k0);
     PackTokens(g, m, k0, kc, x, ldx, a_rows, scratch);
-    T* beta = k0 == 0 ? &zero : &one;
+    float* beta = k0 == 0 ? &zero : &one;
     auto weight_panel = [&](int64_t p) {
-      return const_cast<T*>(packed_w + p * stride + k0 * g.weight_ld);
+      return const_cast<float*>(packed_w + p * stride + k0 * g.weight_ld);
     };
     auto token_panel = [&](int64_t t) { return scratch + t * kc * g.token_ld; };
     auto weight_cols = [&](int64_t p) { return std::min(g.weight_lanes, n - p * g.weight_lanes); };
@@ -249,12 +212,10 @@ void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const T*
             const int64_t next_p = p + 1 < p1 ? p + 1 : p0;
             bli_auxinfo_set_next_a(weight_panel(next_p), &aux);
             bli_auxinfo_set_next_b(token_panel(t), &aux);
-            T* tile = c + t * g.token_lanes * ldc + (p * g.weight_lanes - j_first);
-            if (UsePartialTile<T>(g, token_rows(t))) {
-              if constexpr (std::is_same_v<T, float>) {
-                kPartialTiles[token_rows(t) - 1](kc, weight_panel(p), g.weight_ld, token_panel(t),
-                                                 g.token_ld, tile, ldc, weight_cols(p), k0 > 0);
-              }
+            float* tile = c + t * g.token_lanes * ldc + (p * g.weight_lanes - j_first);
+            if (token_rows(t) < g.token_lanes && PanelGemmHasPartialTiles(g)) {
+              kPartialTiles[token_rows(t) - 1](kc, weight_panel(p), g.weight_ld, token_panel(t),
+                                               g.token_ld, tile, ldc, weight_cols(p), k0 > 0);
               continue;
             }
             kernel(weight_cols(p), token_rows(t), kc, &one, weight_panel(p), token_panel(t), beta,
@@ -273,7 +234,7 @@ void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const T*
             const int64_t next_t = t + 1 < t1 ? t + 1 : t0;
             bli_auxinfo_set_next_a(token_panel(next_t), &aux);
             bli_auxinfo_set_next_b(weight_panel(p), &aux);
-            T* tile = c + t * g.token_lanes * ldc + (p * g.weight_lanes - j_first);
+            float* tile = c + t * g.token_lanes * ldc + (p * g.weight_lanes - j_first);
             kernel(token_rows(t), weight_cols(p), kc, &one, token_panel(t), weight_panel(p), beta,
                    tile, ldc, 1, &aux, cntx);
           }
@@ -282,16 +243,5 @@ void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const T*
     }
   }
 }
-
-template void PackWeightPanels<float>(const PanelGeometry&, const float*, int64_t, int64_t, int64_t,
-                                      float*);
-template void PackWeightPanels<double>(const PanelGeometry&, const double*, int64_t, int64_t,
-                                       int64_t, double*);
-template void PanelGemm<float>(const PanelGeometry&, int64_t, int64_t, int64_t, const float*,
-                               int64_t, const int64_t*, const float*, int64_t, int64_t, float*,
-                               int64_t, float*);
-template void PanelGemm<double>(const PanelGeometry&, int64_t, int64_t, int64_t, const double*,
-                                int64_t, const int64_t*, const double*, int64_t, int64_t, double*,
-                                int64_t, double*);
 
 }  // namespace gemmserve

@@ -1,5 +1,5 @@
-// GEMM on weights packed once, in the layout BLIS's own micro-kernel reads:
-// a loop nest of ours around BLIS's native FP32 / FP64 gemm micro-kernel
+// FP32 GEMM on weights packed once, in the layout BLIS's own micro-kernel
+// reads: a loop nest of ours around BLIS's native sgemm micro-kernel
 // (bli_cntx_get_l3_nat_ukr_dt), with BLIS's register and cache block sizes
 // from the same context. Resident weights never change, so they are packed
 // at load (PackWeightPanels) and each call packs only its gathered token
@@ -15,33 +15,33 @@
 // panels of `token_lanes` rows of X, element (kk, lane) of a panel at
 // panel[kk * ld + lane], zero past the edges.
 //
-//   PanelGeometry g = PanelGeometryFor(DataType::kFP32);
+// FP32 only: FP64 experts stay row-major (packed_weights.h says why), and
+// BF16/FP16 have panels of their own (bf16_panel_gemm.h).
+//
+//   const PanelGeometry& g = Fp32PanelGeometry();
 //   std::vector<float> packed(PackedWeightElements(g, k, n));
 //   PackWeightPanels(g, w, n, k, n, packed.data());                // once
-//   PanelGemm<float>(g, m, k, n, x, k, rows, packed.data(), 0, PanelCount(g, n),
-//                    c, n, scratch);                                // per call
+//   PanelGemm(g, m, k, n, x, k, rows, packed.data(), 0, PanelCount(g, n),
+//             c, n, scratch);                                      // per call
 #ifndef GEMMSERVE_SERVER_OPS_KERNELS_PANEL_GEMM_H_
 #define GEMMSERVE_SERVER_OPS_KERNELS_PANEL_GEMM_H_
 
 #include <cstdint>
 
-#include "server/tensor/datatype.h"
-
 namespace gemmserve {
 
 struct PanelGeometry {
-  DataType type = DataType::kFP32;          // kFP32 or kFP64
   int64_t weight_lanes = 0, weight_ld = 0;  // columns of W per panel; its packed width
   int64_t token_lanes = 0, token_ld = 0;    // rows of X per panel; its packed width
   int64_t kc = 0;                // K block: one micro-panel of either operand per K block
   int64_t a_block = 0;           // MC: rows of the micro-kernel's A operand kept in L2
   bool weights_are_a = false;    // column-preferring kernel: C^T = W^T * X^T
-  const void* kernel = nullptr;  // BLIS's ?gemm_ukr_ft
+  const void* kernel = nullptr;  // BLIS's sgemm_ukr_ft
 };
 
-// The geometry of the micro-kernel BLIS runs for `type` (FP32 or FP64) in
-// this process (its configuration is fixed when BLIS starts).
-const PanelGeometry& PanelGeometryFor(DataType type);
+// The geometry of the sgemm micro-kernel BLIS runs in this process (its
+// configuration is fixed when BLIS starts).
+const PanelGeometry& Fp32PanelGeometry();
 
 // Whether token panels that are not full (fewer rows than token_lanes, as in
 // decode) run on a tile of ours that computes only the valid rows: FP32 with
@@ -58,10 +58,9 @@ inline int64_t PackedWeightElements(const PanelGeometry& g, int64_t k, int64_t n
 }
 
 // Packs W [k, n] (row stride ldw) into `out` (PackedWeightElements elements,
-// 64-byte aligned). T is float or double, as g.type.
-template <typename T>
-void PackWeightPanels(const PanelGeometry& g, const T* w, int64_t ldw, int64_t k, int64_t n,
-                      T* out);
+// 64-byte aligned).
+void PackWeightPanels(const PanelGeometry& g, const float* w, int64_t ldw, int64_t k, int64_t n,
+                      float* out);
 
 // Elements of token scratch PanelGemm needs for m rows of length k.
 int64_t PanelGemmScratchElements(const PanelGeometry& g, int64_t m, int64_t k);
@@ -71,10 +70,9 @@ int64_t PanelGemmScratchElements(const PanelGeometry& g, int64_t m, int64_t k);
 // with row(i) = a_rows[i] (null: i). C has row stride ldc and is
 // overwritten; `scratch` holds PanelGemmScratchElements(g, m, k) elements.
 // k == 0 writes zeros.
-template <typename T>
-void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const T* x, int64_t ldx,
-               const int64_t* a_rows, const T* packed_w, int64_t panel_begin, int64_t panel_end,
-               T* c, int64_t ldc, T* scratch);
+void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const float* x, int64_t ldx,
+               const int64_t* a_rows, const float* packed_w, int64_t panel_begin, int64_t panel_end,
+               float* c, int64_t ldc, float* scratch);
 
 }  // namespace gemmserve
 

@@ -67,9 +67,10 @@ std::vector<Case> Cases(const PanelGeometry& g) {
   return EdgeCases(g.weight_lanes, g.token_lanes, g.kc);
 }
 
-template <typename T>
-void CheckCase(DataType type, const Case& c, std::mt19937_64& rng) {
-  const PanelGeometry& g = PanelGeometryFor(type);
+void CheckCase(const Case& c, std::mt19937_64& rng) {
+  using T = float;
+  constexpr DataType type = DataType::kFP32;
+  const PanelGeometry& g = Fp32PanelGeometry();
   const int64_t source_rows = c.gathered ? c.m + 3 : c.m;
   const int64_t ldx = c.k + 3, ldc = c.n + 5;
   std::vector<T> x(static_cast<size_t>(source_rows * ldx + 1));
@@ -81,18 +82,18 @@ void CheckCase(DataType type, const Case& c, std::mt19937_64& rng) {
     rows[i] = c.gathered ? static_cast<int64_t>(rng() % source_rows) : i;
   }
   Aligned<T> packed(PackedWeightElements(g, c.k, c.n));
-  PackWeightPanels<T>(g, w.data(), c.n, c.k, c.n, packed.data);
+  PackWeightPanels(g, w.data(), c.n, c.k, c.n, packed.data);
   Aligned<T> scratch(PanelGemmScratchElements(g, c.m, c.k));
   const T sentinel = static_cast<T>(-7.25);
   std::vector<T> out(static_cast<size_t>(c.m * ldc + 1), sentinel);
 
   // All panels at once, then two halves as a scheduler's column tiles would.
   const int64_t panels = PanelCount(g, c.n), half = panels / 2;
-  PanelGemm<T>(g, c.m, c.k, c.n, x.data(), ldx, c.gathered ? rows.data() : nullptr, packed.data, 0,
-               half, out.data(), ldc, scratch.data);
+  PanelGemm(g, c.m, c.k, c.n, x.data(), ldx, c.gathered ? rows.data() : nullptr, packed.data, 0,
+            half, out.data(), ldc, scratch.data);
   const int64_t split = std::min(c.n, half * g.weight_lanes);
-  PanelGemm<T>(g, c.m, c.k, c.n, x.data(), ldx, c.gathered ? rows.data() : nullptr, packed.data,
-               half, panels, out.data() + split, ldc, scratch.data);
+  PanelGemm(g, c.m, c.k, c.n, x.data(), ldx, c.gathered ? rows.data() : nullptr, packed.data, half,
+            panels, out.data() + split, ldc, scratch.data);
 
   std::vector<T> dense(static_cast<size_t>(std::max<int64_t>(c.m * c.k, 1)));
   for (int64_t i = 0; i < c.m; ++i)
@@ -118,24 +119,16 @@ void CheckCase(DataType type, const Case& c, std::mt19937_64& rng) {
 
 TEST(PanelGemmTest, Fp32MatchesTheExactProductOverEdgeShapes) {
   std::mt19937_64 rng(15);
-  for (const Case& c : Cases(PanelGeometryFor(DataType::kFP32))) {
-    CheckCase<float>(DataType::kFP32, c, rng);
-    if (HasFailure()) return;
-  }
-}
-
-TEST(PanelGemmTest, Fp64MatchesTheExactProductOverEdgeShapes) {
-  std::mt19937_64 rng(16);
-  for (const Case& c : Cases(PanelGeometryFor(DataType::kFP64))) {
-    CheckCase<double>(DataType::kFP64, c, rng);
+  for (const Case& c : Cases(Fp32PanelGeometry())) {
+    CheckCase(c, rng);
     if (HasFailure()) return;
   }
 }
 
 TEST(PanelGemmTest, GeometryIsTheMicroKernelBlisRunsHere) {
-  for (DataType type : {DataType::kFP32, DataType::kFP64}) {
-    const PanelGeometry& g = PanelGeometryFor(type);
-    SCOPED_TRACE(absl::StrCat(DataTypeName(type), " on BLIS ", BlisArchitecture()));
+  {
+    const PanelGeometry& g = Fp32PanelGeometry();
+    SCOPED_TRACE(absl::StrCat("sgemm on BLIS ", BlisArchitecture()));
     EXPECT_NE(g.kernel, nullptr);
     EXPECT_GE(g.weight_lanes, 1);
     EXPECT_GE(g.token_lanes, 1);
@@ -143,19 +136,18 @@ TEST(PanelGemmTest, GeometryIsTheMicroKernelBlisRunsHere) {
     EXPECT_GE(g.token_ld, g.token_lanes);
     EXPECT_GE(g.kc, 1);
     EXPECT_EQ(g.a_block % (g.weights_are_a ? g.weight_lanes : g.token_lanes), 0);
-    const int64_t size = type == DataType::kFP64 ? 8 : 4;
-    EXPECT_EQ(PanelStrideElements(g, 37) * size % 64, 0) << "panels start on cache lines";
+    EXPECT_EQ(PanelStrideElements(g, 37) * 4 % 64, 0) << "panels start on cache lines";
     EXPECT_GE(PanelStrideElements(g, 37), 37 * g.weight_ld);
   }
 }
 
 TEST(PanelGemmTest, PackedPanelsHoldTheWeightsZeroPadded) {
-  const PanelGeometry& g = PanelGeometryFor(DataType::kFP32);
+  const PanelGeometry& g = Fp32PanelGeometry();
   const int64_t k = 3, n = g.weight_lanes + 2;
   std::vector<float> w(static_cast<size_t>(k * n));
   for (int64_t i = 0; i < k * n; ++i) w[i] = static_cast<float>(i + 1);
   Aligned<float> packed(PackedWeightElements(g, k, n));
-  PackWeightPanels<float>(g, w.data(), n, k, n, packed.data);
+  PackWeightPanels(g, w.data(), n, k, n, packed.data);
   const int64_t stride = PanelStrideElements(g, k);
   for (int64_t p = 0; p < PanelCount(g, n); ++p)
     for (int64_t kk = 0; kk < k; ++kk)
