@@ -19,6 +19,7 @@ if [[ "${1:-}" == "--test" ]]; then
   # tests/fuzz.sh: clang with libFuzzer and the sanitizer runtimes, clang's
   # OpenMP, and llvm-symbolizer for readable stacks.
   PACKAGES+=(clang libclang-rt-14-dev libomp-dev llvm)
+  PACKAGES+=(libdnnl-dev)  # oneDNN: gemmserve-bench's baseline for resident GroupedMatMul
 fi
 
 # The container stage (tests/container.sh): a Docker engine and client,

@@ -92,6 +92,17 @@ class ServingTargetsTest(unittest.TestCase):
         self.assertIn(f"`{slow}` | 0.500×", text)
         self.assertNotIn(f"`{fast}`", text)
         self.assertIn("| olmoe | BF16 | — | — | — | 2.00× |", report.resident_tables())
+        self.assertEqual(report.onednn_table(), "")  # a run without oneDNN: no table
+
+    def test_onednn_cases_are_compared_with_resident(self):
+        resident = pr.grouped_name("resident", "fp32", "olmoe", 1)
+        report = report_of(
+            limits(0, 200, 40) +
+            [entry(resident, 2.0, GFLOPS=1), entry(pr.grouped_name("onednn", "fp32", "olmoe", 1),
+                                                   3.0, GFLOPS=1)])
+        text = report.onednn_table()
+        self.assertIn("| olmoe | FP32 | 1.50× |", text)
+        self.assertNotIn("BF16", text.split("\n\n", 1)[1])  # no BF16 cases ran
 
 
 class KeptSectionsTest(unittest.TestCase):

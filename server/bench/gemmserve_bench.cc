@@ -2,7 +2,10 @@
 // baselines, over the shapes of shared/BENCHMARKS.md.
 //
 //   GroupedMatMul/<impl>/<dtype>/<shape>/<M>   impl: fused (RunGroupedMatMul),
-//                                              per_group_loop, onnx_decomposition
+//                                              resident, per_group_loop,
+//                                              onnx_decomposition, and onednn
+//                                              (FP32, BF16) where built with
+//                                              oneDNN (onednn_baseline.h)
 //   GroupedMatMul/<impl>/fp32/<shape>-skewed/<M>  half the tokens share expert 0
 //   MatMul/<impl>/<dtype>/<n>                  impl: fused (RunMatMul), naive
 //   MatMul/fused/fp32/{folded,batched}-<B>x<M>x<K>x<N>
@@ -22,7 +25,8 @@
 //
 // Decode-size GroupedMatMul cases (M <= kColdWeightsMaxTokens) start every
 // timed call with the weights of the experts they use evicted from the caches
-// (untimed): in serving, the other layers' weights evict an MoE layer's
+// (untimed; the copy the implementation reads: resident's panels, oneDNN's
+// reordered weights): in serving, the other layers' weights evict an MoE layer's
 // experts between two tokens, and the read-bandwidth floor they are compared
 // with is measured from memory too. Everything else runs warm. Each case runs
 // for --benchmark_min_time (default here 0.2 s) of timed calls.
@@ -62,6 +66,9 @@
 #include "benchmark/benchmark.h"
 #include "server/bench/bench_inputs.h"
 #include "server/bench/grouped_matmul_baselines.h"
+#ifdef GEMMSERVE_HAVE_ONEDNN
+#include "server/bench/onednn_baseline.h"
+#endif
 #include "server/bench/row_check.h"
 #include "server/common/status_macros.h"
 #include "server/ops/grouped_matmul.h"
@@ -116,13 +123,22 @@ constexpr int64_t kSquareSizes[] = {64, 256, 512, 1024, 2048};
 constexpr int64_t kNaiveMaxSize = 512;
 
 // kResident: the fused kernel on weights packed once (PackedWeights), as a
-// resident model runs it; where the type has no panels, as kFused.
-enum class GroupedImpl { kFused, kResident, kPerGroupLoop, kOnnxDecomposition };
+// resident model runs it; where the type has no panels, as kFused. kOneDnn:
+// the same resident model on oneDNN's matmul (onednn_baseline.h): weights
+// reordered once, primitives made at set-up, experts run one after another.
+enum class GroupedImpl { kFused, kResident, kOneDnn, kPerGroupLoop, kOnnxDecomposition };
+
+#ifdef GEMMSERVE_HAVE_ONEDNN
+constexpr bool kHaveOneDnn = true;
+#else
+constexpr bool kHaveOneDnn = false;
+#endif
 
 const char* ImplLabel(GroupedImpl impl) {
   switch (impl) {
     case GroupedImpl::kFused: return "fused";
     case GroupedImpl::kResident: return "resident";
+    case GroupedImpl::kOneDnn: return "onednn";
     case GroupedImpl::kPerGroupLoop: return "per_group_loop";
     case GroupedImpl::kOnnxDecomposition: return "onnx_decomposition";
   }
@@ -179,6 +195,9 @@ enum class Family { kNone, kLimit, kGrouped, kMatMul };
 struct Cache {
   Slot<Tensor> grouped_weights;
   Slot<PackedWeights> packed_weights;
+#ifdef GEMMSERVE_HAVE_ONEDNN
+  Slot<OneDnnGroupedMatMul> onednn_weights;  // reordered once per (datatype, shape)
+#endif
   Slot<GroupedCase> grouped_case;
   OnnxDecompositionScratch onnx_scratch;
   Slot<MatMulCase> matmul_case;
@@ -191,6 +210,9 @@ struct Cache {
     if (next == family) return;
     grouped_weights.Clear();
     packed_weights.Clear();
+#ifdef GEMMSERVE_HAVE_ONEDNN
+    onednn_weights.Clear();
+#endif
     grouped_case.Clear();
     onnx_scratch = OnnxDecompositionScratch();
     matmul_case.Clear();
@@ -445,6 +467,13 @@ void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
   const Tensor& w = **weights;
   GroupedCase& c = **data;
 
+  // What a call reads of group g's weights, which a cold-weights case evicts:
+  // the row-major tensor unless the implementation has its own copy.
+  const int64_t expert_bytes = shape.k * shape.n * DataTypeSize(spec.type);
+  std::function<const void*(int64_t)> group_weights = [&w, expert_bytes](int64_t group) {
+    return static_cast<const void*>(static_cast<const char*>(w.raw_data()) + group * expert_bytes);
+  };
+  int64_t group_bytes = expert_bytes;
   std::function<absl::Status()> call;
   switch (spec.impl) {
     case GroupedImpl::kFused:
@@ -469,7 +498,29 @@ void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
       call = [&c, &pw] {
         return RunGroupedMatMul(c.plan, c.input, pw, c.indices, nullptr, &c.output, g_threads);
       };
+      // The panels are what it reads (the row-major tensor stays untouched).
+      group_weights = [&pw](int64_t group) { return pw.group(group); };
+      group_bytes = pw.bytes() / pw.groups();
       break;
+    }
+    case GroupedImpl::kOneDnn: {
+#ifdef GEMMSERVE_HAVE_ONEDNN
+      absl::StatusOr<OneDnnGroupedMatMul*> dnnl = cache.onednn_weights.Get(
+          weights_key, [&] { return OneDnnGroupedMatMul::Create(w, g_threads); });
+      absl::Status prepared = dnnl.ok() ? (*dnnl)->Prepare(c.plan, c.indices) : dnnl.status();
+      if (!prepared.ok()) {
+        FailCase(state, prepared.ToString());
+        return;
+      }
+      OneDnnGroupedMatMul& onednn = **dnnl;
+      call = [&c, &onednn] { return onednn.Run(c.plan, c.input, c.indices, &c.output); };
+      group_weights = [&onednn](int64_t group) { return onednn.group_weights(group); };
+      group_bytes = onednn.group_bytes();
+      break;
+#else
+      FailCase(state, "not built with oneDNN");
+      return;
+#endif
     }
     case GroupedImpl::kPerGroupLoop:
       call = [&] { return RunPerGroupLoop(c.plan, c.input, w, c.indices, &c.output, g_threads); };
@@ -481,14 +532,10 @@ void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
       };
       break;
   }
-  const int64_t expert_bytes = shape.k * shape.n * DataTypeSize(spec.type);
   std::function<void()> evict;
   if (spec.m <= kColdWeightsMaxTokens) {
     evict = [&] {
-      for (int64_t group : c.used_groups) {
-        EvictFromCaches(static_cast<const char*>(w.raw_data()) + group * expert_bytes,
-                        expert_bytes);
-      }
+      for (int64_t group : c.used_groups) EvictFromCaches(group_weights(group), group_bytes);
     };
   }
   auto check = [&] { return CheckGroupedMatMulSample(c.plan, c.input, w, c.indices, c.output); };
@@ -678,18 +725,26 @@ void RegisterAll() {
 
   // The implementations of one case run one after the other, so that their
   // ratios see the same machine state.
-  const GroupedImpl impls[] = {GroupedImpl::kFused, GroupedImpl::kResident,
+  // oneDNN beside resident, for the types it runs (where built with it).
+  auto with_onednn = [](DataType type) {
+    return kHaveOneDnn && (type == DataType::kFP32 || type == DataType::kBF16);
+  };
+  const GroupedImpl impls[] = {GroupedImpl::kFused, GroupedImpl::kResident, GroupedImpl::kOneDnn,
                                GroupedImpl::kPerGroupLoop, GroupedImpl::kOnnxDecomposition};
   for (const GroupedShape& shape : kGroupedShapes) {
     for (DataType type : kGroupedTypes) {
       for (int64_t m : kTokenCounts) {
-        for (GroupedImpl impl : impls) RegisterGrouped(impl, type, shape, m, Routing::kUniform);
+        for (GroupedImpl impl : impls) {
+          if (impl == GroupedImpl::kOneDnn && !with_onednn(type)) continue;
+          RegisterGrouped(impl, type, shape, m, Routing::kUniform);
+        }
       }
       EndGroup();
     }
     for (int64_t m : kTokenCounts) {
-      for (GroupedImpl impl :
-           {GroupedImpl::kFused, GroupedImpl::kResident, GroupedImpl::kPerGroupLoop}) {
+      for (GroupedImpl impl : {GroupedImpl::kFused, GroupedImpl::kResident, GroupedImpl::kOneDnn,
+                               GroupedImpl::kPerGroupLoop}) {
+        if (impl == GroupedImpl::kOneDnn && !with_onednn(DataType::kFP32)) continue;
         RegisterGrouped(impl, DataType::kFP32, shape, m, Routing::kSkewed);
       }
     }

@@ -4,6 +4,7 @@
 #include "server/bench/grouped_matmul_baselines.h"
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,9 @@
 #include "server/bench/bench_inputs.h"
 #include "server/bench/row_check.h"
 #include "server/ops/grouped_matmul.h"
+#ifdef GEMMSERVE_HAVE_ONEDNN
+#include "server/bench/onednn_baseline.h"
+#endif
 
 namespace gemmserve {
 namespace {
@@ -115,6 +119,127 @@ TEST(BaselinesTest, RejectIntegerInputs) {
       RunOnnxDecomposition(p.plan, p.input, p.weights, p.indices, &scratch, &p.output, 1).code(),
       absl::StatusCode::kInvalidArgument);
 }
+
+#ifdef GEMMSERVE_HAVE_ONEDNN
+// The oneDNN baseline on edge shapes. CheckAllRows compares every row with a
+// double-precision reference, within 2*K*2^-24*sum|a*b| (inputs exact, FP32
+// accumulation, for BF16 inputs too) plus one rounding to the output type
+// (2^-24 FP32, 2^-8 BF16).
+enum class Route { kUniform, kSkewed, kAllToLast, kSkipMiddle };
+
+Tensor MakeIndices(int64_t m, int64_t s, int64_t g, Route route, DataType index_type) {
+  Tensor routing;
+  if (route == Route::kUniform || route == Route::kSkewed) {
+    routing =
+        *MakeRouting(m, s, g, route == Route::kSkewed ? Routing::kSkewed : Routing::kUniform, 17);
+  } else {
+    routing = *Tensor::Allocate(DataType::kINT64, {m, s});
+    for (int64_t p = 0; p < m * s; ++p) {
+      // kAllToLast: one group takes every pair (S must be 1), the others have
+      // no rows. kSkipMiddle: group g/2 gets no rows, the others round-robin.
+      int64_t group = g - 1;
+      if (route == Route::kSkipMiddle) {
+        group = p % (g - 1);
+        if (group >= g / 2) ++group;
+      }
+      routing.data<int64_t>()[p] = group;
+    }
+  }
+  if (index_type == DataType::kINT64) return routing;
+  Tensor narrow = *Tensor::Allocate(DataType::kINT32, {m, s});
+  for (int64_t p = 0; p < m * s; ++p) {
+    narrow.data<int32_t>()[p] = static_cast<int32_t>(routing.data<int64_t>()[p]);
+  }
+  return narrow;
+}
+
+struct EdgeCase {
+  int64_t m, k, n, g, s;
+  Route route;
+};
+constexpr EdgeCase kEdgeCases[] = {
+    {1, 1, 1, 1, 1, Route::kUniform},      {1, 17, 33, 4, 2, Route::kUniform},
+    {2, 33, 17, 8, 1, Route::kUniform},    {5, 7, 3, 4, 2, Route::kUniform},
+    {13, 31, 17, 8, 3, Route::kUniform},   {2, 64, 1, 16, 4, Route::kUniform},  // unused groups
+    {37, 5, 9, 3, 3, Route::kUniform},     {31, 17, 33, 6, 2, Route::kSkewed},
+    {64, 33, 65, 8, 2, Route::kSkewed},    {7, 1, 33, 5, 1, Route::kAllToLast},
+    {11, 33, 1, 5, 2, Route::kSkipMiddle}, {97, 130, 70, 9, 2, Route::kSkipMiddle},
+};
+
+TEST(OneDnnGroupedMatMulTest, MatchesTheReferenceOnEdgeShapes) {
+  for (DataType type : {DataType::kFP32, DataType::kBF16}) {
+    for (const EdgeCase& e : kEdgeCases) {
+      for (int threads : {1, 2}) {
+        const DataType index_type = threads == 1 ? DataType::kINT64 : DataType::kINT32;
+        const std::string what =
+            absl::StrCat(DataTypeName(type), " m=", e.m, " k=", e.k, " n=", e.n, " g=", e.g,
+                         " s=", e.s, " route=", static_cast<int>(e.route), " threads=", threads);
+        Problem p = MakeProblem(type, e.m, e.k, e.n, e.g, e.s);
+        p.indices = MakeIndices(e.m, e.s, e.g, e.route, index_type);
+        ASSERT_TRUE(ValidateGroupIndices(p.indices, e.g).ok()) << what;
+        absl::StatusOr<OneDnnGroupedMatMul> dnnl = OneDnnGroupedMatMul::Create(p.weights, threads);
+        ASSERT_TRUE(dnnl.ok()) << what << " " << dnnl.status();
+        ASSERT_TRUE(dnnl->Prepare(p.plan, p.indices).ok()) << what;
+        // Poisoned (NaN): a row the baseline does not write fails the check.
+        std::memset(p.output.raw_data(), 0xff, static_cast<size_t>(p.output.byte_size()));
+        absl::Status run = dnnl->Run(p.plan, p.input, p.indices, &p.output);
+        ASSERT_TRUE(run.ok()) << what << " " << run;
+        absl::Status check = CheckAllRows(p);
+        EXPECT_TRUE(check.ok()) << what << " " << check;
+        // The same weights on another routing, whose row counts Prepare did
+        // not see (primitives made during Run), as the benchmark's cases do.
+        if (e.route != Route::kAllToLast) {
+          p.indices = MakeIndices(e.m, e.s, e.g, Route::kSkewed, index_type);
+          std::memset(p.output.raw_data(), 0xff, static_cast<size_t>(p.output.byte_size()));
+          ASSERT_TRUE(dnnl->Run(p.plan, p.input, p.indices, &p.output).ok()) << what;
+          check = CheckAllRows(p);
+          EXPECT_TRUE(check.ok()) << what << " (second routing) " << check;
+        }
+      }
+    }
+  }
+}
+
+TEST(OneDnnGroupedMatMulTest, ZeroTokensAndZeroSelectionsWriteNothing) {
+  for (DataType type : {DataType::kFP32, DataType::kBF16}) {
+    for (auto [m, s] : {std::pair<int64_t, int64_t>{0, 2}, {3, 0}}) {
+      Problem p = MakeProblem(type, m, 5, 7, 3, s);
+      absl::StatusOr<OneDnnGroupedMatMul> dnnl = OneDnnGroupedMatMul::Create(p.weights, 1);
+      ASSERT_TRUE(dnnl.ok()) << dnnl.status();
+      ASSERT_TRUE(dnnl->Prepare(p.plan, p.indices).ok());
+      EXPECT_TRUE(dnnl->Run(p.plan, p.input, p.indices, &p.output).ok());
+    }
+  }
+}
+
+TEST(OneDnnGroupedMatMulTest, RunsOnlyFp32AndBf16) {
+  for (DataType type : {DataType::kFP16, DataType::kFP64, DataType::kINT32}) {
+    Problem p = MakeProblem(type, 2, 3, 4, 2, 1);
+    EXPECT_EQ(OneDnnGroupedMatMul::Create(p.weights, 1).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << DataTypeName(type);
+  }
+  Problem fp32 = MakeProblem(DataType::kFP32, 2, 3, 4, 2, 1);
+  Problem bf16 = MakeProblem(DataType::kBF16, 2, 3, 4, 2, 1);
+  absl::StatusOr<OneDnnGroupedMatMul> dnnl = OneDnnGroupedMatMul::Create(fp32.weights, 1);
+  ASSERT_TRUE(dnnl.ok());
+  EXPECT_EQ(dnnl->Run(fp32.plan, bf16.input, fp32.indices, &fp32.output).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(OneDnnGroupedMatMulTest, NamesItsImplementationAndExposesItsWeights) {
+  Problem p = MakeProblem(DataType::kBF16, 4, 33, 17, 3, 1);
+  absl::StatusOr<OneDnnGroupedMatMul> dnnl = OneDnnGroupedMatMul::Create(p.weights, 1);
+  ASSERT_TRUE(dnnl.ok());
+  absl::StatusOr<std::string> impl = dnnl->ImplementationName(4);
+  ASSERT_TRUE(impl.ok());
+  EXPECT_FALSE(impl->empty());
+  EXPECT_GE(dnnl->group_bytes(), 33 * 17 * 2);
+  EXPECT_EQ(static_cast<const char*>(dnnl->group_weights(2)) -
+                static_cast<const char*>(dnnl->group_weights(0)),
+            2 * dnnl->group_bytes());
+}
+#endif  // GEMMSERVE_HAVE_ONEDNN
 
 }  // namespace
 }  // namespace gemmserve
