@@ -27,8 +27,12 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import doc_sections  # noqa: E402
+
 ROOT = os.path.dirname(HERE)
-BEGIN, END = "<!-- thread-scaling:begin -->", "<!-- thread-scaling:end -->"
+SECTION = "thread-scaling"
+BEGIN, END = doc_sections.markers(SECTION)
 
 LIMIT = "Limit/sgemm/2048"
 CASES = (
@@ -90,20 +94,7 @@ def render(results):
                      f"{row['speedup']:.2f}x | {target} |")
     lines += ["", "Reproduce: `scripts/scaling_benchmark.py --build build` "
               "(about a minute).", ""]
-    if results.get("note"):
-        lines += [f"> **Note.** {results['note']}", ""]
-    lines += [END]
-    return "\n".join(lines) + "\n"
-
-
-def write_doc(path, section):
-    doc = open(path).read() if os.path.exists(path) else ""
-    if BEGIN in doc and END in doc:
-        doc = doc[:doc.index(BEGIN)] + section + doc[doc.index(END) + len(END) + 1:]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + section
-    with open(path, "w") as f:
-        f.write(doc)
+    return doc_sections.finish(lines, SECTION, results.get("note"))
 
 
 def cpu_model():
@@ -146,7 +137,7 @@ def main():
         with open(args.from_json) as f:
             results = json.load(f)
         results["note"] = args.note
-        write_doc(args.doc, render(results))
+        doc_sections.write_section(args.doc, SECTION, render(results))
         return 0
     bench = os.path.join(args.build, "bin", "gemmserve-bench")
     rounds = []
@@ -159,7 +150,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
-    write_doc(args.doc, render(results))
+    doc_sections.write_section(args.doc, SECTION, render(results))
     for row in results["rows"]:
         print(f"{row['case']}: {row['speedup']:.2f}x ({row['one_ms']:.2f} / {row['two_ms']:.2f} ms)")
     return 0

@@ -71,7 +71,7 @@ class ScalingTest(unittest.TestCase):
             path = os.path.join(d, "performance.md")
             with open(path, "w") as f:
                 f.write(f"# Title\n\n{sb.BEGIN}\nold table\n{sb.END}\n<!-- scaling:begin -->\n")
-            sb.write_doc(path, section)
+            sb.doc_sections.write_section(path, sb.SECTION, section)
             doc = open(path).read()
             self.assertNotIn("old table", doc)
             self.assertTrue(doc.startswith("# Title\n\n" + sb.BEGIN))

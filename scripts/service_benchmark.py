@@ -34,8 +34,12 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import doc_sections  # noqa: E402
+
 ROOT = os.path.dirname(HERE)
-BEGIN, END = "<!-- service-benchmark:begin -->", "<!-- service-benchmark:end -->"
+SECTION = "service-benchmark"
+BEGIN, END = doc_sections.markers(SECTION)
 
 
 def start(argv, ready):
@@ -138,20 +142,7 @@ def render(results):
               f"{tiny['noop']['p50_us']:.0f} us for the same bytes on a gRPC server that does "
               f"no work (`gemmserve-cli noop-server`): {tiny['ratio']:.2f}x.", "",
               "Reproduce: `scripts/service_benchmark.py --build build` (about 3 minutes).", ""]
-    if results.get("note"):
-        lines += [f"> **Note.** {results['note']}", ""]
-    lines += [END]
-    return "\n".join(lines) + "\n"
-
-
-def write_doc(path, section):
-    doc = open(path).read() if os.path.exists(path) else ""
-    if BEGIN in doc and END in doc:
-        doc = doc[:doc.index(BEGIN)] + section + doc[doc.index(END) + len(END) + 1:]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + section
-    with open(path, "w") as f:
-        f.write(doc)
+    return doc_sections.finish(lines, SECTION, results.get("note"))
 
 
 def main():
@@ -172,7 +163,7 @@ def main():
         with open(args.from_json) as f:
             results = json.load(f)
         results["note"] = args.note
-        write_doc(args.doc, render(results))
+        doc_sections.write_section(args.doc, SECTION, render(results))
         return 0
     server = os.path.join(args.build, "bin", "gemmserve")
     cli = os.path.join(args.build, "bin", "gemmserve-cli")
@@ -255,7 +246,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
-    write_doc(args.doc, render(results))
+    doc_sections.write_section(args.doc, SECTION, render(results))
     for t in results["targets"]:
         print(f"{'PASS' if t['pass'] else 'FAIL'}  {t['what']}: {t['measured']} ({t['required']})")
 

@@ -428,7 +428,32 @@ absl::Status OneDatatype(const TensorSpec& spec, DataType want, const char* what
 }  // namespace
 
 namespace {
-bool PackingCostsLittle(DataType type, const Shape& shape, int64_t dense_bytes);
+
+// Panels pad N to whole panels (and BF16 K to pairs): weights much narrower
+// than a panel would grow many times over (N = 1 in 32-column panels: 32x),
+// which a model file must not be able to ask for, and gain little from
+// panels. Packed only when the panels hold at most half as much again as the
+// row-major tensor.
+bool PackingCostsLittle(DataType type, const Shape& shape, int64_t dense_bytes) {
+  absl::StatusOr<int64_t> packed = PackedWeights::BytesFor(type, shape);
+  return packed.ok() && *packed <= dense_bytes + dense_bytes / 2 + 4096;
+}
+
+// Resident weights that the micro-kernels can read from panels, packed once
+// at load (requests then pack only their own rows); none where they stay
+// row-major. *pack_ms: the time it took.
+absl::StatusOr<std::optional<PackedWeights>> PackAtLoad(const Tensor& weights, double* pack_ms) {
+  std::optional<PackedWeights> packed;
+  const absl::Time start = absl::Now();
+  if (PackedWeights::PackedAtLoad(weights.type()) &&
+      PackingCostsLittle(weights.type(), weights.shape(), weights.byte_size())) {
+    GEMMSERVE_ASSIGN_OR_RETURN(PackedWeights p, PackedWeights::Pack(weights));
+    packed = std::move(p);
+  }
+  *pack_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  return packed;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> MakeResidentMatMulModel(ResidentMatMulSpec spec) {
@@ -450,31 +475,11 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentMatMulModel(ResidentMatMulSpe
   }
   if (k == -1) spec.a.shape.back() = spec.b.shape()[0];
   // B packed once, as a GroupedMatMul's experts are (one group).
-  std::optional<PackedWeights> packed;
-  const absl::Time start = absl::Now();
-  if (PackedWeights::PackedAtLoad(spec.b.type()) &&
-      PackingCostsLittle(spec.b.type(), spec.b.shape(), spec.b.byte_size())) {
-    GEMMSERVE_ASSIGN_OR_RETURN(PackedWeights p, PackedWeights::Pack(spec.b));
-    packed = std::move(p);
-  }
-  const double pack_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  double pack_ms = 0;
+  GEMMSERVE_ASSIGN_OR_RETURN(std::optional<PackedWeights> packed, PackAtLoad(spec.b, &pack_ms));
   return std::unique_ptr<Model>(
       new ResidentMatMulModel(std::move(spec), std::move(packed), pack_ms));
 }
-
-namespace {
-
-// Panels pad N to whole panels (and BF16 K to pairs): weights much narrower
-// than a panel would grow many times over (N = 1 in 32-column panels: 32x),
-// which a model file must not be able to ask for, and gain little from
-// panels. Packed only when the panels hold at most half as much again as the
-// row-major tensor.
-bool PackingCostsLittle(DataType type, const Shape& shape, int64_t dense_bytes) {
-  absl::StatusOr<int64_t> packed = PackedWeights::BytesFor(type, shape);
-  return packed.ok() && *packed <= dense_bytes + dense_bytes / 2 + 4096;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
     ResidentGroupedMatMulSpec spec) {
@@ -527,16 +532,9 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
       return absl::InvalidArgumentError("initializer bias: datatype differs from weights");
     }
   }
-  // Weights that the micro-kernel can read from panels are packed once, here:
-  // requests then pack only their own rows.
-  std::optional<PackedWeights> packed;
-  const absl::Time start = absl::Now();
-  if (PackedWeights::PackedAtLoad(spec.weights.type()) &&
-      PackingCostsLittle(spec.weights.type(), spec.weights.shape(), spec.weights.byte_size())) {
-    GEMMSERVE_ASSIGN_OR_RETURN(PackedWeights p, PackedWeights::Pack(spec.weights));
-    packed = std::move(p);
-  }
-  const double pack_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  double pack_ms = 0;
+  GEMMSERVE_ASSIGN_OR_RETURN(std::optional<PackedWeights> packed,
+                             PackAtLoad(spec.weights, &pack_ms));
   return std::unique_ptr<Model>(
       new ResidentGroupedModel(std::move(spec), std::move(packed), pack_ms));
 }
