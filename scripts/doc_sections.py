@@ -1,5 +1,6 @@
 """The sections of docs/performance.md that a benchmark script other than
 performance_report.py keeps, between its own markers."""
+import json
 import os
 
 
@@ -25,3 +26,23 @@ def finish(lines, name, note):
     if note:
         lines = lines + [f"> **Note.** {note}", ""]
     return "\n".join(lines + [markers(name)[1]]) + "\n"
+
+
+def add_arguments(parser, root):
+    """--json, --doc, --note and --from_json, as every such script takes them."""
+    parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--doc", default=os.path.join(root, "docs", "performance.md"))
+    parser.add_argument("--note", default="", help="a paragraph to put under the tables")
+    parser.add_argument("--from_json", help="re-render a previous run's --json instead of running")
+
+
+def rerender(args, name, render):
+    """With --from_json: writes section `name` from that run with this --note
+    and returns True; otherwise False."""
+    if not args.from_json:
+        return False
+    with open(args.from_json) as f:
+        results = json.load(f)
+    results["note"] = args.note
+    write_section(args.doc, name, render(results))
+    return True

@@ -128,16 +128,9 @@ def main():
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--min_time", type=float, default=0.5)
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--doc", default=os.path.join(ROOT, "docs", "performance.md"))
-    parser.add_argument("--note", default="", help="a paragraph to put under the table")
-    parser.add_argument("--from_json", help="re-render a previous run's --json instead of running")
+    doc_sections.add_arguments(parser, ROOT)
     args = parser.parse_args()
-    if args.from_json:
-        with open(args.from_json) as f:
-            results = json.load(f)
-        results["note"] = args.note
-        doc_sections.write_section(args.doc, SECTION, render(results))
+    if doc_sections.rerender(args, SECTION, render):
         return 0
     bench = os.path.join(args.build, "bin", "gemmserve-bench")
     rounds = []

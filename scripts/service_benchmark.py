@@ -154,16 +154,9 @@ def main():
     parser.add_argument("--request_pool", type=int, default=64,
                         help="distinct requests per perf run (fresh routing and values)")
     parser.add_argument("--compute_threads", type=int, default=os.cpu_count())
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--doc", default=os.path.join(ROOT, "docs", "performance.md"))
-    parser.add_argument("--note", default="", help="a paragraph to put under the tables")
-    parser.add_argument("--from_json", help="re-render a previous run's --json instead of running")
+    doc_sections.add_arguments(parser, ROOT)
     args = parser.parse_args()
-    if args.from_json:
-        with open(args.from_json) as f:
-            results = json.load(f)
-        results["note"] = args.note
-        doc_sections.write_section(args.doc, SECTION, render(results))
+    if doc_sections.rerender(args, SECTION, render):
         return 0
     server = os.path.join(args.build, "bin", "gemmserve")
     cli = os.path.join(args.build, "bin", "gemmserve-cli")

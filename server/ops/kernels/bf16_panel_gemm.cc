@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/ops/kernels/tile32.h"
+#include "server/tensor/half.h"
 
 namespace gemmserve {
 namespace {
@@ -203,51 +204,44 @@ constexpr TileFn kFmaTiles[kRows] = {TileFma<1>, TileFma<2>,  TileFma<3>,  TileF
 // fewer (decode), so a panel holds only its rows and stays in L1.
 int64_t TokenStride(int64_t m) { return std::min<int64_t>(m, kRows); }
 
-// Rows [0, m) of X (gathered), K [k0, k0 + kb), as token panels of words:
-// panel t at out + t * pairs * TokenStride(m), [pairs][TokenStride(m)].
-void PackTokenPairs(int64_t m, int64_t k0, int64_t kb, const uint16_t* x, int64_t ldx,
-                    const int64_t* a_rows, uint32_t* out) {
-  const int64_t pairs = (kb + 1) / 2, tr = TokenStride(m);
+// Rows [0, m) of X (gathered) from K column k0 on, as token panels of
+// `steps` steps: panel t at out + t * steps * TokenStride(m), [steps][tr];
+// step q of a row is put(its source row, q), rows past m are zero.
+template <typename Word, typename Put>
+void PackTokenPanels(int64_t m, int64_t steps, int64_t k0, const uint16_t* x, int64_t ldx,
+                     const int64_t* a_rows, Word* out, Put put) {
+  const int64_t tr = TokenStride(m);
   const int64_t panels = (m + kRows - 1) / kRows;
   for (int64_t t = 0; t < panels; ++t) {
-    uint32_t* panel = out + t * pairs * tr;
+    Word* panel = out + t * steps * tr;
     const int64_t rows = std::min<int64_t>(kRows, m - t * kRows);
     for (int64_t r = 0; r < tr; ++r) {
       if (r >= rows) {
-        for (int64_t q = 0; q < pairs; ++q) panel[q * tr + r] = 0;
+        for (int64_t q = 0; q < steps; ++q) panel[q * tr + r] = Word{0};
         continue;
       }
       const int64_t i = t * kRows + r;
       const uint16_t* src = x + (a_rows ? a_rows[i] : i) * ldx + k0;
-      int64_t q = 0;
-      for (; 2 * q + 1 < kb; ++q) {
-        panel[q * tr + r] = uint32_t{src[2 * q]} | uint32_t{src[2 * q + 1]} << 16;
-      }
-      if (q < pairs) panel[q * tr + r] = src[2 * q];  // odd K: the pair's second is zero
+      for (int64_t q = 0; q < steps; ++q) panel[q * tr + r] = put(src, q);
     }
   }
 }
 
-// Rows [0, m) of X (FP16, gathered), K [k0, k0 + kc), widened to FP32 as
-// token panels [kc][TokenStride(m)]; the rows past m are zero.
-__attribute__((target("avx512f,f16c"))) void PackTokensHalf(int64_t m, int64_t k0, int64_t kc,
-                                                            const uint16_t* x, int64_t ldx,
-                                                            const int64_t* a_rows, float* out) {
-  const int64_t tr = TokenStride(m);
-  const int64_t panels = (m + kRows - 1) / kRows;
-  for (int64_t t = 0; t < panels; ++t) {
-    float* panel = out + t * kc * tr;
-    const int64_t rows = std::min<int64_t>(kRows, m - t * kRows);
-    for (int64_t r = 0; r < tr; ++r) {
-      if (r >= rows) {
-        for (int64_t kk = 0; kk < kc; ++kk) panel[kk * tr + r] = 0.0f;
-        continue;
-      }
-      const int64_t i = t * kRows + r;
-      const uint16_t* src = x + (a_rows ? a_rows[i] : i) * ldx + k0;
-      for (int64_t kk = 0; kk < kc; ++kk) panel[kk * tr + r] = _cvtsh_ss(src[kk]);
-    }
-  }
+// BF16, K [k0, k0 + kb): each step a pair of K as one word (odd K: the
+// last pair's second is zero).
+void PackTokenPairs(int64_t m, int64_t k0, int64_t kb, const uint16_t* x, int64_t ldx,
+                    const int64_t* a_rows, uint32_t* out) {
+  PackTokenPanels(m, (kb + 1) / 2, k0, x, ldx, a_rows, out, [kb](const uint16_t* src, int64_t q) {
+    const uint32_t second = 2 * q + 1 < kb ? src[2 * q + 1] : 0;
+    return uint32_t{src[2 * q]} | second << 16;
+  });
+}
+
+// FP16, K [k0, k0 + kc): each step one value widened exactly to FP32.
+void PackTokensHalf(int64_t m, int64_t k0, int64_t kc, const uint16_t* x, int64_t ldx,
+                    const int64_t* a_rows, float* out) {
+  PackTokenPanels(m, kc, k0, x, ldx, a_rows, out,
+                  [](const uint16_t* src, int64_t q) { return HalfToFloat(src[q]); });
 }
 
 }  // namespace
@@ -423,16 +417,26 @@ namespace {
 
 std::atomic<Bf16Panels> g_bf16_panels{Bf16Panels::kAuto};
 
-// Flops per second of `chains` independent accumulations over `steps`
-// steps: vdpbf16ps (64 flops each) or FP32 FMA (32), in registers only.
-__attribute__((target("avx512f,avx512bf16"), noinline)) double DotRate(int64_t steps) {
+// Flops per second of 12 independent accumulations over `steps` steps:
+// vdpbf16ps (64 flops each, kDot) or FP32 FMA (32), in registers only. Only
+// run where AVX512-BF16 exists, so one target serves both.
+template <bool kDot>
+__attribute__((target("avx512f,avx512bf16"), noinline)) double Rate(int64_t steps) {
   __m512 acc[12];
   for (__m512& a : acc) a = _mm512_setzero_ps();
-  __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x2f80);
+  // BF16 pairs of 1.0 and 2^-32, or FP32 1.0 and 1e-9: sums that stay finite.
+  __m512 x = kDot ? _mm512_castsi512_ps(_mm512_set1_epi16(0x3f80)) : _mm512_set1_ps(1.0f);
+  const __m512 y = kDot ? _mm512_castsi512_ps(_mm512_set1_epi16(0x2f80)) : _mm512_set1_ps(1e-9f);
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) {
 #pragma GCC unroll 12
-    for (__m512& a : acc) a = _mm512_dpbf16_ps(a, x, y);
+    for (__m512& a : acc) {
+      if constexpr (kDot) {
+        a = _mm512_dpbf16_ps(a, (__m512bh)_mm512_castps_si512(x), (__m512bh)_mm512_castps_si512(y));
+      } else {
+        a = _mm512_fmadd_ps(x, y, a);
+      }
+    }
     asm volatile("" : "+v"(x));
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -441,27 +445,7 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) double DotRate(int64_t s
     _mm512_store_ps(sink, a);
     asm volatile("" : : "m"(sink));
   }
-  return static_cast<double>(steps) * 12 * 64 / std::max(s, 1e-9);
-}
-
-__attribute__((target("avx512f"), noinline)) double FmaRate(int64_t steps) {
-  __m512 acc[12];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
-  __m512 x = _mm512_set1_ps(1.0f);
-  const __m512 y = _mm512_set1_ps(1e-9f);
-  const auto start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < steps; ++i) {
-#pragma GCC unroll 12
-    for (__m512& a : acc) a = _mm512_fmadd_ps(x, y, a);
-    asm volatile("" : "+v"(x));
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  alignas(64) float sink[16];
-  for (__m512& a : acc) {  // the sums are used, so the loop is not removed
-    _mm512_store_ps(sink, a);
-    asm volatile("" : : "m"(sink));
-  }
-  return static_cast<double>(steps) * 12 * 32 / std::max(s, 1e-9);
+  return static_cast<double>(steps) * 12 * (kDot ? 64 : 32) / std::max(s, 1e-9);
 }
 
 // The best of five alternating runs of each: a shared machine's stalls
@@ -470,8 +454,8 @@ double MeasureNativeSpeedup() {
   if (!HaveAvx512Bf16()) return 0;
   double dot = 0, fma = 0;
   for (int r = 0; r < 5; ++r) {
-    dot = std::max(dot, DotRate(20000));
-    fma = std::max(fma, FmaRate(20000));
+    dot = std::max(dot, Rate<true>(20000));
+    fma = std::max(fma, Rate<false>(20000));
   }
   return dot / std::max(fma, 1.0);
 }

@@ -165,6 +165,72 @@ TEST(PanelGemmTest, PackedPanelsHoldTheWeightsZeroPadded) {
 namespace gemmserve {
 namespace {
 
+// BF16 on pair panels or FP16 on its own, over one case: every operand
+// times `scale`, gathered rows, the panels in two column tiles as the
+// scheduler cuts them; FP32 results against the exact product, nothing
+// written past a row or the last row.
+void CheckHalfPanels(DataType type, const Case& c, double scale, std::mt19937_64& rng) {
+  const bool bf16 = type == DataType::kBF16;
+  const int64_t source_rows = c.gathered ? c.m + 3 : c.m;
+  const int64_t ldx = c.k + 3, ldc = c.n + 5;
+  std::vector<uint16_t> x(static_cast<size_t>(source_rows * ldx + 1));
+  std::vector<uint16_t> w(static_cast<size_t>(c.k * c.n + 1));
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  auto half = [&] {
+    const float v = static_cast<float>(dist(rng) * scale);
+    return bf16 ? FloatToBFloat16(v) : FloatToHalf(v);
+  };
+  for (auto& v : x) v = half();
+  for (auto& v : w) v = half();
+  std::vector<int64_t> rows(static_cast<size_t>(c.m));
+  for (int64_t i = 0; i < c.m; ++i) rows[i] = c.gathered ? rng() % source_rows : i;
+  Aligned<uint16_t> panels(Bf16PanelCount(c.n) *
+                           (bf16 ? Bf16PanelStride(c.k) : Fp16PanelStride(c.k)));
+  (bf16 ? PackBf16Panels : PackFp16Panels)(w.data(), c.n, c.k, c.n, panels.data);
+  const int ew = Bf16MinExponent(w.data(), c.k * c.n);
+  Aligned<uint32_t> scratch(bf16 ? Bf16PanelScratchWords(c.m, c.k)
+                                 : Fp16PanelScratchWords(c.m, c.k));
+  const float sentinel = -7.25f;
+  std::vector<float> out(static_cast<size_t>(c.m * ldc + 1), sentinel);
+  const int64_t panel_count = Bf16PanelCount(c.n), first = panel_count / 2;
+  const int64_t* r = c.gathered ? rows.data() : nullptr;
+  auto run = [&](int64_t begin, int64_t end, float* dst) {
+    if (bf16) {
+      Bf16PanelGemm(c.m, c.k, c.n, x.data(), ldx, r, panels.data, ew, begin, end, dst, ldc,
+                    scratch.data);
+    } else {
+      Fp16PanelGemm(c.m, c.k, c.n, x.data(), ldx, r, panels.data, begin, end, dst, ldc,
+                    scratch.data);
+    }
+  };
+  run(0, first, out.data());
+  run(first, panel_count, out.data() + std::min(c.n, first * kBf16PanelLanes));
+  std::vector<uint16_t> dense(static_cast<size_t>(std::max<int64_t>(c.m * c.k, 1)));
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t p = 0; p < c.k; ++p) dense[i * c.k + p] = x[rows[i] * ldx + p];
+  const auto exact = ExactGemm(type, c.m, c.n, c.k, dense.data(), c.k, w.data(), c.n);
+  const std::string where = absl::StrCat(DataTypeName(type), " ", bf16 ? Bf16PanelIsa() : "",
+                                         " m=", c.m, " k=", c.k, " n=", c.n, " scale=", scale);
+  // The FP32 accumulation is checked before the one rounding to the half
+  // type; a BF16 one subnormal in FP32 (tiny scales) as the BF16 output.
+  const bool tiny = bf16 && scale < 0x1p-60;
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      const float got = out[i * ldc + j];
+      if (j >= c.n) {
+        ASSERT_EQ(got, sentinel) << where << ": wrote past the row at (" << i << ", " << j << ")";
+        continue;
+      }
+      const double value = tiny ? BFloat16ToFloat(FloatToBFloat16(got)) : got;
+      ASSERT_TRUE(WithinTolerance(tiny ? DataType::kBF16 : DataType::kFP32, value,
+                                  exact.value[i * c.n + j], exact.abs_dot[i * c.n + j], c.k))
+          << where << " at (" << i << ", " << j << "): " << got << " vs "
+          << exact.value[i * c.n + j];
+    }
+  }
+  ASSERT_EQ(out[c.m * ldc], sentinel) << where << ": wrote past the last row";
+}
+
 // BF16 on pair panels: the native vdpbf16ps path where the CPU has it and the
 // FMA path, forced in turn, over the same edge shapes (odd K for the pairs,
 // the 256-deep K blocks, 32-column panels, 12-row token panels).
@@ -181,53 +247,7 @@ class Bf16PanelGemmTest : public ::testing::TestWithParam<bool> {
 
   // `scale` multiplies every operand: 2^-70 makes products subnormal in FP32.
   void Check(const Case& c, double scale, std::mt19937_64& rng) {
-    const DataType type = DataType::kBF16;
-    const int64_t source_rows = c.gathered ? c.m + 3 : c.m;
-    const int64_t ldx = c.k + 3, ldc = c.n + 5;
-    std::vector<uint16_t> x(static_cast<size_t>(source_rows * ldx + 1));
-    std::vector<uint16_t> w(static_cast<size_t>(c.k * c.n + 1));
-    std::uniform_real_distribution<double> dist(-1.0, 1.0);
-    for (auto& v : x) v = FloatToBFloat16(static_cast<float>(dist(rng) * scale));
-    for (auto& v : w) v = FloatToBFloat16(static_cast<float>(dist(rng) * scale));
-    std::vector<int64_t> rows(static_cast<size_t>(c.m));
-    for (int64_t i = 0; i < c.m; ++i) rows[i] = c.gathered ? rng() % source_rows : i;
-    Aligned<uint16_t> panels(Bf16PanelCount(c.n) * Bf16PanelStride(c.k));
-    PackBf16Panels(w.data(), c.n, c.k, c.n, panels.data);
-    const int ew = Bf16MinExponent(w.data(), c.k * c.n);
-    Aligned<uint32_t> scratch(Bf16PanelScratchWords(c.m, c.k));
-    const float sentinel = -7.25f;
-    std::vector<float> out(static_cast<size_t>(c.m * ldc + 1), sentinel);
-    const int64_t panel_count = Bf16PanelCount(c.n), half = panel_count / 2;
-    const int64_t* r = c.gathered ? rows.data() : nullptr;
-    Bf16PanelGemm(c.m, c.k, c.n, x.data(), ldx, r, panels.data, ew, 0, half, out.data(), ldc,
-                  scratch.data);
-    const int64_t split = std::min(c.n, half * kBf16PanelLanes);
-    Bf16PanelGemm(c.m, c.k, c.n, x.data(), ldx, r, panels.data, ew, half, panel_count,
-                  out.data() + split, ldc, scratch.data);
-    std::vector<uint16_t> dense(static_cast<size_t>(std::max<int64_t>(c.m * c.k, 1)));
-    for (int64_t i = 0; i < c.m; ++i)
-      for (int64_t p = 0; p < c.k; ++p) dense[i * c.k + p] = x[rows[i] * ldx + p];
-    const auto exact = ExactGemm(type, c.m, c.n, c.k, dense.data(), c.k, w.data(), c.n);
-    const std::string where =
-        absl::StrCat("BF16 ", Bf16PanelIsa(), " m=", c.m, " k=", c.k, " n=", c.n, " scale=", scale);
-    for (int64_t i = 0; i < c.m; ++i) {
-      for (int64_t j = 0; j < ldc; ++j) {
-        const float got = out[i * ldc + j];
-        if (j >= c.n) {
-          ASSERT_EQ(got, sentinel) << where << ": wrote past the row at (" << i << ", " << j << ")";
-          continue;
-        }
-        // The FP32 accumulation is checked before the one rounding to BF16;
-        // where it is subnormal in FP32 (tiny scales), as the BF16 output.
-        const bool tiny = scale < 0x1p-60;
-        const double value = tiny ? BFloat16ToFloat(FloatToBFloat16(got)) : got;
-        ASSERT_TRUE(WithinTolerance(tiny ? DataType::kBF16 : DataType::kFP32, value,
-                                    exact.value[i * c.n + j], exact.abs_dot[i * c.n + j], c.k))
-            << where << " at (" << i << ", " << j << "): " << got << " vs "
-            << exact.value[i * c.n + j];
-      }
-    }
-    ASSERT_EQ(out[c.m * ldc], sentinel) << where << ": wrote past the last row";
+    CheckHalfPanels(DataType::kBF16, c, scale, rng);
   }
 };
 
@@ -262,59 +282,15 @@ INSTANTIATE_TEST_SUITE_P(Paths, Bf16PanelGemmTest, ::testing::Values(false, true
 // FP16 on its [K][32] panels: widened exactly in registers, FP32 FMA, over
 // the same edge shapes, and with FP16 subnormal operands (2^-20 is below FP16's
 // smallest normal, 2^-14), which the widening keeps.
-void CheckFp16(const Case& c, double scale, std::mt19937_64& rng) {
-  const int64_t source_rows = c.gathered ? c.m + 3 : c.m;
-  const int64_t ldx = c.k + 3, ldc = c.n + 5;
-  std::vector<uint16_t> x(static_cast<size_t>(source_rows * ldx + 1));
-  std::vector<uint16_t> w(static_cast<size_t>(c.k * c.n + 1));
-  std::uniform_real_distribution<double> dist(-1.0, 1.0);
-  for (auto& v : x) v = FloatToHalf(static_cast<float>(dist(rng) * scale));
-  for (auto& v : w) v = FloatToHalf(static_cast<float>(dist(rng) * scale));
-  std::vector<int64_t> rows(static_cast<size_t>(c.m));
-  for (int64_t i = 0; i < c.m; ++i) rows[i] = c.gathered ? rng() % source_rows : i;
-  Aligned<uint16_t> panels(Bf16PanelCount(c.n) * Fp16PanelStride(c.k));
-  PackFp16Panels(w.data(), c.n, c.k, c.n, panels.data);
-  Aligned<uint32_t> scratch(Fp16PanelScratchWords(c.m, c.k));
-  const float sentinel = -7.25f;
-  std::vector<float> out(static_cast<size_t>(c.m * ldc + 1), sentinel);
-  const int64_t panel_count = Bf16PanelCount(c.n), half = panel_count / 2;
-  const int64_t* r = c.gathered ? rows.data() : nullptr;
-  Fp16PanelGemm(c.m, c.k, c.n, x.data(), ldx, r, panels.data, 0, half, out.data(), ldc,
-                scratch.data);
-  const int64_t split = std::min(c.n, half * kBf16PanelLanes);
-  Fp16PanelGemm(c.m, c.k, c.n, x.data(), ldx, r, panels.data, half, panel_count, out.data() + split,
-                ldc, scratch.data);
-  std::vector<uint16_t> dense(static_cast<size_t>(std::max<int64_t>(c.m * c.k, 1)));
-  for (int64_t i = 0; i < c.m; ++i)
-    for (int64_t p = 0; p < c.k; ++p) dense[i * c.k + p] = x[rows[i] * ldx + p];
-  const auto exact = ExactGemm(DataType::kFP16, c.m, c.n, c.k, dense.data(), c.k, w.data(), c.n);
-  const std::string where = absl::StrCat("FP16 m=", c.m, " k=", c.k, " n=", c.n, " scale=", scale);
-  for (int64_t i = 0; i < c.m; ++i) {
-    for (int64_t j = 0; j < ldc; ++j) {
-      const float got = out[i * ldc + j];
-      if (j >= c.n) {
-        ASSERT_EQ(got, sentinel) << where << ": wrote past the row at (" << i << ", " << j << ")";
-        continue;
-      }
-      // The FP32 accumulation, before the one rounding to FP16.
-      ASSERT_TRUE(WithinTolerance(DataType::kFP32, got, exact.value[i * c.n + j],
-                                  exact.abs_dot[i * c.n + j], c.k))
-          << where << " at (" << i << ", " << j << "): " << got << " vs "
-          << exact.value[i * c.n + j];
-    }
-  }
-  ASSERT_EQ(out[c.m * ldc], sentinel) << where << ": wrote past the last row";
-}
-
 TEST(Fp16PanelGemmTest, MatchesTheExactProductOverEdgeShapesAndSubnormals) {
   if (!Bf16PanelsSupported()) GTEST_SKIP() << "no AVX-512 here: FP16 panels unused";
   std::mt19937_64 rng(19);
   for (const Case& c : Bf16Cases()) {
-    CheckFp16(c, 1.0, rng);
+    CheckHalfPanels(DataType::kFP16, c, 1.0, rng);
     if (HasFailure()) return;
   }
   for (const Case& c : {Case{13, 70, 40, true}, Case{1, 9, 3, false}}) {
-    CheckFp16(c, 0x1p-20, rng);
+    CheckHalfPanels(DataType::kFP16, c, 0x1p-20, rng);
     if (HasFailure()) return;
   }
 }
