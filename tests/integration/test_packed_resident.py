@@ -10,6 +10,7 @@ are exact (small integers), over rows per expert that take each path
 K blocks and odd (16-bit pairs), N across panel edges, and routing that leaves
 experts unused or sends most tokens to one."""
 import shutil
+import subprocess
 import tempfile
 import unittest
 
@@ -21,6 +22,7 @@ from gemmserve_testing.base import GemmServeTestCase
 from gemmserve_testing.onnx_models import batching_config, grouped_graph, matmul_graph, write_model
 from gemmserve_testing.references import (assert_grouped_matmul_result, assert_matmul_result,
                                           random_wire, small_int_wire)
+from gemmserve_testing.server import server_binary
 
 K, N, G, S = 777, 100, 6, 2
 DATATYPES = ("FP32", "FP64", "BF16", "FP16")
@@ -189,6 +191,15 @@ class PackedLayoutTest(GemmServeTestCase):
         got = decode_outputs(self.infer(make_infer_request(
             "moe_narrow", [("tokens", x), ("routing", idx)])))["expert_out"]
         assert_grouped_matmul_result(got, x, NARROW_W, idx, None, "FP32", "moe_narrow")
+
+
+class Bf16PanelsFlagTest(unittest.TestCase):
+    def test_an_unknown_value_stops_the_server_with_a_clear_message(self):
+        result = subprocess.run([server_binary(), "--bf16_panels=sometimes", "--grpc_port=0",
+                                 "--metrics_port=-1", "--host=127.0.0.1"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("--bf16_panels: expected auto, on or off, got 'sometimes'", result.stderr)
 
 
 if __name__ == "__main__":
