@@ -25,3 +25,10 @@ set_target_properties(blis::blis PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES ${BLIS_INCLUDE_DIR}
   INTERFACE_LINK_LIBRARIES OpenMP::OpenMP_C)
 message(STATUS "BLIS: ${BLIS_LIBRARY} (headers in ${BLIS_INCLUDE_DIR})")
+
+# The HTTP front end: libboost-dev (Beast and Asio, header-only), rapidjson-dev
+# (header-only), zlib1g-dev and libssl-dev.
+find_package(Boost 1.74 REQUIRED)
+find_path(RAPIDJSON_INCLUDE_DIR rapidjson/reader.h REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(OpenSSL REQUIRED)

@@ -8,6 +8,7 @@ PACKAGES=(
   build-essential cmake pkg-config
   libgrpc++-dev libgrpc-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev libblis-dev libonnx-dev prometheus-cpp-dev
+  libboost-dev rapidjson-dev zlib1g-dev libssl-dev  # the HTTP front end
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-numpy python3-onnx python3-protobuf
   python3-matplotlib  # scripts/performance_report.py's plot
@@ -15,7 +16,7 @@ PACKAGES=(
 # Only for the test suite (scripts/install_deps.sh --test): the real Prometheus
 # server the metrics test scrapes with; not on machines that only run gemmserve.
 if [[ "${1:-}" == "--test" ]]; then
-  PACKAGES+=(prometheus python3-yaml nginx openssl)
+  PACKAGES+=(prometheus python3-yaml nginx openssl curl)
   # tests/fuzz.sh: clang with libFuzzer and the sanitizer runtimes, clang's
   # OpenMP, and llvm-symbolizer for readable stacks.
   PACKAGES+=(clang libclang-rt-14-dev libomp-dev llvm)

@@ -18,6 +18,7 @@
 #include "server/common/logging.h"
 #include "server/ops/kernels/bf16_panel_gemm.h"
 #include "server/ops/kernels/compute_environment.h"
+#include "server/http/http_server.h"
 #include "server/service/grpc_server.h"
 
 namespace {
@@ -27,10 +28,24 @@ const gemmserve::ServerOptions kDefaults;
 const gemmserve::EngineOptions& kEngine = kDefaults.serving.engine;
 const gemmserve::GrpcOptions& kGrpc = kDefaults.grpc;
 const gemmserve::BatchingOptions& kBuiltin = kDefaults.serving.builtin_batching;
+const gemmserve::HttpOptions kHttp;
 }  // namespace
 
 ABSL_FLAG(std::string, host, kDefaults.serving.host, "Address to listen on (gRPC and /metrics).");
 ABSL_FLAG(int32_t, grpc_port, kGrpc.port, "gRPC port; 0 picks a free one (printed on stdout).");
+ABSL_FLAG(int32_t, http_port, kHttp.port,
+          "HTTP/REST port (KServe v2 REST binding); 0 picks a free one (printed on stdout); "
+          "-1 serves none.");
+ABSL_FLAG(int32_t, http_threads, kHttp.threads,
+          "Threads that do the HTTP port's I/O (never compute).");
+ABSL_FLAG(int32_t, http_max_connections, kHttp.max_connections,
+          "Open HTTP connections at most; more are answered 503 and closed.");
+ABSL_FLAG(int64_t, http_max_header_bytes, kHttp.max_header_bytes,
+          "Largest HTTP request header, in bytes (431 beyond).");
+ABSL_FLAG(int64_t, http_idle_timeout_ms, kHttp.idle_timeout_ms,
+          "How long an HTTP connection may wait for (the header of) its next request.");
+ABSL_FLAG(int64_t, http_request_timeout_ms, kHttp.request_timeout_ms,
+          "How long an HTTP request body may take to arrive, and a response to be taken.");
 ABSL_FLAG(int32_t, metrics_port, kDefaults.serving.metrics_port,
           "Prometheus /metrics port; 0 picks a free one (printed on stdout); -1 serves none.");
 ABSL_FLAG(std::string, latency_buckets, "",
@@ -93,7 +108,7 @@ ABSL_FLAG(std::string, bf16_panels, "auto",
 int main(int argc, char** argv) {
   gemmserve::ReexecWithComputeEnvironment(argv);
   absl::SetProgramUsageMessage(
-      "gemmserve: MatMul and GroupedMatMul over the KServe v2 gRPC protocol.\n"
+      "gemmserve: MatMul and GroupedMatMul over the KServe v2 protocol (gRPC and HTTP/REST).\n"
       "  gemmserve --grpc_port=8001 --compute_threads=2");
   absl::ParseCommandLine(argc, argv);
 
@@ -140,6 +155,19 @@ int main(int argc, char** argv) {
   grpc.max_connection_idle_ms = absl::GetFlag(FLAGS_grpc_max_connection_idle_ms);
   grpc.max_connection_age_ms = absl::GetFlag(FLAGS_grpc_max_connection_age_ms);
 
+  gemmserve::HttpOptions http_options;
+  const int http_port = absl::GetFlag(FLAGS_http_port);
+  http_options.port = http_port;
+  http_options.threads = absl::GetFlag(FLAGS_http_threads);
+  http_options.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  http_options.max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);
+  http_options.idle_timeout_ms = absl::GetFlag(FLAGS_http_idle_timeout_ms);
+  http_options.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
+  http_options.tls_cert_file = grpc.tls.cert_file;
+  http_options.tls_key_file = grpc.tls.key_file;
+  http_options.tls_client_ca_file = grpc.tls.client_ca_file;
+  const std::string host = serving.host;
+
   {
     gemmserve::Bf16Panels mode;
     if (!gemmserve::ParseBf16Panels(absl::GetFlag(FLAGS_bf16_panels).c_str(), &mode)) {
@@ -155,6 +183,15 @@ int main(int argc, char** argv) {
   if (!server.ok()) {
     GEMMSERVE_LOG(ERROR) << "cannot start: " << server.status();
     return 1;
+  }
+  std::unique_ptr<gemmserve::HttpServer> http;
+  if (http_port != -1) {
+    auto started = gemmserve::HttpServer::Start(&(*server)->serving(), host, http_options);
+    if (!started.ok()) {
+      GEMMSERVE_LOG(ERROR) << "cannot start: " << started.status();
+      return 1;
+    }
+    http = *std::move(started);
   }
   GEMMSERVE_LOG(INFO) << "gemmserve serving with "
                       << (*server)->serving().engine().options().compute_threads
@@ -175,13 +212,19 @@ int main(int argc, char** argv) {
   if (!(*server)->metrics_address().empty()) {
     std::cout << "gemmserve metrics on " << (*server)->metrics_address() << std::endl;
   }
+  if (http) std::cout << "gemmserve http on " << http->address() << std::endl;
 
   std::thread signal_thread([&] {
     int received = 0;
     sigwait(&signals, &received);
     GEMMSERVE_LOG(INFO) << "signal " << received << ": shutting down";
-    (*server)->Shutdown(std::chrono::system_clock::now() +
-                        std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
+    const auto deadline = std::chrono::system_clock::now() +
+                          std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
+    // Both front ends drain together: Serving refuses new inferences (HTTP's
+    // ready turns 400), the accepted ones are answered, then gRPC stops and
+    // HTTP writes its last replies.
+    (*server)->Shutdown(deadline);
+    if (http) http->Shutdown(absl::FromChrono(deadline));
   });
   (*server)->Wait();
   signal_thread.join();

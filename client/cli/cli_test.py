@@ -65,7 +65,7 @@ class CliTest(unittest.TestCase):
         cls.log = open(os.path.join(cls.tmp.name, "server.log"), "w+b")
         cls.address_file = os.path.join(cls.tmp.name, "address")
         cls.server = subprocess.Popen(
-            [SERVER, "--grpc_port=0", "--metrics_port=0", "--host=127.0.0.1",
+            [SERVER, "--grpc_port=0", "--metrics_port=0", "--http_port=0", "--host=127.0.0.1",
              "--compute_threads=1", f"--address_file={cls.address_file}"],
             stdout=subprocess.PIPE, stderr=cls.log)
         try:

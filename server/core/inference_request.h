@@ -62,6 +62,9 @@ struct InferRequestView {
   // Bytes the front end holds for the request until it is answered (the
   // decoded message's tensor contents): counted like the engine's own.
   int64_t message_bytes = 0;
+  // Whether a tiny request may be computed on the caller's thread
+  // (--inline_max_flops); false for front ends whose threads only do I/O.
+  bool may_run_inline = true;
 };
 
 struct NamedTensor {

@@ -151,6 +151,11 @@ void Serving::StartDraining() {
   draining_ = true;
 }
 
+bool Serving::draining() const {
+  absl::MutexLock lock(&drain_mu_);
+  return draining_;
+}
+
 bool Serving::WaitUntilIdle(absl::Time deadline) {
   absl::MutexLock lock(&drain_mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drain_mu_) { return inflight_ == 0; };

@@ -104,6 +104,7 @@ class Serving {
   // WaitUntilIdle returns true once every call accepted before is answered,
   // false if `deadline` came first.
   void StartDraining();
+  bool draining() const;
   bool WaitUntilIdle(absl::Time deadline);
 
  private:
@@ -115,7 +116,7 @@ class Serving {
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<TokenAuthenticator> auth_;
   std::string metrics_host_;
-  absl::Mutex drain_mu_;
+  mutable absl::Mutex drain_mu_;
   bool draining_ ABSL_GUARDED_BY(drain_mu_) = false;
   int64_t inflight_ ABSL_GUARDED_BY(drain_mu_) = 0;
 };

@@ -31,7 +31,7 @@ function withParentDeathSignal(argv) {
 
 class ServerProcess {
   constructor(flags = []) {
-    this.flags = ['--grpc_port=0', '--metrics_port=0', '--host=127.0.0.1',
+    this.flags = ['--grpc_port=0', '--metrics_port=0', '--http_port=0', '--host=127.0.0.1',
                   '--compute_threads=2', ...flags];
     this.stderr = '';
     this.address = null;

@@ -21,6 +21,7 @@ _SANITIZER_REPORT = re.compile(rb"ERROR: (AddressSanitizer|LeakSanitizer)|runtim
                                rb"WARNING: ThreadSanitizer")
 _READY_LINE = re.compile(rb"^gemmserve listening on 127\.0\.0\.1:(\d+)\r?\n$")
 _METRICS_LINE = re.compile(rb"^gemmserve metrics on 127\.0\.0\.1:(\d+)\r?\n$")
+_HTTP_LINE = re.compile(rb"^gemmserve http on 127\.0\.0\.1:(\d+)\r?\n$")
 
 
 def server_binary():
@@ -81,9 +82,12 @@ class ServerProcess:
         # Metrics on a free port too, unless a test picks; the port is read back
         # from the second stdout line.
         metrics = [] if any(f.startswith("--metrics_port") for f in flags) else ["--metrics_port=0"]
+        # The HTTP port too (announced on the third line), unless a test picks.
+        http = [] if any(f.startswith("--http_port") for f in flags) else ["--http_port=0"]
         self.flags = ["--grpc_port=0", "--host=127.0.0.1",
-                      f"--compute_threads={compute_threads}", *metrics, *flags]
+                      f"--compute_threads={compute_threads}", *metrics, *http, *flags]
         self.metrics_port = None
+        self.http_port = None
         self.start_timeout = start_timeout
         self.env = env
         self.proc = None
@@ -94,6 +98,10 @@ class ServerProcess:
     @property
     def address(self):
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def http_url(self):
+        return f"http://127.0.0.1:{self.http_port}"
 
     @property
     def metrics_url(self):
@@ -130,6 +138,18 @@ class ServerProcess:
                 self._kill()
                 raise AssertionError(message)
             self.metrics_port = int(metrics_match.group(1))
+        if "--http_port=-1" not in self.flags:
+            try:
+                http_line = self._read_ready_line()
+            except BaseException:
+                self._kill()
+                raise
+            http_match = _HTTP_LINE.match(http_line)
+            if not http_match:
+                message = f"expected the http line, got {http_line!r}"
+                self._kill()
+                raise AssertionError(message)
+            self.http_port = int(http_match.group(1))
         # Keep draining stdout so that a chatty server can never block on a full pipe.
         self._drainer = threading.Thread(target=self._drain_stdout, daemon=True)
         self._drainer.start()

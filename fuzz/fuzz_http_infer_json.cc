@@ -1,0 +1,103 @@
+// Fuzzes the HTTP front end's request decoder with any body a client could
+// POST to /v2/models/{m}/infer: the first byte picks whether an
+// Inference-Header-Content-Length comes with it (and the next two its
+// value), the rest is the body. Nothing may crash or trip a sanitizer, and a
+// request that decodes must hold up: every input's bytes lie inside the body
+// or inside a buffer the request owns, a JSON-converted input holds exactly
+// its shape's elements of its datatype, and encoding those elements as a
+// JSON response and decoding that text again gives the same bytes.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "fuzz/fuzz_support.h"
+#include "server/http/infer_json.h"
+#include "server/tensor/datatype.h"
+#include "server/tensor/half.h"
+#include "server/tensor/shape.h"
+#include "server/tensor/tensor.h"
+
+namespace gemmserve {
+namespace fuzz {
+namespace {
+
+bool Inside(const void* p, int64_t n, const std::string& s) {
+  const char* c = static_cast<const char*>(p);
+  return c >= s.data() && n >= 0 && c + n <= s.data() + s.size();
+}
+
+void RoundTrip(const InputTensorView& in, DataType type) {
+  absl::StatusOr<Tensor> t = Tensor::Zeros(type, Shape(in.shape.begin(), in.shape.end()));
+  if (!t.ok()) return;
+  FUZZ_CHECK(t->byte_size() == in.count, "a converted input's size is not its shape's");
+  std::memcpy(t->raw_data(), in.data, static_cast<size_t>(in.count));
+  InferResult result;
+  result.outputs.push_back({"Y", *std::move(t)});
+  HttpInferRequest none;
+  HttpResponseBody out;
+  if (!EncodeInferResponseJson(result, none, &out).ok()) return;
+  const size_t at = out.body.find("\"data\":");
+  FUZZ_CHECK(at != std::string::npos, "no data in the response");
+  const std::string data = out.body.substr(at + 7, out.body.rfind("}]}") - at - 7);
+  std::string shape;
+  for (size_t i = 0; i < in.shape.size(); ++i) absl::StrAppend(&shape, i ? "," : "", in.shape[i]);
+  HttpInferRequest back;
+  back.body = absl::StrCat(R"({"inputs":[{"name":"A","shape":[)", shape, R"(],"datatype":")",
+                           DataTypeName(type), R"(","data":)", data, "}]}");
+  const absl::Status s = DecodeInferRequestJson("m", "", std::nullopt, &back);
+  FUZZ_CHECK(s.ok(), "the encoder's own text does not decode: %s", s.ToString().c_str());
+  const InputTensorView& again = back.view.inputs[0];
+  FUZZ_CHECK(again.count == in.count, "round trip changed the size");
+  // NaN payloads are not kept by text; everything else must come back bit for bit.
+  for (int64_t i = 0, size = DataTypeSize(type); i < in.count; i += size) {
+    const uint8_t* a = static_cast<const uint8_t*>(in.data) + i;
+    const uint8_t* b = static_cast<const uint8_t*>(again.data) + i;
+    bool nan = false;
+    if (type == DataType::kFP32) {
+      float f;
+      std::memcpy(&f, a, 4);
+      nan = f != f;
+    } else if (type == DataType::kFP64) {
+      double d;
+      std::memcpy(&d, a, 8);
+      nan = d != d;
+    } else if (type == DataType::kFP16 || type == DataType::kBF16) {
+      uint16_t h;
+      std::memcpy(&h, a, 2);
+      const float f = type == DataType::kFP16 ? HalfToFloat(h) : BFloat16ToFloat(h);
+      nan = f != f;
+    }
+    FUZZ_CHECK(nan || std::memcmp(a, b, static_cast<size_t>(size)) == 0,
+               "element %lld changed in a JSON round trip", static_cast<long long>(i / size));
+  }
+}
+
+}  // namespace
+}  // namespace fuzz
+}  // namespace gemmserve
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace gemmserve;
+  if (size < 3) return 0;
+  std::optional<int64_t> header_length;
+  if (data[0] & 1) header_length = static_cast<int64_t>(data[1] | (data[2] << 8)) - 16;
+  HttpInferRequest request;
+  request.body.assign(reinterpret_cast<const char*>(data + 3), size - 3);
+  if (!DecodeInferRequestJson("matmul", "", header_length, &request).ok()) return 0;
+  for (const InputTensorView& in : request.view.inputs) {
+    if (in.contents == ContentsKind::kNone) continue;
+    FUZZ_CHECK(in.contents == ContentsKind::kRaw, "decoded inputs are raw");
+    bool owned = false;
+    for (const auto& buffer : request.json_data) {
+      owned = owned || (in.data == buffer.data() && static_cast<size_t>(in.count) == buffer.size());
+    }
+    FUZZ_CHECK(owned || fuzz::Inside(in.data, in.count, request.body),
+               "an input's bytes lie outside the body and the request's buffers");
+    absl::StatusOr<DataType> type = ParseDataType(in.datatype);
+    if (owned && type.ok() && in.count < (1 << 16)) fuzz::RoundTrip(in, *type);
+  }
+  return 0;
+}

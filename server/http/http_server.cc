@@ -1,0 +1,507 @@
+#include "server/http/http_server.h"
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "server/common/logging.h"
+#include "server/http/compression.h"
+#include "server/http/http_service.h"
+#include "server/http/model_json.h"
+
+namespace gemmserve {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+namespace ssl = boost::asio::ssl;
+using tcp = net::ip::tcp;
+
+// What the connections share with the server and with the engine's workers
+// that answer them. A reply from a worker is posted to its connection only
+// while the gate is open: once Shutdown closed it, a late reply is dropped
+// on the worker (the I/O threads are gone).
+struct Shared {
+  Shared(Serving* s, const HttpOptions& o) : serving(s), service(s), options(o) {}
+
+  Serving* const serving;
+  HttpService service;
+  const HttpOptions options;
+  int64_t max_body_bytes = 0;
+
+  absl::Mutex mu;
+  bool open ABSL_GUARDED_BY(mu) = true;
+  int64_t calls ABSL_GUARDED_BY(mu) = 0;    // handed to the service, not yet replied
+  int64_t writing ABSL_GUARDED_BY(mu) = 0;  // replies being written
+  std::atomic<int> connections{0};
+
+  template <typename Executor, typename F>
+  void Post(const Executor& executor, F&& f) {
+    absl::MutexLock lock(&mu);
+    if (open) net::post(executor, std::forward<F>(f));
+  }
+  void AddCalls(int64_t n) {
+    absl::MutexLock lock(&mu);
+    calls += n;
+  }
+  void AddWriting(int64_t n) {
+    absl::MutexLock lock(&mu);
+    writing += n;
+  }
+};
+
+std::string HeaderValue(const http::request<http::string_body>& req, http::field f) {
+  auto it = req.find(f);
+  return it == req.end() ? std::string() : std::string(it->value());
+}
+
+template <typename Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+ public:
+  template <typename... Args>
+  Session(std::shared_ptr<Shared> shared, Args&&... args)
+      : shared_(std::move(shared)), stream_(std::forward<Args>(args)...) {
+    shared_->connections.fetch_add(1);
+  }
+  ~Session() { shared_->connections.fetch_sub(1); }
+
+  void Run() {
+    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] { self->Begin(); });
+  }
+
+ private:
+  using Self = Session<Stream>;
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  auto& Lowest() { return beast::get_lowest_layer(stream_); }
+  std::chrono::milliseconds Ms(int64_t ms) { return std::chrono::milliseconds(ms); }
+
+  void Begin() {
+    if constexpr (kTls) {
+      Lowest().expires_after(Ms(shared_->options.idle_timeout_ms));
+      stream_.async_handshake(ssl::stream_base::server,
+                              [self = this->shared_from_this()](beast::error_code ec) {
+                                if (ec) return self->Close();
+                                self->ReadHeader();
+                              });
+    } else {
+      ReadHeader();
+    }
+  }
+
+  void ReadHeader() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(shared_->options.max_header_bytes));
+    parser_->body_limit(static_cast<uint64_t>(shared_->max_body_bytes));
+    Lowest().expires_after(Ms(shared_->options.idle_timeout_ms));
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  void OnHeader(beast::error_code ec) {
+    if (ec) return OnReadError(ec);
+    Lowest().expires_after(Ms(shared_->options.request_timeout_ms));
+    auto& header = parser_->get();
+    auto expect = header.find(http::field::expect);
+    if (expect != header.end() && beast::iequals(expect->value(), "100-continue")) {
+      continue_.emplace(http::status::continue_, header.version());
+      http::async_write(stream_, *continue_,
+                        [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                          if (ec) return self->Close();
+                          self->ReadBody();
+                        });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  }
+
+  void OnReadError(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+        ec == net::error::operation_aborted || ec == net::error::connection_reset ||
+        ec == net::error::eof || ec == ssl::error::stream_truncated) {
+      return Close();  // gone, or silent for too long: nobody to answer
+    }
+    keep_alive_ = false;
+    version_ = 11;
+    if (ec == http::error::body_limit) {
+      return Send(HttpService::Error(absl::ResourceExhaustedError(
+          absl::StrCat("the request body is over ", shared_->max_body_bytes,
+                       " bytes; --max_message_bytes raises the limit"))));
+    }
+    if (ec == http::error::header_limit) {
+      HttpReply r = HttpService::Error(absl::ResourceExhaustedError(
+          absl::StrCat("the request header is over ", shared_->options.max_header_bytes,
+                       " bytes; --http_max_header_bytes raises the limit")));
+      r.status = 431;
+      return Send(std::move(r));
+    }
+    Send(HttpService::Error(
+        absl::InvalidArgumentError(absl::StrCat("malformed HTTP request: ", ec.message()))));
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec) return OnReadError(ec);
+    Lowest().expires_never();
+    http::request<http::string_body> req = parser_->release();
+    parser_.reset();
+    keep_alive_ = req.keep_alive();
+    version_ = req.version();
+
+    HttpCall call;
+    call.method = std::string(req.method_string());
+    call.target = std::string(req.target());
+    if (auto it = req.find(http::field::authorization); it != req.end()) {
+      call.authorization = std::string(it->value());
+    }
+    if (auto it = req.find("Inference-Header-Content-Length"); it != req.end()) {
+      call.header_length = std::string(it->value());
+    }
+    coding_ = NegotiateContentCoding(HeaderValue(req, http::field::accept_encoding));
+    absl::StatusOr<ContentCoding> encoding =
+        ParseContentEncoding(HeaderValue(req, http::field::content_encoding));
+    if (!encoding.ok()) {
+      HttpReply r = HttpService::Error(encoding.status());
+      r.status = 415;
+      return Send(std::move(r));
+    }
+    if (*encoding == ContentCoding::kIdentity) {
+      call.body = std::move(req.body());
+    } else {
+      absl::StatusOr<std::string> body = Inflate(req.body(), *encoding, shared_->max_body_bytes);
+      if (!body.ok()) {
+        keep_alive_ = false;
+        return Send(HttpService::Error(body.status()));
+      }
+      call.body = *std::move(body);
+    }
+    req = {};
+
+    cancelled_ = std::make_shared<std::atomic<bool>>(false);
+    call.is_cancelled = [flag = cancelled_] { return flag->load(std::memory_order_relaxed); };
+    awaiting_ = true;
+    WatchForHangUp();
+    shared_->AddCalls(1);
+    const ContentCoding coding = coding_;
+    const int64_t min_bytes = shared_->options.compress_min_bytes;
+    shared_->service.Handle(std::move(call), [self = this->shared_from_this(), shared = shared_,
+                                              coding, min_bytes](HttpReply reply) mutable {
+      // Compressed here, on the replying thread (an engine worker for an
+      // inference), not on the I/O threads.
+      if (coding != ContentCoding::kIdentity &&
+          static_cast<int64_t>(reply.body.size()) >= min_bytes) {
+        absl::StatusOr<std::string> z = Deflate(reply.body, coding);
+        if (z.ok()) {
+          reply.body = *std::move(z);
+          reply.content_encoding = coding;
+        }
+      }
+      {
+        std::shared_ptr<Self> s = std::move(self);
+        auto executor = s->stream_.get_executor();
+        shared->Post(executor, [s = std::move(s), reply = std::move(reply)]() mutable {
+          s->OnReply(std::move(reply));
+        });
+      }
+      shared->AddCalls(-1);
+    });
+  }
+
+  // A client that closes its connection while its request waits: its
+  // socket turns readable with nothing to read.
+  void WatchForHangUp() {
+    Lowest().socket().async_wait(
+        tcp::socket::wait_read, [self = this->shared_from_this()](beast::error_code ec) {
+          if (ec || !self->awaiting_) return;
+          char c;
+          const ssize_t n =
+              ::recv(self->Lowest().socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            self->cancelled_->store(true);
+          }
+          // Else the next request is already coming (pipelining): stop watching.
+        });
+  }
+
+  void OnReply(HttpReply reply) {
+    awaiting_ = false;
+    beast::error_code ignored;
+    Lowest().socket().cancel(ignored);  // the hang-up watch
+    Send(std::move(reply));
+  }
+
+  void Send(HttpReply reply) {
+    if (shared_->serving->draining()) keep_alive_ = false;
+    auto res = std::make_shared<http::response<http::string_body>>(
+        static_cast<http::status>(reply.status), version_);
+    res->set(http::field::server, "gemmserve");
+    if (!reply.content_type.empty()) res->set(http::field::content_type, reply.content_type);
+    if (reply.header_length) {
+      res->set("Inference-Header-Content-Length", std::to_string(*reply.header_length));
+    }
+    if (reply.content_encoding == ContentCoding::kGzip) {
+      res->set(http::field::content_encoding, "gzip");
+    } else if (reply.content_encoding == ContentCoding::kDeflate) {
+      res->set(http::field::content_encoding, "deflate");
+    }
+    res->keep_alive(keep_alive_);
+    res->body() = std::move(reply.body);
+    res->prepare_payload();
+    response_ = res;
+    shared_->AddWriting(1);
+    Lowest().expires_after(Ms(shared_->options.request_timeout_ms));
+    http::async_write(stream_, *res,
+                      [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                        self->shared_->AddWriting(-1);
+                        self->response_.reset();
+                        if (ec || !self->keep_alive_) return self->Close();
+                        self->ReadHeader();
+                      });
+  }
+
+  void Close() {
+    beast::error_code ec;
+    if constexpr (kTls) {
+      Lowest().expires_after(std::chrono::seconds(1));
+      stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) {
+        beast::error_code ignored;
+        self->Lowest().socket().close(ignored);
+      });
+    } else {
+      // Lingering close: what the client is still sending (a body refused
+      // for its size) is read and dropped for a moment, so that the kernel
+      // does not answer it with a reset that would destroy our reply.
+      Lowest().socket().shutdown(tcp::socket::shutdown_send, ec);
+      Lowest().expires_after(std::chrono::seconds(2));
+      Discard();
+    }
+  }
+
+  void Discard() {
+    Lowest().async_read_some(net::buffer(discard_),
+                             [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                               if (!ec) return self->Discard();
+                               beast::error_code ignored;
+                               self->Lowest().socket().close(ignored);
+                             });
+  }
+
+  std::shared_ptr<Shared> shared_;
+  Stream stream_;
+  beast::flat_buffer buffer_;
+  char discard_[4096];
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http::response<http::empty_body>> continue_;
+  std::shared_ptr<http::response<http::string_body>> response_;
+  std::shared_ptr<std::atomic<bool>> cancelled_;
+  ContentCoding coding_ = ContentCoding::kIdentity;
+  bool keep_alive_ = false;
+  bool awaiting_ = false;
+  unsigned version_ = 11;
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in || text.str().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read a PEM file there"));
+  }
+  return text.str();
+}
+
+}  // namespace
+
+class HttpServer::Impl {
+ public:
+  Impl(Serving* serving, const HttpOptions& options)
+      : shared_(std::make_shared<Shared>(serving, options)),
+        ioc_(options.threads),
+        acceptor_(net::make_strand(ioc_)) {}
+
+  absl::Status Listen(const std::string& host, const HttpOptions& o) {
+    if (!o.tls_cert_file.empty() || !o.tls_key_file.empty()) {
+      if (o.tls_cert_file.empty() || o.tls_key_file.empty()) {
+        return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+      }
+      auto cert = ReadFile(o.tls_cert_file, "--tls_cert");
+      if (!cert.ok()) return cert.status();
+      auto key = ReadFile(o.tls_key_file, "--tls_key");
+      if (!key.ok()) return key.status();
+      tls_.emplace(ssl::context::tls_server);
+      tls_->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                        ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+      beast::error_code ec;
+      tls_->use_certificate_chain(net::buffer(*cert), ec);
+      if (!ec) tls_->use_private_key(net::buffer(*key), ssl::context::pem, ec);
+      if (ec) return absl::InvalidArgumentError("--tls_cert/--tls_key: not a usable PEM pair");
+      if (!o.tls_client_ca_file.empty()) {
+        auto ca = ReadFile(o.tls_client_ca_file, "--tls_client_ca");
+        if (!ca.ok()) return ca.status();
+        tls_->add_certificate_authority(net::buffer(*ca), ec);
+        if (ec) return absl::InvalidArgumentError("--tls_client_ca: not a usable PEM file");
+        tls_->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+      }
+    } else if (!o.tls_client_ca_file.empty()) {
+      return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+    }
+    beast::error_code ec;
+    const net::ip::address address = net::ip::make_address(host, ec);
+    if (ec) return absl::InvalidArgumentError(absl::StrCat("--host ", host, " is not an address"));
+    const tcp::endpoint endpoint(address, static_cast<uint16_t>(o.port));
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", HostForPort(host), ":", o.port, ": ", ec.message()));
+    }
+    port_ = acceptor_.local_endpoint().port();
+    address_ = absl::StrCat(HostForPort(host), ":", port_);
+    Accept();
+    for (int i = 0; i < o.threads; ++i) threads_.emplace_back([this] { ioc_.run(); });
+    return absl::OkStatus();
+  }
+
+  void Shutdown(absl::Time deadline) {
+    if (stopped_) return;
+    stopped_ = true;
+    net::post(acceptor_.get_executor(), [this] {
+      beast::error_code ec;
+      acceptor_.close(ec);
+    });
+    {
+      // Replies already on their way get until the deadline to be written.
+      absl::MutexLock lock(&shared_->mu);
+      auto quiet = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu) {
+        return shared_->calls == 0 && shared_->writing == 0;
+      };
+      shared_->mu.AwaitWithDeadline(absl::Condition(&quiet), deadline);
+      shared_->open = false;
+    }
+    ioc_.stop();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+    // A call still computing replies into the closed gate; its connection
+    // is dropped on that thread, which must happen before the I/O context
+    // (and the sockets' service) goes away.
+    absl::MutexLock lock(&shared_->mu);
+    auto replied = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu) { return shared_->calls == 0; };
+    shared_->mu.Await(absl::Condition(&replied));
+  }
+
+  // The TLS context outlives every connection (destroyed with the I/O context).
+  std::optional<ssl::context> tls_;
+  std::shared_ptr<Shared> shared_;
+  net::io_context ioc_;
+  tcp::acceptor acceptor_;
+  std::vector<std::thread> threads_;
+  std::string address_;
+  int port_ = 0;
+  bool stopped_ = false;
+
+ private:
+  void Accept() {
+    acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket s) {
+      if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
+      if (!ec) Admit(std::move(s));
+      Accept();
+    });
+  }
+
+  void Admit(tcp::socket socket) {
+    if (shared_->connections.load() >= shared_->options.max_connections) {
+      // Over the cap: a short answer without waiting on the client, then close.
+      static const std::string kBusy = [] {
+        const std::string body =
+            ErrorJson("too many HTTP connections; --http_max_connections raises the limit");
+        return absl::StrCat(
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
+            "\r\nConnection: close\r\nContent-Length: ",
+            body.size(), "\r\n\r\n", body);
+      }();
+      beast::error_code ec;
+      socket.non_blocking(true, ec);
+      socket.write_some(net::buffer(kBusy), ec);
+      socket.shutdown(tcp::socket::shutdown_both, ec);
+      socket.close(ec);
+      return;
+    }
+    beast::error_code ec;
+    socket.set_option(tcp::no_delay(true), ec);
+    if (tls_) {
+      std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(shared_, std::move(socket),
+                                                                      *tls_)
+          ->Run();
+    } else {
+      std::make_shared<Session<beast::tcp_stream>>(shared_, std::move(socket))->Run();
+    }
+  }
+};
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() {
+  if (impl_) impl_->Shutdown(absl::Now());
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Serving* serving,
+                                                              const std::string& host,
+                                                              const HttpOptions& options) {
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http_port ", options.port, " is not a port number"));
+  }
+  if (options.threads < 1 || options.threads > 256) {
+    return absl::InvalidArgumentError("--http_threads must be in [1, 256]");
+  }
+  if (options.max_header_bytes < 1024 || options.max_header_bytes > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("--http_max_header_bytes must be in [1024, 2^30]");
+  }
+  if (options.max_connections < 1) {
+    return absl::InvalidArgumentError("--http_max_connections must be at least 1");
+  }
+  if (options.idle_timeout_ms < 1 || options.request_timeout_ms < 1) {
+    return absl::InvalidArgumentError("HTTP timeouts must be at least 1 ms");
+  }
+  auto impl = std::make_unique<Impl>(serving, options);
+  impl->shared_->max_body_bytes = serving->engine().options().max_message_bytes;
+  if (absl::Status s = impl->Listen(host, options); !s.ok()) return s;
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+std::string HttpServer::address() const { return impl_->address_; }
+int HttpServer::port() const { return impl_->port_; }
+void HttpServer::Shutdown(absl::Time deadline) { impl_->Shutdown(deadline); }
+
+}  // namespace gemmserve

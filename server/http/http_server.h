@@ -1,0 +1,72 @@
+// HttpServer: the REST front end's sockets, on Boost.Beast over Asio. A few
+// I/O threads (--http_threads) run every connection asynchronously: they
+// read a request whole (within --http_idle_timeout_ms for its header and
+// --http_request_timeout_ms for its body, capped at --http_max_header_bytes
+// and --max_message_bytes, decompressed under the same cap), hand it to
+// HttpService and write the reply when it comes back from the engine. No
+// compute runs on them, and a slow or silent client only holds its own
+// connection, never a thread: every read and write is asynchronous and timed.
+// A client that closes its connection while its inference is queued cancels
+// it, as a cancelled gRPC call does.
+//
+//   HttpOptions options;
+//   options.port = 0;
+//   GEMMSERVE_ASSIGN_OR_RETURN(auto http, HttpServer::Start(&serving, "127.0.0.1", options));
+//   std::cout << "gemmserve http on " << http->address() << "\n";
+//   ...
+//   http->Shutdown(deadline);  // after Serving has drained
+#ifndef GEMMSERVE_SERVER_HTTP_HTTP_SERVER_H_
+#define GEMMSERVE_SERVER_HTTP_HTTP_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/serving/serving.h"
+
+namespace gemmserve {
+
+struct HttpOptions {
+  int port = 8000;  // 0 picks a free one
+  int threads = 2;  // I/O threads
+  int64_t max_header_bytes = 16 << 10;
+  int max_connections = 1024;  // more are answered 503 and closed
+  // A keep-alive connection may wait this long for its next request's
+  // header; a request's body, and a response, must cross within the other.
+  int64_t idle_timeout_ms = 60000;
+  int64_t request_timeout_ms = 60000;
+  // Responses of at least this many bytes are compressed when the client
+  // accepts gzip or deflate.
+  int64_t compress_min_bytes = 1024;
+  // TLS with the gRPC port's --tls_* files; empty: plaintext.
+  std::string tls_cert_file, tls_key_file, tls_client_ca_file;
+};
+
+class HttpServer {
+ public:
+  // INVALID_ARGUMENT for options out of range or unreadable TLS files,
+  // UNAVAILABLE if the port cannot be bound. `serving` must outlive it.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(Serving* serving,
+                                                           const std::string& host,
+                                                           const HttpOptions& options);
+  ~HttpServer();
+
+  std::string address() const;
+  int port() const;
+
+  // Stops accepting, gives replies still being written until `deadline`,
+  // then closes every connection and joins the I/O threads. Call after
+  // Serving::StartDraining (new inferences get 503, ready answers 400).
+  void Shutdown(absl::Time deadline);
+
+ private:
+  class Impl;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_HTTP_HTTP_SERVER_H_

@@ -1,0 +1,80 @@
+// The KServe v2 REST binding over Serving: routes a request (method and path)
+// to its handler, which decodes, asks Serving and encodes, as the gRPC front
+// end's InferenceService does. It knows nothing of sockets: HttpServer reads
+// the request, hands it over whole (body decompressed) and writes the reply.
+//
+//   GET  /v2/health/live | /v2/health/ready                 200, or 400 when not
+//   GET  /v2                                                server metadata
+//   GET  /v2/models/{m}[/versions/{v}]                      model metadata
+//   GET  /v2/models/{m}[/versions/{v}]/ready                200, or 400
+//   GET  /v2/models/{m}[/versions/{v}]/config               Triton's model config
+//   GET  /v2/models[/{m}[/versions/{v}]]/stats              statistics
+//   POST /v2/models/{m}[/versions/{v}]/infer                inference
+//   POST /v2/repository/index                               repository index
+//   POST /v2/repository/models/{m}/load | /unload           load, unload
+//
+// Errors are `{"error": "<the gRPC API's message>"}` with the status of the
+// gRPC code (HttpStatusOf). With a token file every route but the two health
+// checks needs `Authorization: Bearer <token>`.
+#ifndef GEMMSERVE_SERVER_HTTP_HTTP_SERVICE_H_
+#define GEMMSERVE_SERVER_HTTP_HTTP_SERVICE_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "server/http/compression.h"
+#include "server/serving/serving.h"
+
+namespace gemmserve {
+
+// The HTTP status of a gRPC status code (Triton's mapping): OK 200,
+// INVALID_ARGUMENT 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403,
+// NOT_FOUND 404, DEADLINE_EXCEEDED 408, RESOURCE_EXHAUSTED 413 (a size limit)
+// or 429 (out of memory), CANCELLED 499, UNIMPLEMENTED 501, UNAVAILABLE 503,
+// anything else 500.
+int HttpStatusOf(const absl::Status& status);
+
+struct HttpCall {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // path and query, as sent
+  std::optional<std::string> authorization;
+  std::optional<std::string> header_length;  // Inference-Header-Content-Length
+  std::string body;                          // decompressed
+  // Polled while an inference waits: true once the client has gone.
+  std::function<bool()> is_cancelled;
+};
+
+struct HttpReply {
+  int status = 200;
+  std::string body;  // empty for the health checks
+  std::string content_type = "application/json";
+  std::optional<size_t> header_length;                        // Inference-Header-Content-Length
+  ContentCoding content_encoding = ContentCoding::kIdentity;  // set by the server
+};
+
+class HttpService {
+ public:
+  // `serving` must outlive the service.
+  explicit HttpService(Serving* serving) : serving_(serving) {}
+
+  // Calls `reply` exactly once: before Handle returns, or for an inference
+  // from one of the engine's workers.
+  using Reply = absl::AnyInvocable<void(HttpReply) &&>;
+  void Handle(HttpCall call, Reply reply);
+
+  static HttpReply Error(const absl::Status& status);
+
+ private:
+  void Infer(HttpCall call, absl::string_view model, absl::string_view version, Reply reply);
+
+  Serving* const serving_;
+};
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_HTTP_HTTP_SERVICE_H_

@@ -1,0 +1,39 @@
+// JSON of the KServe v2 REST binding for everything but inference: server and
+// model metadata, Triton's model configuration, statistics and repository
+// index (the field names of the gRPC messages, as Triton's HTTP API writes
+// them, with numbers as JSON numbers), and the body of a repository load.
+#ifndef GEMMSERVE_SERVER_HTTP_MODEL_JSON_H_
+#define GEMMSERVE_SERVER_HTTP_MODEL_JSON_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/core/inference_engine.h"
+#include "server/core/model.h"
+#include "server/repository/model_repository.h"
+
+namespace gemmserve {
+
+void AppendJsonString(absl::string_view s, std::string* out);
+
+std::string ServerMetadataJson(absl::string_view name, absl::string_view version,
+                               const std::vector<std::string>& extensions);
+std::string ModelMetadataJson(const ModelMetadata& metadata);
+std::string ModelConfigJson(const ServedModel& served);
+std::string ModelStatisticsJson(const std::vector<ModelStatistics>& stats);
+std::string RepositoryIndexJson(const std::vector<ModelStatus>& index);
+std::string ErrorJson(absl::string_view message);
+
+// The body of POST /v2/repository/index: `{"ready": bool}` or empty.
+absl::StatusOr<bool> ParseRepositoryIndexRequest(absl::string_view body);
+
+// The body of POST /v2/repository/models/{m}/load, as Triton's: empty, or
+// `{"parameters": {"config": "<config.pbtxt or JSON text>", "file:<path>":
+// "<base64>"}}`. INVALID_ARGUMENT naming what is wrong.
+absl::StatusOr<ModelLoadRequest> ParseModelLoadRequest(absl::string_view body);
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_HTTP_MODEL_JSON_H_

@@ -1,0 +1,229 @@
+"""The HTTP/REST front end through real HTTP to a real server process: every
+endpoint, every ONNX conformance case with JSON data and again with binary
+data, and a parity table: the same requests over gRPC and over HTTP give
+byte-identical results (binary) and identical values (JSON)."""
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import unittest
+
+import numpy as np
+
+from gemmserve_client import bf16_bits_to_float32, decode_outputs, make_infer_request
+from gemmserve_client.http import HttpClient
+from gemmserve_testing.base import GemmServeTestCase
+from gemmserve_testing.onnx_models import matmul_graph, model_bytes
+from gemmserve_testing.references import random_wire, small_int_wire
+
+import test_onnx_conformance as conformance
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class HttpTestCase(GemmServeTestCase):
+    def setUp(self):
+        self.http = HttpClient(self.server.http_url)
+        self.addCleanup(self.http.close)
+
+
+class EndpointsTest(HttpTestCase):
+    def test_health_metadata_config_stats_and_repository(self):
+        self.assertTrue(self.http.live())
+        self.assertTrue(self.http.ready())
+        meta = self.http.server_metadata()
+        self.assertEqual(meta["name"], "gemmserve")
+        for ext in ("binary_tensor_data", "model_repository", "statistics", "model_configuration"):
+            self.assertIn(ext, meta["extensions"])
+        model = self.http.model_metadata("grouped_matmul")
+        self.assertEqual([i["name"] for i in model["inputs"]],
+                         ["input", "weights", "group_indices", "bias"])
+        self.assertEqual(self.http.model_metadata("matmul", "1")["versions"], ["1"])
+        config = self.http.model_config("grouped_matmul")
+        self.assertEqual(config["input"][0]["data_type"], "TYPE_FP32")
+        self.assertIn("max_queue_delay_microseconds", config["dynamic_batching"])
+        before = self.http.model_statistics("matmul")["model_stats"][0]["inference_count"]
+        self.http.infer("matmul", [("A", np.ones((3, 2), np.float32)),
+                                   ("B", np.ones((2, 2), np.float32))])
+        after = self.http.model_statistics("matmul")["model_stats"][0]
+        self.assertEqual(after["inference_count"], before + 3)
+        self.assertEqual({s["name"] for s in self.http.model_statistics()["model_stats"]},
+                         {"matmul", "grouped_matmul"})
+        status, _, body = self.http.request("GET", "/v2/models/matmul/ready")
+        self.assertEqual((status, body), (200, b""))
+        self.assertEqual(self.http.request("GET", "/v2/models/absent/ready")[0], 400)
+        status, _, body = self.http.request("POST", "/v2/repository/index", b'{"ready":true}')
+        self.assertEqual(status, 200)
+        self.assertEqual({m["name"] for m in json.loads(body)}, {"matmul", "grouped_matmul"})
+
+    def test_errors_are_json_with_the_status_of_their_grpc_code(self):
+        cases = [("GET", "/v2/models/absent", None, 404, "absent"),
+                 ("GET", "/v2/models/matmul/versions/7", None, 404, "version"),
+                 ("GET", "/v2/nowhere", None, 404, "no such endpoint"),
+                 ("POST", "/v2/models/absent/infer", b'{"inputs":[]}', 404, "absent"),
+                 ("POST", "/v2/models/matmul/infer", b'{"inputs":[', 400, "malformed JSON"),
+                 ("DELETE", "/v2/models/matmul", None, 405, "not allowed"),
+                 ("POST", "/v2/repository/models/absent/unload", None, 404, "absent")]
+        for method, path, body, code, text in cases:
+            with self.subTest(path=path):
+                status, headers, data = self.http.request(method, path, body)
+                self.assertEqual(status, code, data)
+                self.assertIn(text, json.loads(data)["error"])
+                self.assertEqual(headers["Content-Type"], "application/json")
+
+    def test_load_and_unload_through_the_repository_endpoints(self):
+        model = model_bytes(matmul_graph(
+            "lin_http", np.arange(6, dtype=np.float32).reshape(2, 3))).SerializeToString()
+        body = json.dumps({"parameters": {
+            "config": "", "file:1/model.onnx": base64.b64encode(model).decode()}}).encode()
+        status, _, data = self.http.request("POST", "/v2/repository/models/lin_http/load", body)
+        self.assertEqual(status, 200, data)
+        self.assertTrue(self.http.request("GET", "/v2/models/lin_http/ready")[0] == 200)
+        status, _, data = self.http.request("POST", "/v2/repository/models/lin_http/unload")
+        self.assertEqual(status, 200, data)
+        self.assertEqual(self.http.request("GET", "/v2/models/lin_http/ready")[0], 400)
+        status, _, data = self.http.request("POST", "/v2/repository/models/lin_http/load",
+                                            b'{"parameters":{"file:1/model.onnx":"@@"}}')
+        self.assertEqual(status, 400)
+        self.assertIn("base64", json.loads(data)["error"])
+
+    def test_compressed_request_and_response(self):
+        import gzip
+        import zlib
+        a = np.arange(400, dtype=np.float32).reshape(20, 20)
+        body = json.dumps({"inputs": [
+            {"name": "A", "shape": [20, 20], "datatype": "FP32", "data": a.ravel().tolist()},
+            {"name": "B", "shape": [20, 20], "datatype": "FP32",
+             "data": np.eye(20, dtype=np.float32).ravel().tolist()}]}).encode()
+        for coding, pack, unpack in (("gzip", gzip.compress, gzip.decompress),
+                                     ("deflate", zlib.compress, zlib.decompress)):
+            with self.subTest(coding=coding):
+                status, headers, data = self.http.request(
+                    "POST", "/v2/models/matmul/infer", pack(body),
+                    {"Content-Encoding": coding, "Accept-Encoding": coding})
+                self.assertEqual(status, 200, data)
+                self.assertEqual(headers.get("Content-Encoding"), coding)
+                out = json.loads(unpack(data))
+                np.testing.assert_array_equal(
+                    np.array(out["outputs"][0]["data"], np.float32).reshape(20, 20), a)
+        status, _, data = self.http.request("POST", "/v2/models/matmul/infer", body,
+                                            {"Content-Encoding": "br"})
+        self.assertEqual(status, 415)
+
+
+class ParityTest(HttpTestCase):
+    """The same request over gRPC and over HTTP: identical answers."""
+
+    def requests(self):
+        rng = np.random.default_rng(3)
+        for datatype in ("FP32", "FP64", "FP16", "BF16"):
+            yield ("matmul", [("A", random_wire(rng, datatype, (5, 7)), datatype),
+                              ("B", random_wire(rng, datatype, (7, 3)), datatype)])
+            yield ("matmul", [("A", random_wire(rng, datatype, (2, 1, 4, 3)), datatype),
+                              ("B", random_wire(rng, datatype, (3, 3, 2)), datatype)])
+            idx = rng.integers(0, 3, size=(6, 2)).astype(np.int64)
+            yield ("grouped_matmul", [("input", random_wire(rng, datatype, (6, 5)), datatype),
+                                      ("weights", random_wire(rng, datatype, (3, 5, 4)), datatype),
+                                      ("group_indices", idx),
+                                      ("bias", random_wire(rng, datatype, (3, 4)), datatype)])
+        for datatype in ("INT32", "INT64", "UINT32", "UINT64"):
+            yield ("matmul", [("A", small_int_wire(rng, datatype, (4, 6)), datatype),
+                              ("B", small_int_wire(rng, datatype, (6, 2)), datatype)])
+        yield ("matmul", [("A", np.zeros((0, 3), np.float32)), ("B", np.ones((3, 2), np.float32))])
+        yield ("grouped_matmul", [("input", np.ones((2, 3), np.float32)),
+                                  ("weights", np.ones((2, 3, 4), np.float32)),
+                                  ("group_indices", np.array([[1], [0]], np.int32))])
+
+    def test_grpc_and_http_answers_are_identical(self):
+        for model, inputs in self.requests():
+            datatype = inputs[0][2] if len(inputs[0]) > 2 else "FP32"
+            with self.subTest(model=model, datatype=datatype, shape=inputs[0][1].shape):
+                grpc_out = decode_outputs(self.infer(make_infer_request(model, inputs)))
+                binary = self.http.infer(model, inputs)
+                text = self.http.infer(model, inputs, binary=False)
+                self.assertEqual(binary.keys(), grpc_out.keys())
+                for name, expected in grpc_out.items():
+                    self.assertEqual(binary[name].dtype, expected.dtype)
+                    self.assertEqual(binary[name].tobytes(), expected.tobytes(), name)
+                    # JSON numbers read back to the same bits (no NaN in these).
+                    self.assertEqual(text[name].astype(expected.dtype).tobytes(),
+                                     expected.tobytes(), name)
+
+
+class ConformanceOverRestTest(HttpTestCase):
+    def test_conformance_data_is_present(self):
+        self.assertGreaterEqual(len(conformance.CASES), conformance.MIN_CASES)
+
+    def run_case(self, case_dir, binary):
+        import onnx
+        model = onnx.load(os.path.join(case_dir, "model.onnx"))
+        node = model.graph.node[0]
+        model_name, input_names, output_name = conformance.MODELS[node.op_type]
+        graph_inputs = [i.name for i in model.graph.input]
+        for data_set in sorted(d for d in os.listdir(case_dir) if d.startswith("test_data_set_")):
+            data_set = os.path.join(case_dir, data_set)
+            by_name = {}
+            for i, graph_input in enumerate(graph_inputs):
+                datatype, array, _ = conformance.load_tensor(os.path.join(data_set,
+                                                                          f"input_{i}.pb"))
+                by_name[graph_input] = (datatype, array)
+            inputs = [(input_names[p], by_name[n][1], by_name[n][0])
+                      for p, n in enumerate(node.input) if n]
+            got = self.http.infer(model_name, inputs, binary=binary)[output_name]
+            datatype, expected, _ = conformance.load_tensor(os.path.join(data_set, "output_0.pb"))
+            self.assertEqual(got.shape, expected.shape)
+            if datatype == "BF16":
+                got, expected = bf16_bits_to_float32(got), bf16_bits_to_float32(expected)
+            np.testing.assert_allclose(
+                got, expected,
+                **conformance.TOLERANCE.get(datatype, conformance.DEFAULT_TOLERANCE))
+
+
+for _case in conformance.CASES:
+    for _binary in (False, True):
+        def _test(self, case=_case, binary=_binary):
+            self.run_case(case, binary)
+        _test.__name__ = f"{os.path.basename(_case)}_{'binary' if _binary else 'json'}"
+        setattr(ConformanceOverRestTest, _test.__name__, _test)
+
+
+class ReadmeCurlExamplesTest(HttpTestCase):
+    """The README's curl examples, run as written against this server's port."""
+
+    def test_every_curl_example_answers_as_the_readme_says(self):
+        with open(os.path.join(ROOT, "README.md")) as f:
+            readme = f.read()
+        section = readme[readme.index("## HTTP/REST"):]
+        section = section[:section.index("\n## ", 4)]
+        blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
+        commands = []
+        for block in blocks:
+            for line in block.replace("\\\n", " ").splitlines():
+                if line.startswith("curl "):
+                    commands.append(line)
+                elif commands and line.strip():
+                    commands[-1] += "\n" + line  # inside a quoted body
+
+        self.assertGreaterEqual(len(commands), 5, "the README shows curl examples")
+        curl = shutil.which("curl")
+        self.assertIsNotNone(curl, "curl is installed (scripts/install_deps.sh --test)")
+        for command in commands:
+            with self.subTest(command=command[:80]):
+                command = command.replace("localhost:8000", f"127.0.0.1:{self.server.http_port}")
+                command = "curl -sS -w '\\n%{http_code}' " + command[len("curl "):]
+                result = subprocess.run(["bash", "-c", command],
+                                        capture_output=True, text=True, timeout=30)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                body, _, code = result.stdout.rpartition("\n")
+                self.assertEqual(code, "200", body)
+                if body.strip():
+                    reply = json.loads(body)
+                    self.assertNotIn("error", reply)
+                    if "model_name" in reply:  # an inference's answer
+                        self.assertTrue(reply["outputs"][0]["data"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
