@@ -1,7 +1,7 @@
 # gemmserve container: build with the project's own scripts, run on a slim
 # Debian bookworm with only the shared libraries the binaries load.
 #   docker build -t gemmserve .
-#   docker run -p 8001:8001 -p 8002:8002 gemmserve
+#   docker run -p 8000:8000 -p 8001:8001 -p 8002:8002 gemmserve   # HTTP, gRPC, metrics
 #   docker run -p 9001:9001 gemmserve --grpc_port=9001   # other ports: arguments
 # tests/container.sh builds and runs it for real (README: Deploying).
 FROM debian:bookworm-slim AS build
@@ -25,10 +25,10 @@ RUN apt-get update \
 COPY --from=build /src/build/bin/gemmserve /src/build/bin/gemmserve-cli /usr/local/bin/
 COPY --from=build /src/build/model_repository /models
 USER 10001
-EXPOSE 8001 8002
+EXPOSE 8000 8001 8002
 # The server writes the address it listens on to /tmp (a tmpfs under
 # --read-only), and the health check calls that one, so it follows ports moved
 # by arguments; without the file it calls the default port.
 HEALTHCHECK --interval=10s --timeout=3s CMD ["gemmserve-cli", "--url_file=/tmp/gemmserve.address", "health"]
 ENTRYPOINT ["gemmserve", "--address_file=/tmp/gemmserve.address", "--grpc_port=8001", \
-            "--metrics_port=8002", "--model_repository=/models"]
+            "--http_port=8000", "--metrics_port=8002", "--model_repository=/models"]

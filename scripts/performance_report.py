@@ -59,9 +59,10 @@ LIMIT_NAME = re.compile(r"(Limit/sgemm/2048|Limit/dgemm/2048|Limit/read_bandwidt
 LIMIT_KINDS = {"Limit/sgemm/2048": ("sgemm", "GFLOPS"), "Limit/dgemm/2048": ("dgemm", "GFLOPS"),
                "Limit/read_bandwidth": ("bandwidth", "GBps")}
 LIMIT_MOVE = 0.10  # a group whose limits moved more than this is marked
-# Kept from the old file, in this order: scripts/service_benchmark.py's and
-# scripts/scaling_benchmark.py's sections, and the written design notes.
-KEPT_SECTIONS = ("service-benchmark", "thread-scaling", "scaling")
+# Kept from the old file, in this order: scripts/service_benchmark.py's,
+# scripts/http_benchmark.py's and scripts/scaling_benchmark.py's sections, and
+# the written design notes.
+KEPT_SECTIONS = ("service-benchmark", "http-benchmark", "thread-scaling", "scaling")
 
 
 @dataclass

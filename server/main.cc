@@ -66,7 +66,7 @@ ABSL_FLAG(std::string, model_repository, kDefaults.serving.model_repository,
           "Model repository directory (Triton layout: DIR/<model>/<version>/model.onnx and an "
           "optional DIR/<model>/config.pbtxt); empty: built-in models only.");
 ABSL_FLAG(std::string, tls_cert, "",
-          "PEM certificate chain: serve gRPC over TLS (with --tls_key).");
+          "PEM certificate chain: serve gRPC and HTTP over TLS (with --tls_key).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA: require and verify client certificates it signed (mutual TLS).");
@@ -163,9 +163,7 @@ int main(int argc, char** argv) {
   http_options.max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);
   http_options.idle_timeout_ms = absl::GetFlag(FLAGS_http_idle_timeout_ms);
   http_options.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
-  http_options.tls_cert_file = grpc.tls.cert_file;
-  http_options.tls_key_file = grpc.tls.key_file;
-  http_options.tls_client_ca_file = grpc.tls.client_ca_file;
+  http_options.tls = grpc.tls;
   const std::string host = serving.host;
 
   {

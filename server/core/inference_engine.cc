@@ -17,6 +17,8 @@
 #include "server/common/status_macros.h"
 #include "server/core/input_binding.h"
 #include "server/core/overload.h"
+#include "server/tensor/datatype.h"
+#include "server/tensor/shape.h"
 
 namespace gemmserve {
 namespace {
@@ -37,8 +39,21 @@ void SaturatingIncrement(std::atomic<uint64_t>& counter, uint64_t n) {
 // datatypes and shapes, field tags) beside the tensor bytes and the echoed id.
 constexpr int64_t kResponseEnvelopeBytes = 1024;
 
-absl::Status CheckOutputLimits(const PreparedInference& prepared, int64_t id_bytes,
-                               const EngineOptions& options) {
+// Bytes of the response's tensors: the outputs' own, or their largest decimal
+// text for a front end that writes them as text (outputs of the built-in
+// operators and of resident models have the datatype of the first input).
+int64_t ResponseTensorBytes(const PreparedInference& prepared, DataType type, bool as_text) {
+  if (!as_text) return prepared.output_bytes();
+  int64_t bytes = 0;
+  for (const auto& [name, shape] : prepared.output_shapes()) {
+    const absl::StatusOr<int64_t> n = ElementCount(shape);
+    bytes = SaturatingAdd(bytes, SaturatingMul(n.ok() ? *n : INT64_MAX, MaxDecimalTextBytes(type)));
+  }
+  return bytes;
+}
+
+absl::Status CheckOutputLimits(const PreparedInference& prepared, int64_t response_tensor_bytes,
+                               bool as_text, int64_t id_bytes, const EngineOptions& options) {
   const int64_t bytes = prepared.output_bytes();
   auto describe = [&] {
     std::string shapes;
@@ -52,12 +67,15 @@ absl::Status CheckOutputLimits(const PreparedInference& prepared, int64_t id_byt
         "output ", describe(), " would be ", bytes, " bytes, over the server's limit of ",
         options.max_output_bytes, " (raise it with --max_output_bytes)"));
   }
-  const int64_t response_bytes = bytes + id_bytes + kResponseEnvelopeBytes;
+  const int64_t response_bytes =
+      SaturatingAdd(response_tensor_bytes, id_bytes + kResponseEnvelopeBytes);
   if (response_bytes > options.max_message_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "output ", describe(), " would be ", bytes, " bytes, making a response of about ",
-        response_bytes, " bytes with the request id, over the message limit of ",
-        options.max_message_bytes, " (raise it with --max_message_bytes)"));
+        response_bytes, " bytes with the request id",
+        as_text ? " written as JSON numbers (binary_data_output sends raw bytes)" : "",
+        ", over the message limit of ", options.max_message_bytes,
+        " (raise it with --max_message_bytes)"));
   }
   return absl::OkStatus();
 }
@@ -460,16 +478,19 @@ absl::Status InferenceEngine::Admit(std::unique_ptr<InferRequestView> request,
   GEMMSERVE_ASSIGN_OR_RETURN(BoundInputs bound, BindInputs(metadata, *request));
   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<PreparedInference> prepared,
                              served->model().Prepare(bound));
-  GEMMSERVE_RETURN_IF_ERROR(
-      CheckOutputLimits(*prepared, static_cast<int64_t>(request->id.size()), options_));
+  const DataType type = bound.empty() ? DataType::kFP32 : bound.front().type;
+  const int64_t response_tensor_bytes =
+      ResponseTensorBytes(*prepared, type, request->outputs_as_text);
+  GEMMSERVE_RETURN_IF_ERROR(CheckOutputLimits(*prepared, response_tensor_bytes,
+                                              request->outputs_as_text,
+                                              static_cast<int64_t>(request->id.size()), options_));
   int64_t input_bytes = 0;
   for (const BoundInput& b : bound) input_bytes = SaturatingAdd(input_bytes, b.byte_size);
-  const DataType type = bound.empty() ? DataType::kFP32 : bound.front().type;
   // Everything the request holds until it is answered: the front end's
   // message, what the model computes with, and the response it is copied into.
   int64_t cost =
       SaturatingAdd(request->message_bytes, prepared->held_bytes(options_.compute_threads));
-  cost = SaturatingAdd(SaturatingAdd(cost, prepared->output_bytes()), kRequestBookkeepingBytes);
+  cost = SaturatingAdd(SaturatingAdd(cost, response_tensor_bytes), kRequestBookkeepingBytes);
   if (cost > options_.max_inflight_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the request would hold ", cost,

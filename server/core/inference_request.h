@@ -65,6 +65,11 @@ struct InferRequestView {
   // Whether a tiny request may be computed on the caller's thread
   // (--inline_max_flops); false for front ends whose threads only do I/O.
   bool may_run_inline = true;
+  // Whether the front end writes outputs as decimal text (HTTP's JSON
+  // numbers) rather than raw bytes: the response is then counted, against
+  // --max_inflight_bytes and --max_message_bytes, at its largest text size
+  // (MaxDecimalTextBytes per element).
+  bool outputs_as_text = false;
 };
 
 struct NamedTensor {

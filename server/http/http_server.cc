@@ -5,9 +5,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -328,16 +326,6 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   unsigned version_ = 11;
 };
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in || text.str().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read a PEM file there"));
-  }
-  return text.str();
-}
-
 }  // namespace
 
 class HttpServer::Impl {
@@ -348,30 +336,21 @@ class HttpServer::Impl {
         acceptor_(net::make_strand(ioc_)) {}
 
   absl::Status Listen(const std::string& host, const HttpOptions& o) {
-    if (!o.tls_cert_file.empty() || !o.tls_key_file.empty()) {
-      if (o.tls_cert_file.empty() || o.tls_key_file.empty()) {
-        return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
-      }
-      auto cert = ReadFile(o.tls_cert_file, "--tls_cert");
-      if (!cert.ok()) return cert.status();
-      auto key = ReadFile(o.tls_key_file, "--tls_key");
-      if (!key.ok()) return key.status();
+    auto pem = ReadTlsFiles(o.tls);
+    if (!pem.ok()) return pem.status();
+    if (!pem->plaintext()) {
       tls_.emplace(ssl::context::tls_server);
       tls_->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
                         ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
       beast::error_code ec;
-      tls_->use_certificate_chain(net::buffer(*cert), ec);
-      if (!ec) tls_->use_private_key(net::buffer(*key), ssl::context::pem, ec);
+      tls_->use_certificate_chain(net::buffer(pem->cert_chain), ec);
+      if (!ec) tls_->use_private_key(net::buffer(pem->private_key), ssl::context::pem, ec);
       if (ec) return absl::InvalidArgumentError("--tls_cert/--tls_key: not a usable PEM pair");
-      if (!o.tls_client_ca_file.empty()) {
-        auto ca = ReadFile(o.tls_client_ca_file, "--tls_client_ca");
-        if (!ca.ok()) return ca.status();
-        tls_->add_certificate_authority(net::buffer(*ca), ec);
+      if (!pem->client_ca.empty()) {
+        tls_->add_certificate_authority(net::buffer(pem->client_ca), ec);
         if (ec) return absl::InvalidArgumentError("--tls_client_ca: not a usable PEM file");
         tls_->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
       }
-    } else if (!o.tls_client_ca_file.empty()) {
-      return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
     }
     beast::error_code ec;
     const net::ip::address address = net::ip::make_address(host, ec);

@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/common/tls_files.h"
 #include "server/serving/serving.h"
 
 namespace gemmserve {
@@ -40,8 +41,8 @@ struct HttpOptions {
   // Responses of at least this many bytes are compressed when the client
   // accepts gzip or deflate.
   int64_t compress_min_bytes = 1024;
-  // TLS with the gRPC port's --tls_* files; empty: plaintext.
-  std::string tls_cert_file, tls_key_file, tls_client_ca_file;
+  // TLS with the gRPC port's --tls_* files; none: plaintext.
+  TlsOptions tls;
 };
 
 class HttpServer {

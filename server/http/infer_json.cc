@@ -51,8 +51,10 @@ bool LooksIntegral(absl::string_view s) {
 // (a value too small rounds to zero or a subnormal, as strtod does).
 template <typename T>
 bool ParseFloat(absl::string_view s, T* out) {
+  // A JSON number ends in a digit; only RapidJSON's NaN and Infinity tokens
+  // end in a letter.
   double special;
-  if (IsSpecial(s, &special)) {
+  if (!s.empty() && (s.back() < '0' || s.back() > '9') && IsSpecial(s, &special)) {
     *out = static_cast<T>(special);
     return true;
   }
@@ -626,8 +628,20 @@ absl::Status Parse(absl::string_view header, HttpInferRequest* request,
                    std::vector<InputState>* inputs, int pass) {
   InferHandler handler(request, inputs, pass, header.size());
   rapidjson::Reader reader;
-  rapidjson::MemoryStream stream(header.data(), header.size());
-  reader.Parse<kParseFlags>(stream, handler);
+  // A JSON-only body is NUL-terminated (std::string) and, once checked to
+  // hold no NUL, RapidJSON's StringStream reads it without a bounds check per
+  // character (about a fifth faster on number arrays). A header followed by
+  // binary tensors, or text with a NUL in it (which must be refused, not cut
+  // short), is read with the bounded MemoryStream.
+  const bool terminated = header.data()[header.size()] == '\0' &&
+                          std::memchr(header.data(), '\0', header.size()) == nullptr;
+  if (terminated) {
+    rapidjson::StringStream stream(header.data());
+    reader.Parse<kParseFlags>(stream, handler);
+  } else {
+    rapidjson::MemoryStream stream(header.data(), header.size());
+    reader.Parse<kParseFlags>(stream, handler);
+  }
   if (!reader.HasParseError()) return absl::OkStatus();
   if (!handler.error.ok()) return handler.error;
   return absl::InvalidArgumentError(
@@ -665,6 +679,12 @@ absl::Status DecodeOrThrow(absl::string_view model_name, absl::string_view model
   view.id = request->id;
   view.message_bytes = static_cast<int64_t>(body.size());
   view.may_run_inline = false;  // never compute on an HTTP I/O thread
+  // Outputs written as JSON numbers take up to 8 bytes of text per byte
+  // (BF16): the engine counts and caps the response at that size.
+  view.outputs_as_text = request->outputs.empty() && !request->binary_data_output;
+  for (const HttpRequestedOutput& o : request->outputs) {
+    view.outputs_as_text = view.outputs_as_text || !o.binary;
+  }
   view.inputs.reserve(inputs.size());
   size_t offset = json_size;
   for (InputState& in : inputs) {
@@ -719,18 +739,6 @@ void AppendInteger(T v, std::string* out) {
   out->append(buf, end);
 }
 
-// Characters of one element in JSON, at most (with its comma).
-int64_t MaxJsonChars(DataType t) {
-  switch (t) {
-    case DataType::kINT32:
-    case DataType::kUINT32: return 12;
-    case DataType::kINT64:
-    case DataType::kUINT64: return 21;
-    case DataType::kFP64: return 25;
-    default: return 16;  // FP32 and the half types, shortest float text
-  }
-}
-
 void AppendData(const Tensor& t, std::string* out) {
   const int64_t n = t.num_elements();
   out->push_back('[');
@@ -768,7 +776,8 @@ absl::Status EncodeOrThrow(const InferResult& result, const HttpInferRequest& re
     if (BinaryOutput(request, o.name)) {
       binary_bytes += static_cast<size_t>(o.tensor.byte_size());
     } else {
-      estimate += static_cast<size_t>(o.tensor.num_elements() * MaxJsonChars(o.tensor.type()));
+      estimate +=
+          static_cast<size_t>(o.tensor.num_elements() * MaxDecimalTextBytes(o.tensor.type()));
     }
   }
   body.reserve(estimate + binary_bytes);

@@ -472,6 +472,38 @@ TEST_F(InferenceEngineTest, E8OutputThatCannotFitInAResponseMessage) {
               AllOf(HasSubstr("--max_message_bytes"), HasSubstr("'Y' [512,512]")));
 }
 
+TEST_F(InferenceEngineTest, E8OutputsWrittenAsTextAreCountedAtTheirLargestText) {
+  // 64Ki FP32 outputs: 256 KiB of bytes fit a 1 MiB message; as JSON numbers
+  // (up to 16 bytes each, 1 MiB in all) they do not, and the message says so.
+  EngineOptions options;
+  options.max_message_bytes = 1 << 20;
+  Reset(options);
+  Request r =
+      MatMulFp32({256, 1}, std::vector<float>(256, 1.0f), {1, 256}, std::vector<float>(256, 1.0f));
+  Completion c;
+  ASSERT_TRUE(engine_->Submit(r.View(), NeverCancelled(), c.Callback()).ok());
+  EXPECT_TRUE(c.Wait().ok());
+  InferRequestView as_text = r.View();
+  as_text.outputs_as_text = true;
+  auto refused = std::make_unique<Completion>();
+  absl::Status status = engine_->Submit(as_text, NeverCancelled(), refused->Callback());
+  never_done_.push_back(std::move(refused));  // TearDown checks it was never called
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(status.message()),
+              AllOf(HasSubstr("--max_message_bytes"), HasSubstr("JSON numbers"),
+                    HasSubstr("binary_data_output")));
+  EXPECT_EQ(engine_->inflight_bytes(), 0);
+  // Half as many outputs fit as text too.
+  Request small =
+      MatMulFp32({128, 1}, std::vector<float>(128, 1.0f), {1, 256}, std::vector<float>(256, 1.0f));
+  InferRequestView small_text = small.View();
+  small_text.outputs_as_text = true;
+  Completion accepted;
+  ASSERT_TRUE(engine_->Submit(small_text, NeverCancelled(), accepted.Callback()).ok());
+  EXPECT_TRUE(accepted.Wait().ok());
+  EXPECT_EQ(engine_->inflight_bytes(), 0);
+}
+
 TEST_F(InferenceEngineTest, E8TheEchoedRequestIdCountsTowardsTheMessageLimit) {
   EngineOptions options;
   options.max_message_bytes = 1 << 20;

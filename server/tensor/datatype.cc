@@ -36,6 +36,20 @@ int64_t DataTypeSize(DataType t) {
   return 0;
 }
 
+int64_t MaxDecimalTextBytes(DataType t) {
+  switch (t) {
+    case DataType::kINT32:
+    case DataType::kUINT32: return 12;
+    case DataType::kINT64:
+    case DataType::kUINT64: return 21;
+    case DataType::kFP64: return 25;  // -2.2250738585072014e-308,
+    case DataType::kBF16:
+    case DataType::kFP16:
+    case DataType::kFP32: return 16;  // -1.17549435e-38,
+  }
+  return 25;
+}
+
 bool IsFloatingPoint(DataType t) {
   return t == DataType::kBF16 || t == DataType::kFP16 || t == DataType::kFP32 ||
          t == DataType::kFP64;

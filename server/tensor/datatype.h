@@ -39,6 +39,11 @@ absl::string_view DataTypeName(DataType t);
 // Bytes per element.
 int64_t DataTypeSize(DataType t);
 
+// Bytes of one element written as shortest round-trip decimal text (JSON)
+// with its separator, at most: "-2147483648," is 12 for INT32; FP32 and the
+// half types (written as the float they widen to) 16; FP64 25.
+int64_t MaxDecimalTextBytes(DataType t);
+
 bool IsFloatingPoint(DataType t);
 bool IsHalfPrecision(DataType t);  // FP16 or BF16
 

@@ -24,6 +24,7 @@ import onnx
 from onnx import numpy_helper
 
 from gemmserve_client import decode_outputs, make_infer_request, pb2_grpc
+from gemmserve_client.http import HttpClient
 from gemmserve_testing.base import open_channel
 from gemmserve_testing.onnx_models import grouped_graph, grouped_reference, write_model
 from gemmserve_testing.process import metric_sum
@@ -58,13 +59,16 @@ def wait_until(predicate, what, timeout=90):
 
 
 class Container:
-    """One container of the image with its gRPC and metrics ports published on loopback."""
+    """One container of the image with its gRPC, metrics and HTTP ports published on
+    loopback."""
 
-    def __init__(self, *run_args, args=(), grpc_port=8001, metrics_port=8002):
+    def __init__(self, *run_args, args=(), grpc_port=8001, metrics_port=8002, http_port=8000):
         self.id = docker("run", "-d", "-p", f"127.0.0.1::{grpc_port}",
-                         "-p", f"127.0.0.1::{metrics_port}", *run_args, IMAGE, *args)
+                         "-p", f"127.0.0.1::{metrics_port}", "-p", f"127.0.0.1::{http_port}",
+                         *run_args, IMAGE, *args)
         self.grpc = self.published(grpc_port)
         self.metrics_url = f"http://{self.published(metrics_port)}/metrics"
+        self.http_url = f"http://{self.published(http_port)}"
         wait_until(self.serving, f"container {self.id[:12]} to serve")
 
     def published(self, port):
@@ -125,6 +129,12 @@ class ImageTest(unittest.TestCase):
         y = decode_outputs(stub.ModelInfer(make_infer_request("matmul", [("A", a), ("B", b)]),
                                            timeout=30))["Y"]
         np.testing.assert_allclose(y, a @ b, rtol=1e-5, atol=1e-5)
+        # The REST front end on the image's port 8000: the same answer, binary and JSON.
+        with HttpClient(c.http_url, timeout=30) as http:
+            self.assertTrue(http.ready())
+            for binary in (True, False):
+                y_http = http.infer("matmul", [("A", a), ("B", b)], binary=binary)["Y"]
+                self.assertEqual(y_http.tobytes(), y.tobytes(), f"binary={binary}")
         x = RNG.standard_normal((4, 8)).astype(np.float32)
         w = RNG.standard_normal((3, 8, 2)).astype(np.float32)
         idx = RNG.integers(0, 3, (4, 2)).astype(np.int64)
@@ -223,7 +233,8 @@ class ComposeTest(unittest.TestCase):
         return result.stdout
 
     def test_prometheus_scrapes_gemmserve_inside_the_compose_network(self):
-        self.ports = {"GEMMSERVE_GRPC_PORT": str(free_port()),
+        self.ports = {"GEMMSERVE_HTTP_PORT": str(free_port()),
+                      "GEMMSERVE_GRPC_PORT": str(free_port()),
                       "GEMMSERVE_METRICS_PORT": str(free_port()),
                       "PROMETHEUS_PORT": str(free_port())}
         self.addCleanup(self.compose, "down", "--volumes", "--remove-orphans")
@@ -234,8 +245,13 @@ class ComposeTest(unittest.TestCase):
                    "gemmserve in compose to serve")
         stub = pb2_grpc.GRPCInferenceServiceStub(open_channel(grpc_address))
         a = np.ones((2, 2), np.float32)
-        for _ in range(3):
+        for _ in range(2):
             stub.ModelInfer(make_infer_request("matmul", [("A", a), ("B", a)]), timeout=30)
+        # The third over the HTTP port compose publishes; counted in the same metric.
+        with HttpClient(f"http://127.0.0.1:{self.ports['GEMMSERVE_HTTP_PORT']}",
+                        timeout=30) as http:
+            self.assertEqual(http.infer("matmul", [("A", a), ("B", a)])["Y"].tolist(),
+                             [[2.0, 2.0], [2.0, 2.0]])
         api = f"http://127.0.0.1:{self.ports['PROMETHEUS_PORT']}/api/v1/query?"
 
         def query(expr):

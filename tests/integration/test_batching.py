@@ -11,6 +11,7 @@ still running when it decides checks that it was (blocker not done at that
 moment); if a fast machine finished the blocker first, that attempt proves
 nothing either way and runs again with a fresh blocker (`conclusively`).
 """
+import socket
 import threading
 import time
 import unittest
@@ -19,6 +20,7 @@ import grpc
 import numpy as np
 
 from gemmserve_client import decode_outputs, make_infer_request, pb2
+from gemmserve_client.http import encode_infer_request
 from gemmserve_testing.base import GemmServeTestCase
 
 BLOCKER_N = 4096  # 2 * 4096^3 flops: about half a second or more on two cores
@@ -195,6 +197,35 @@ class BatchingTest(GemmServeTestCase):
             if not conclusive and after.inference_count - before.inference_count != BLOCKER_N:
                 return False  # the blocker ended first and the request ran: proves nothing
             # Only the blocker was computed, not the cancelled 3 rows.
+            self.assertEqual(after.inference_count - before.inference_count, BLOCKER_N)
+            return True
+
+        self.conclusively(attempt)
+        self.assert_server_still_serves()
+
+    def test_f2_http_client_that_hangs_up_while_queued_is_never_computed(self):
+        body, n = encode_infer_request([("A", np.ones((3, 2), np.float32)),
+                                        ("B", np.ones((2, 2), np.float32))])
+        request = (f"POST /v2/models/matmul/infer HTTP/1.1\r\nHost: x\r\n"
+                   f"Content-Length: {len(body)}\r\nInference-Header-Content-Length: {n}\r\n"
+                   f"\r\n").encode() + body
+
+        def attempt():
+            blocker = self.start_blocker()
+            before = self.stats()
+            with socket.create_connection(("127.0.0.1", self.server.http_port)) as s:
+                s.sendall(request)
+            # Gone before its answer: the server drops the request (a failure in its
+            # statistics) when it sees the hang-up, before or at the next batch.
+            while not blocker.done():
+                if self.stats().inference_stats.fail.count > before.inference_stats.fail.count:
+                    break
+            self.finish_blocker(blocker)
+            deadline = time.monotonic() + 60
+            while self.stats().inference_stats.fail.count == before.inference_stats.fail.count:
+                self.assertLess(time.monotonic(), deadline, "the hung-up request was not dropped")
+            after = self.stats()
+            # Only the blocker was computed, not the abandoned 3 rows.
             self.assertEqual(after.inference_count - before.inference_count, BLOCKER_N)
             return True
 

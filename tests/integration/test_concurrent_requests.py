@@ -1,6 +1,7 @@
 """Many clients at once with different models, shapes and datatypes: each answer
 equals its own reference, so nothing crosses between requests that the server
-batches or runs side by side (RELIABILITY.md F4)."""
+batches or runs side by side (RELIABILITY.md F4). Over gRPC, and over HTTP
+(binary and JSON) with gRPC clients at the same time."""
 import concurrent.futures
 import unittest
 
@@ -8,6 +9,7 @@ import grpc
 import numpy as np
 
 from gemmserve_client import decode_outputs, make_infer_request, pb2_grpc
+from gemmserve_client.http import HttpClient
 from gemmserve_testing import references as ref
 from gemmserve_testing.base import GemmServeTestCase, open_channel
 
@@ -16,15 +18,22 @@ REQUESTS_PER_THREAD = 20
 
 
 def random_case(rng):
-    """A random MatMul or GroupedMatMul case: (request, checker of the decoded output)."""
+    """A random MatMul or GroupedMatMul case: (request, output name, datatype, checker of
+    the decoded output)."""
+    model, inputs, name, datatype, check = random_inputs(rng)
+    return make_infer_request(model, inputs), name, datatype, check
+
+
+def random_inputs(rng):
+    """(model, [(name, array, datatype)], output name, datatype, checker)."""
     if rng.random() < 0.5:
         datatype = str(rng.choice(ref.MATMUL_TYPES))
         batch = [int(d) for d in rng.integers(1, 3, size=rng.integers(0, 3))]
         m, k, n = (int(v) for v in rng.integers(0, 24, size=3))
         a = ref.random_wire(rng, datatype, (*batch, m, k))
         b = ref.random_wire(rng, datatype, (k, n))
-        request = make_infer_request("matmul", [("A", a, datatype), ("B", b, datatype)])
-        return request, "Y", datatype, lambda y: ref.assert_matmul_result(
+        inputs = [("A", a, datatype), ("B", b, datatype)]
+        return "matmul", inputs, "Y", datatype, lambda y: ref.assert_matmul_result(
             y, a, b, datatype, f"matmul {list(a.shape)} x {list(b.shape)}")
     datatype = str(rng.choice(ref.FLOAT_TYPES))
     m, k, n, s = (int(v) for v in rng.integers(0, 12, size=4))
@@ -36,8 +45,7 @@ def random_case(rng):
     inputs = [("input", x, datatype), ("weights", w, datatype), ("group_indices", idx)]
     if bias is not None:
         inputs.append(("bias", bias, datatype))
-    request = make_infer_request("grouped_matmul", inputs)
-    return request, "output", datatype, lambda out: ref.assert_grouped_matmul_result(
+    return "grouped_matmul", inputs, "output", datatype, lambda out: ref.assert_grouped_matmul_result(
         out, x, w, idx, bias, datatype, f"grouped_matmul M={m} K={k} N={n} G={g} S={s}")
 
 
@@ -70,6 +78,23 @@ class ConcurrentRequestsTest(GemmServeTestCase):
         finally:
             for channel in channels:
                 channel.close()
+
+    def run_http_client(self, seed):
+        """Its own keep-alive connection; binary and JSON requests alternate."""
+        rng = np.random.default_rng(seed)
+        with HttpClient(self.server.http_url) as client:
+            for i in range(REQUESTS_PER_THREAD):
+                model, inputs, name, _, check = random_inputs(rng)
+                check(client.infer(model, inputs, binary=bool(i % 2))[name])
+        return REQUESTS_PER_THREAD
+
+    def test_http_and_grpc_clients_at_once_each_get_their_own_answer(self):
+        with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
+            futures = [pool.submit(self.run_http_client, 2000 + t) if t % 2 else
+                       pool.submit(self.run_client, 2000 + t, self.stub) for t in range(THREADS)]
+            done = sum(f.result(timeout=120) for f in futures)
+        self.assertEqual(done, THREADS * REQUESTS_PER_THREAD)
+        self.server.assert_alive()
 
     def test_identical_shapes_with_different_values_are_not_mixed_up(self):
         # Same shape and datatype everywhere: the case a batcher merges most eagerly.

@@ -6,9 +6,9 @@
   runs (scripts/install_deps.sh, then CMake Release).
 - deploy/k8s: every manifest parses, and the references between them hold:
   labels and selectors, ports and port names, probe services that the server
-  registers for grpc.health.v1, the metric the HPA scales on and the adapter
-  rule that defines it from a metric a live server exports, the Envoy upstream
-  that names the headless Service, flags the server accepts, and a termination
+  registers for grpc.health.v1 and the HTTP probe path a live server answers, the metric the HPA scales on and the adapter
+  rule that defines it from a metric a live server exports, the Envoy upstreams
+  (gRPC and HTTP) that name the headless Service, flags the server accepts, and a termination
   grace longer than the server's own shutdown grace.
 """
 import glob
@@ -73,7 +73,7 @@ class DockerfileTest(unittest.TestCase):
     def test_runtime_stage_is_non_root_with_healthcheck_and_exec_entrypoint(self):
         runtime = self.stages()[1]
         self.assertRegex(runtime, r"(?m)^USER [1-9]")
-        self.assertRegex(runtime, r"(?m)^EXPOSE 8001 8002$")
+        self.assertRegex(runtime, r"(?m)^EXPOSE 8000 8001 8002$")
         self.assertRegex(runtime, r'(?m)^HEALTHCHECK .*CMD \["gemmserve-cli", .*"health"\]')
         self.assertRegex(runtime, r'(?m)^ENTRYPOINT \["gemmserve"')
 
@@ -130,9 +130,18 @@ class KubernetesManifestsTest(unittest.TestCase):
     def test_ports_and_probes(self):
         c = self.container()
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-        self.assertEqual(ports, {"grpc": 8001, "metrics": 8002})
-        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        self.assertEqual(ports, {"http": 8000, "grpc": 8001, "metrics": 8002})
+        for probe in ("startupProbe", "readinessProbe"):
             self.assertEqual(c[probe]["grpc"]["port"], ports["grpc"], probe)
+        liveness = c["livenessProbe"]["httpGet"]
+        self.assertEqual(liveness["port"], ports["http"])
+        # The probe's path is one a live server answers 200 without a token.
+        server = ServerProcess().start()
+        try:
+            with urllib.request.urlopen(server.http_url + liveness["path"], timeout=10) as r:
+                self.assertEqual(r.status, 200)
+        finally:
+            server.stop()
         # The server registers "" and the inference service with grpc.health.v1.
         self.assertIn(c["readinessProbe"]["grpc"].get("service", ""),
                       ("", "inference.GRPCInferenceService"))
@@ -192,21 +201,34 @@ class KubernetesManifestsTest(unittest.TestCase):
 
     def test_envoy_balances_over_the_headless_service_with_the_probe_health_service(self):
         config = yaml.safe_load(self.find("ConfigMap", "gemmserve-envoy")[0]["data"]["envoy.yaml"])
-        cluster = config["static_resources"]["clusters"][0]
-        self.assertEqual(cluster["type"], "STRICT_DNS")
-        self.assertEqual(cluster["lb_policy"], "ROUND_ROBIN")
-        address = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"][
-            "address"]["socket_address"]
-        self.assertTrue(address["address"].startswith("gemmserve-headless."))
-        self.assertEqual(address["port_value"], 8001)
-        self.assertEqual(cluster["health_checks"][0]["grpc_health_check"]["service_name"],
-                         self.container()["readinessProbe"]["grpc"]["service"])
-        listener_port = config["static_resources"]["listeners"][0]["address"]["socket_address"][
-            "port_value"]
-        envoy = self.find("Deployment", "gemmserve-envoy")[0]
-        self.assertEqual(envoy["spec"]["template"]["spec"]["containers"][0]["ports"][0][
-            "containerPort"], listener_port)
-
+        clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
+        ports = {p["name"]: p["containerPort"] for p in self.container()["ports"]}
+        for name, port in (("gemmserve", ports["grpc"]), ("gemmserve_http", ports["http"])):
+            cluster = clusters[name]
+            self.assertEqual(cluster["type"], "STRICT_DNS")
+            self.assertEqual(cluster["lb_policy"], "ROUND_ROBIN")
+            address = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"][
+                "address"]["socket_address"]
+            self.assertTrue(address["address"].startswith("gemmserve-headless."))
+            self.assertEqual(address["port_value"], port)
+        self.assertEqual(
+            clusters["gemmserve"]["health_checks"][0]["grpc_health_check"]["service_name"],
+            self.container()["readinessProbe"]["grpc"]["service"])
+        self.assertEqual(
+            clusters["gemmserve_http"]["health_checks"][0]["http_health_check"]["path"],
+            "/v2/health/ready")
+        headless = {p["name"] for p in self.find("Service", "gemmserve-headless")[0]["spec"]["ports"]}
+        self.assertLessEqual({"grpc", "http"}, headless)
+        # Each listener routes to its own cluster, and the Envoy pod exposes it.
+        envoy_ports = {p["containerPort"] for p in self.find("Deployment", "gemmserve-envoy")[0][
+            "spec"]["template"]["spec"]["containers"][0]["ports"]}
+        routed = set()
+        for listener in config["static_resources"]["listeners"]:
+            self.assertIn(listener["address"]["socket_address"]["port_value"], envoy_ports)
+            manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+            route = manager["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
+            routed.add(route["cluster"])
+        self.assertEqual(routed, set(clusters))
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

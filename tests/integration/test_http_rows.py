@@ -6,6 +6,7 @@ protocols) correctly."""
 import gzip
 import json
 import os
+import re
 import signal
 import socket
 import threading
@@ -17,7 +18,7 @@ import grpc
 import numpy as np
 
 from gemmserve_client import make_infer_request
-from gemmserve_client.http import HttpClient, encode_infer_request
+from gemmserve_client.http import HttpClient, decode_infer_response, encode_infer_request
 from gemmserve_testing.base import GemmServeTestCase
 from gemmserve_testing.process import metric_sum
 
@@ -204,6 +205,38 @@ class JsonRowsTest(HttpRowsCase):
         status, _, data = self.infer_raw(zlib.compress(b"{}")[:-3], {"Content-Encoding": "deflate"})
         self.assert_http_error(status, data, 400)
 
+    def test_expect_100_continue_is_answered_before_the_body_or_refused_at_once(self):
+        a = np.arange(6, dtype=np.float32).reshape(2, 3)
+        body, n = encode_infer_request([("A", a), ("B", np.eye(3, dtype=np.float32))])
+        head = post("/v2/models/matmul/infer", body, [
+            ("Inference-Header-Content-Length", n), ("Expect", "100-continue")])[:-len(body)]
+        with socket.create_connection(("127.0.0.1", self.server.http_port), timeout=30) as s:
+            s.sendall(head)
+            interim = b""
+            while not interim.endswith(b"\r\n\r\n"):
+                chunk = s.recv(1)
+                self.assertTrue(chunk, "closed before the interim answer")
+                interim += chunk
+            self.assertTrue(interim.startswith(b"HTTP/1.1 100 Continue"), interim)
+            s.sendall(body)
+            answer = b""
+            while b"\r\n\r\n" not in answer or len(answer.partition(b"\r\n\r\n")[2]) < int(
+                    re.search(rb"(?i)content-length: *(\d+)", answer).group(1)):
+                chunk = s.recv(65536)
+                self.assertTrue(chunk, f"closed mid-answer: {answer!r}")
+                answer += chunk
+        self.assertTrue(answer.startswith(b"HTTP/1.1 200"), answer[:200])
+        head_text, _, data = answer.partition(b"\r\n\r\n")
+        length = re.search(rb"(?i)inference-header-content-length: *(\d+)", head_text)
+        y = decode_infer_response(data, length.group(1) if length else None)["Y"]
+        np.testing.assert_array_equal(y, a)
+        # A body announced over the cap is refused from its header: 413 with no
+        # 100 Continue, so the client never sends it.
+        status, _, data = raw_call(self.server.http_port, (
+            "POST /v2/models/matmul/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 4000001\r\n"
+            "Expect: 100-continue\r\n\r\n").encode())
+        self.assert_http_error(status, data, 413, "--max_message_bytes")
+
     def rss(self):
         with open(f"/proc/{self.server.proc.pid}/status") as f:
             return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS"))
@@ -240,64 +273,62 @@ class ConnectionRowsTest(HttpRowsCase):
 
     def test_h5_slow_idle_and_non_reading_clients_are_bounded(self):
         port = self.server.http_port
-        # A byte a second: cut off by the timeout, others served meanwhile.
+        # A client that sends half a request and then nothing (slowloris), 30 idle
+        # keep-alive connections, and one that never reads a large response: none of
+        # them holds a thread, so others are served meanwhile.
         slow = socket.create_connection(("127.0.0.1", port))
-        stop = threading.Event()
-
-        def dribble():
-            request = post("/v2/models/matmul/infer", b"{" * 100)
-            for byte in request:
-                if stop.is_set():
-                    return
-                try:
-                    slow.send(bytes([byte]))
-                except OSError:
-                    return
-                time.sleep(1.0)
-        thread = threading.Thread(target=dribble, daemon=True)
-        thread.start()
-        # Idle keep-alive connections, up to the cap.
+        slow.sendall(post("/v2/models/matmul/infer", b"{" * 100)[:-60])
         idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(30)]
-        started = time.monotonic()
         for _ in range(20):
             self.assertTrue(self.http.ready())
-        self.assertLess(time.monotonic() - started, 5)
-        # Over the cap: 503 at once.
+        # Over the cap (40): 503 at once. The ones still under it are idle and are
+        # closed at the idle timeout, which bounds every wait here.
         extra = [socket.create_connection(("127.0.0.1", port)) for _ in range(12)]
         answers = []
         for s in extra:
-            s.settimeout(5)
+            s.settimeout(60)
             try:
                 answers.append(s.recv(200))
-            except socket.timeout:
+            except ConnectionResetError:
                 answers.append(b"")
         self.assertTrue(any(a.startswith(b"HTTP/1.1 503") for a in answers), answers[:3])
         for s in extra:
             s.close()
-        # A client that never reads a large response.
         greedy = socket.create_connection(("127.0.0.1", port))
         greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         body = json.dumps({"inputs": [
             {"name": "A", "shape": [2000, 1], "datatype": "FP32", "data": [1.5] * 2000},
             {"name": "B", "shape": [1, 2000], "datatype": "FP32", "data": [1.25] * 2000}]}).encode()
+        answered = metric_sum(self.server.metrics_url, "gemmserve_requests_total",
+                              model="matmul", code="OK")
         greedy.sendall(post("/v2/models/matmul/infer", body))
-        time.sleep(0.5)
+        # Its 4M-element answer is computed and being written into a full socket.
+        self.wait_for(lambda: metric_sum(self.server.metrics_url, "gemmserve_requests_total",
+                                         model="matmul", code="OK") > answered,
+                      "the greedy client's request to be answered")
         for _ in range(5):
             self.assert_server_still_serves()
             self.assertTrue(self.http.ready())
-        # Every bounded connection is closed by the server after its timeout.
-        time.sleep(3.5)
-        for s in [slow, greedy, *idle[:5]]:
-            s.settimeout(5)
+        # The server closes every one of them at its timeout (1.5 s; the socket
+        # timeout of 60 s only bounds a server that never does).
+        for name, s in [("slow", slow), ("greedy", greedy), *(("idle", i) for i in idle)]:
+            s.settimeout(60)
             try:
                 while s.recv(1 << 20):
                     pass
-            except (ConnectionResetError, socket.timeout):
+            except ConnectionResetError:
                 pass
-        stop.set()
-        for s in [slow, greedy, *idle]:
+            except socket.timeout:
+                self.fail(f"the server kept the {name} connection open past its timeout")
             s.close()
         self.assertTrue(self.http.ready())
+
+    def wait_for(self, predicate, what, timeout=60):
+        """Polls an observable state of the server, with a deadline."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            self.assertLess(time.monotonic(), deadline, f"timed out waiting for {what}")
+            threading.Event().wait(0.01)
 
 
 class AuthAndDrainTest(unittest.TestCase):
@@ -322,34 +353,34 @@ class AuthAndDrainTest(unittest.TestCase):
             self.assertEqual(HttpClient(server.http_url, token="wrong").request("GET", "/v2")[0],
                              401)
             # Work in flight when SIGTERM comes is answered; then ready is 400 and new
-            # work 503, and the process exits 0.
-            a = np.ones((2000, 2000), np.float32)
+            # work 503, and the process exits 0. Two 137-GFLOP products: once both
+            # are accepted, the drain checks below run while they are computed (the
+            # listener stays open until accepted work is answered).
+            a = np.ones((4096, 4096), np.float32)
             results = []
 
             def slow_call():
                 with HttpClient(server.http_url, token="sesame") as c:
                     results.append(c.infer("matmul", [("A", a), ("B", a)])["Y"][0, 0])
-            workers = [threading.Thread(target=slow_call) for _ in range(3)]
+            workers = [threading.Thread(target=slow_call) for _ in range(2)]
             for w in workers:
                 w.start()
-            deadline = time.monotonic() + 60
-            while metric_sum(server.metrics_url, "gemmserve_inflight_requests") < 3:
+            deadline = time.monotonic() + 120
+            while metric_sum(server.metrics_url, "gemmserve_inflight_requests") < 2:
                 self.assertLess(time.monotonic(), deadline, "the calls never got in flight")
-                time.sleep(0.01)
+                threading.Event().wait(0.01)
             server.proc.send_signal(signal.SIGTERM)
-            time.sleep(0.1)
             late = HttpClient(server.http_url, token="sesame")
-            try:
-                self.assertFalse(late.ready())
-                status, _, data = late.request(
-                    "POST", "/v2/models/matmul/infer",
-                    encode_infer_request([("A", a[:1, :1]), ("B", a[:1, :1])], binary=False)[0])
-                self.assertEqual(status, 503, data)
-            except (ConnectionError, OSError):
-                pass  # the server may already have stopped listening
+            while late.ready():  # turns 400 once the signal is handled
+                self.assertLess(time.monotonic(), deadline, "ready stayed 200 after SIGTERM")
+            status, _, data = late.request(
+                "POST", "/v2/models/matmul/infer",
+                encode_infer_request([("A", a[:1, :1]), ("B", a[:1, :1])], binary=False)[0])
+            self.assertEqual(status, 503, data)
+            self.assertIn("shutting down", json.loads(data)["error"])
             for w in workers:
-                w.join(60)
-            self.assertEqual(results, [2000.0] * 3)
+                w.join(120)
+            self.assertEqual(results, [4096.0] * 2)
             self.assertEqual(server.proc.wait(30), 0)
         finally:
             server.stop()

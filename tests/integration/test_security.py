@@ -2,9 +2,12 @@
 certificates made by openssl at test time: plaintext to a TLS port fails, a
 client without a certificate is refused under mutual TLS, a missing or wrong
 token gets UNAUTHENTICATED (and the message never echoes it), health works
-without one."""
+without one. Each over gRPC and over the HTTP front end (HTTPS on the same
+certificates)."""
+import http.client
 import os
 import shutil
+import ssl
 import subprocess
 import tempfile
 import unittest
@@ -13,6 +16,7 @@ import grpc
 import numpy as np
 
 from gemmserve_client import decode_outputs, make_infer_request, pb2, pb2_grpc
+from gemmserve_client.http import HttpClient
 from gemmserve_testing import wire
 from gemmserve_testing.server import ServerProcess
 
@@ -65,6 +69,13 @@ class TlsTest(unittest.TestCase):
         self.addCleanup(server.stop)
         return server
 
+    def https_context(self, client_cert=False):
+        context = ssl.create_default_context(cafile=os.path.join(self.dir, "ca.pem"))
+        if client_cert:
+            context.load_cert_chain(os.path.join(self.dir, "client.pem"),
+                                    os.path.join(self.dir, "client.key"))
+        return context
+
     def secure_channel(self, server, client_cert=False):
         creds = grpc.ssl_channel_credentials(
             root_certificates=read(self.dir, "ca.pem"),
@@ -86,6 +97,18 @@ class TlsTest(unittest.TestCase):
             pb2_grpc.GRPCInferenceServiceStub(plain).ModelInfer(request, timeout=5)
         self.assertIn(ctx.exception.code(), (grpc.StatusCode.UNAVAILABLE,
                                              grpc.StatusCode.DEADLINE_EXCEEDED))
+        # The HTTP front end serves HTTPS with the same certificate, and refuses
+        # plaintext HTTP on its port.
+        a = np.arange(6, dtype=np.float32).reshape(2, 3)
+        with HttpClient(f"https://127.0.0.1:{server.http_port}",
+                        ssl_context=self.https_context()) as https:
+            self.assertTrue(https.ready())
+            for binary in (True, False):
+                np.testing.assert_array_equal(
+                    https.infer("matmul", [("A", a), ("B", a.T.copy())], binary=binary)["Y"], want)
+        with HttpClient(server.http_url, timeout=10) as plain_http:
+            with self.assertRaises((OSError, http.client.HTTPException)):
+                plain_http.ready()
         server.assert_alive()
 
     def test_mutual_tls_refuses_a_client_without_a_certificate(self):
@@ -99,6 +122,17 @@ class TlsTest(unittest.TestCase):
         stub = pb2_grpc.GRPCInferenceServiceStub(self.secure_channel(server, client_cert=True))
         np.testing.assert_array_equal(decode_outputs(stub.ModelInfer(request, timeout=30))["Y"],
                                       want)
+        # Over HTTPS likewise: the handshake fails without a client certificate.
+        a = np.arange(6, dtype=np.float32).reshape(2, 3)
+        with HttpClient(f"https://127.0.0.1:{server.http_port}",
+                        ssl_context=self.https_context()) as anonymous:
+            with self.assertRaises((ssl.SSLError, ConnectionResetError, BrokenPipeError,
+                                    http.client.RemoteDisconnected)):
+                anonymous.ready()
+        with HttpClient(f"https://127.0.0.1:{server.http_port}",
+                        ssl_context=self.https_context(client_cert=True)) as https:
+            np.testing.assert_array_equal(
+                https.infer("matmul", [("A", a), ("B", a.T.copy())])["Y"], want)
         server.assert_alive()
 
     def test_a_bad_certificate_path_stops_start_up_with_a_clear_error(self):

@@ -1,6 +1,7 @@
 'use strict';
 // gemmserve-client: a small promise-based client for gemmserve's KServe v2 gRPC API,
 // on @grpc/grpc-js, with the protocol loaded at run time from grpc_service.proto.
+// HttpClient (http.js, exported here too) makes the same calls over HTTP/REST.
 //
 // Tensors are {datatype, shape, data} with data a typed array (see tensors.js):
 // Float32Array for FP32, Int32Array for INT32, BigInt64Array for INT64, ...,
@@ -22,6 +23,7 @@ const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
 const tensors = require('./tensors');
+const { HttpClient, HttpError } = require('./http');
 
 const DEFAULT_URL = '127.0.0.1:8001';
 // The repository's proto/ folder (this file is client/node/lib/client.js).
@@ -130,6 +132,8 @@ class GemmServeClient {
 module.exports = {
   DEFAULT_URL,
   GemmServeClient,
+  HttpClient, // the same calls over HTTP/REST (http.js)
+  HttpError,
   bf16BitsToFloat32: tensors.bf16BitsToFloat32,
   float32ToBf16Bits: tensors.float32ToBf16Bits,
   status: grpc.status,

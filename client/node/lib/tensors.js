@@ -83,13 +83,16 @@ function toTypedArray(name, datatype, data) {
 }
 
 // {name: {datatype?, shape, data}} -> the `inputs` and `raw_input_contents`
-// of a ModelInferRequest. Throws TypeError/RangeError on anything malformed.
+// of a ModelInferRequest, and the typed arrays they were taken from (`arrays`,
+// for the HTTP client's JSON numbers). Throws TypeError/RangeError on anything
+// malformed.
 function encodeInputs(inputs) {
   if (inputs === null || typeof inputs !== 'object') {
     throw new TypeError('inputs must be an object {name: {datatype, shape, data}}');
   }
   const tensors = [];
   const raw = [];
+  const arrays = [];
   for (const [name, tensor] of Object.entries(inputs)) {
     if (tensor === null || typeof tensor !== 'object') {
       throw new TypeError(`input '${name}' must be {datatype, shape, data}`);
@@ -113,8 +116,9 @@ function encodeInputs(inputs) {
     }
     tensors.push({ name, datatype, shape: tensor.shape });
     raw.push(Buffer.from(data.buffer, data.byteOffset, data.byteLength));
+    arrays.push(data);
   }
-  return { tensors, raw };
+  return { tensors, raw, arrays };
 }
 
 // A ModelInferResponse -> {name: {datatype, shape, data}}. The server's answer

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Node.js client's ctest test (client_node): installs the npm packages
 # pinned by package-lock.json into NPM_DIR (once per lock file, with `npm ci`),
-# then runs test/client.test.js with node's test runner against a real
-# gemmserve ($GEMMSERVE_BIN, started by the test itself).
+# then runs test/client.test.js (gRPC) and test/http.test.js (HTTP/REST) with
+# node's test runner against a real gemmserve ($GEMMSERVE_BIN, started by each
+# test file itself).
 #
 #   GEMMSERVE_BIN=build/bin/gemmserve client/node/test/run_test.sh build/client/node
 set -euo pipefail
@@ -37,4 +38,4 @@ if ! cmp -s "$package_dir/package-lock.json" "$npm_dir/installed-package-lock.js
 fi
 
 export NODE_PATH="$npm_dir/node_modules"
-exec node --test "$package_dir/test/client.test.js"
+exec node --test "$package_dir/test/client.test.js" "$package_dir/test/http.test.js"

@@ -98,13 +98,19 @@ def decode_infer_response(body, header_length=None):
 
 
 class HttpClient:
-    def __init__(self, url="http://127.0.0.1:8000", token=None, timeout=60.0):
+    """`ssl_context`: an ssl.SSLContext for https:// URLs (the CA to trust, a client
+    certificate for mutual TLS); default: the system's trust store."""
+
+    def __init__(self, url="http://127.0.0.1:8000", token=None, timeout=60.0, ssl_context=None):
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https"):
             raise ValueError(f"expected an http:// or https:// URL, got {url!r}")
-        connection = (http.client.HTTPSConnection if parsed.scheme == "https"
-                      else http.client.HTTPConnection)
-        self._conn = connection(parsed.hostname, parsed.port or 8000, timeout=timeout)
+        if parsed.scheme == "https":
+            self._conn = http.client.HTTPSConnection(parsed.hostname, parsed.port or 8000,
+                                                     timeout=timeout, context=ssl_context)
+        else:
+            self._conn = http.client.HTTPConnection(parsed.hostname, parsed.port or 8000,
+                                                    timeout=timeout)
         self._token = token
 
     def __enter__(self):

@@ -115,45 +115,27 @@ class ServerProcess:
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=self._stderr)
         try:
-            line = self._read_ready_line()
+            self.port = self._read_port_line(_READY_LINE, "first stdout line")
+            if "--metrics_port=-1" not in self.flags:
+                self.metrics_port = self._read_port_line(_METRICS_LINE, "metrics line")
+            if "--http_port=-1" not in self.flags:
+                self.http_port = self._read_port_line(_HTTP_LINE, "http line")
         except BaseException:
             self._kill()
             raise
-        match = _READY_LINE.match(line)
-        if not match:
-            message = (f"unexpected first stdout line {line!r} from gemmserve; "
-                       f"stderr:\n{self.stderr_text()}")
-            self._kill()
-            raise AssertionError(message)
-        self.port = int(match.group(1))
-        if "--metrics_port=-1" not in self.flags:
-            try:
-                metrics_line = self._read_ready_line()
-            except BaseException:
-                self._kill()
-                raise
-            metrics_match = _METRICS_LINE.match(metrics_line)
-            if not metrics_match:
-                message = f"expected the metrics line, got {metrics_line!r}"
-                self._kill()
-                raise AssertionError(message)
-            self.metrics_port = int(metrics_match.group(1))
-        if "--http_port=-1" not in self.flags:
-            try:
-                http_line = self._read_ready_line()
-            except BaseException:
-                self._kill()
-                raise
-            http_match = _HTTP_LINE.match(http_line)
-            if not http_match:
-                message = f"expected the http line, got {http_line!r}"
-                self._kill()
-                raise AssertionError(message)
-            self.http_port = int(http_match.group(1))
         # Keep draining stdout so that a chatty server can never block on a full pipe.
         self._drainer = threading.Thread(target=self._drain_stdout, daemon=True)
         self._drainer.start()
         return self
+
+    def _read_port_line(self, pattern, what):
+        """The port of the next stdout line, which must match `pattern`."""
+        line = self._read_ready_line()
+        match = pattern.match(line)
+        if not match:
+            raise AssertionError(f"expected the {what} from gemmserve, got {line!r}; "
+                                 f"stderr:\n{self.stderr_text()}")
+        return int(match.group(1))
 
     def _read_ready_line(self):
         deadline = time.monotonic() + self.start_timeout
