@@ -56,10 +56,10 @@ POOL = 16
 HIDDEN, EXPERTS, TOP_K = 2048, 64, 8
 
 
-def start_server(server, repo, compute_threads):
+def start_server(server, repo, compute_threads, extra_flags=()):
     proc = subprocess.Popen([server, "--grpc_port=0", "--metrics_port=0", "--http_port=0",
                              "--host=127.0.0.1", f"--compute_threads={compute_threads}",
-                             f"--model_repository={repo}"],
+                             f"--model_repository={repo}", *extra_flags],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     ports = {}
     for key, pattern in (("grpc", r"gemmserve listening on \S+:(\d+)"),
@@ -206,10 +206,15 @@ def json_bench(binary, repetitions):
                          check=True, capture_output=True, text=True, timeout=600).stdout
     results = {}
     for b in json.loads(out)["benchmarks"]:
-        if b.get("aggregate_name") == "median":
+        # The median of the repetitions; with one repetition there is no
+        # aggregate, only the run itself.
+        if b.get("aggregate_name") == "median" or (repetitions == 1 and
+                                                   b.get("run_type") == "iteration"):
             name = b["run_name"]  # BM_DecodeJson/bf16/16
             results[name] = {"mb_per_s": b["bytes_per_second"] / 1e6,
                              "json_bytes": b.get("json_bytes", 0), "us": b["real_time"]}
+    if not results:
+        raise RuntimeError(f"{binary} reported no results:\n{out[:2000]}")
     return results
 
 
@@ -280,6 +285,8 @@ def main():
     parser.add_argument("--warmup", type=float, default=0.5)
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--compute_threads", type=int, default=os.cpu_count())
+    parser.add_argument("--server_flag", action="append", default=[],
+                        help="an extra flag for gemmserve (repeatable), e.g. --http_threads=1")
     parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "http-benchmark.png"))
     doc_sections.add_arguments(parser, ROOT)
     args = parser.parse_args()
@@ -293,11 +300,12 @@ def main():
     results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu,
                "duration_s": args.duration, "warmup_s": args.warmup,
                "repetitions": args.repetitions, "compute_threads": args.compute_threads,
+               "server_flags": args.server_flag,
                "cases": [], "targets": []}
     try:
         subprocess.run([sys.executable, os.path.join(HERE, "make_model_repository.py"), repo,
                         "--olmoe", "bf16"], check=True, stdout=subprocess.DEVNULL)
-        proc, ports = start_server(server, repo, args.compute_threads)
+        proc, ports = start_server(server, repo, args.compute_threads, args.server_flag)
         try:
             for tokens in (1, 16):
                 pool = make_pool(tokens, seed=tokens)
