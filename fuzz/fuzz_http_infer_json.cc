@@ -5,7 +5,9 @@
 // request that decodes must hold up: every input's bytes lie inside the body
 // or inside a buffer the request owns, a JSON-converted input holds exactly
 // its shape's elements of its datatype, and encoding those elements as a
-// JSON response and decoding that text again gives the same bytes.
+// JSON response and decoding that text again gives the same bytes. The fast
+// path for data arrays is checked against RapidJSON's own number scanner on
+// every input (same status and message, same bytes).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -86,7 +88,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (data[0] & 1) header_length = static_cast<int64_t>(data[1] | (data[2] << 8)) - 16;
   HttpInferRequest request;
   request.body.assign(reinterpret_cast<const char*>(data + 3), size - 3);
-  if (!DecodeInferRequestJson("matmul", "", header_length, &request).ok()) return 0;
+  const absl::Status status = DecodeInferRequestJson("matmul", "", header_length, &request);
+  // The fast path for data arrays must agree with RapidJSON's own scanner on
+  // everything: the status, its message, and every decoded byte.
+  HttpInferRequest reference;
+  reference.body = request.body;
+  const absl::Status expected =
+      DecodeInferRequestJsonWithoutNumberScan("matmul", "", header_length, &reference);
+  FUZZ_CHECK(status.code() == expected.code() && status.message() == expected.message(),
+             "the number scan says '%s', RapidJSON '%s'", status.ToString().c_str(),
+             expected.ToString().c_str());
+  FUZZ_CHECK(request.json_data.size() == reference.json_data.size(),
+             "the number scan converted other inputs");
+  for (size_t i = 0; i < request.json_data.size(); ++i) {
+    FUZZ_CHECK(request.json_data[i] == reference.json_data[i],
+               "the number scan converted input %zu differently", i);
+  }
+  if (!status.ok()) return 0;
   for (const InputTensorView& in : request.view.inputs) {
     if (in.contents == ContentsKind::kNone) continue;
     FUZZ_CHECK(in.contents == ContentsKind::kRaw, "decoded inputs are raw");

@@ -61,6 +61,14 @@ absl::Status DecodeInferRequestJson(absl::string_view model_name, absl::string_v
                                     std::optional<int64_t> header_length,
                                     HttpInferRequest* request);
 
+// The same without the fast path for data arrays (ScanDataNumbers): every
+// number goes through RapidJSON's own scanner. For the differential tests
+// and the fuzz target, which require both to agree on every input.
+absl::Status DecodeInferRequestJsonWithoutNumberScan(absl::string_view model_name,
+                                                     absl::string_view model_version,
+                                                     std::optional<int64_t> header_length,
+                                                     HttpInferRequest* request);
+
 struct HttpResponseBody {
   std::string body;
   // Set when some output is binary: the JSON header's length, for the

@@ -57,6 +57,44 @@ TEST(InferJson, FlatAndNestedDataInAnyFieldOrder) {
   EXPECT_EQ(r.view.requested_outputs[0], "Y");
 }
 
+// The fast path for data arrays (every number after an array's first is
+// read without RapidJSON's scanner) against RapidJSON's own, on numbers and
+// near-numbers at every position: same status and message, same bytes.
+TEST(InferJson, DataNumberScanAgreesWithRapidJsonEverywhere) {
+  const std::vector<std::string> elements = {
+      "0",      "-0",           "1",           "-1",        "12345678901234567890123",
+      "1.5",    "-0.25",        "1e5",         "1E+05",     "1e-05",
+      "2.5e38", "1e99",         "1e100",       "1e308",     "1e309",
+      "1e-400", "3.4028236e38", "NaN",         "-Infinity", "Infinity",
+      "01",     "1.",           ".5",          "-",         "1e",
+      "1e+",    "+1",           "0x10",        "1.5.2",     "\"1\"",
+      "[1]",    "true",         "null",        "1 ",        " 1",
+      "\t2\n",  "65536",        "-2147483649", "4294967296"};
+  const std::vector<std::string> types = {"FP32",  "FP64",  "BF16",   "FP16",
+                                          "INT32", "INT64", "UINT32", "UINT64"};
+  int compared = 0;
+  for (const std::string& type : types) {
+    for (const std::string& a : elements) {
+      for (const std::string& b : elements) {
+        for (const std::string& tail : {std::string("]"), std::string(",]"), std::string(",")}) {
+          const std::string body =
+              absl::StrCat(R"({"inputs":[{"name":"A","shape":[3],"datatype":")", type,
+                           R"(","data":[1,)", a, ",", b, tail, "}]}");
+          HttpInferRequest fast, reference;
+          fast.body = reference.body = body;
+          const absl::Status s = DecodeInferRequestJson("matmul", "", std::nullopt, &fast);
+          const absl::Status r =
+              DecodeInferRequestJsonWithoutNumberScan("matmul", "", std::nullopt, &reference);
+          ASSERT_EQ(s.ToString(), r.ToString()) << body;
+          ASSERT_EQ(fast.json_data, reference.json_data) << body;
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 8 * 39 * 39 * 3);
+}
+
 TEST(InferJson, BinaryTensorsFollowTheHeaderInInputOrder) {
   const std::string header = R"({"inputs":[
       {"name":"A","shape":[2],"datatype":"FP32","parameters":{"binary_data_size":8}},
