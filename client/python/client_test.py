@@ -42,6 +42,18 @@ class ClientTest(unittest.TestCase):
         cls.client.wait_ready(timeout=10)
         cls.rng = np.random.default_rng(7)
 
+    def test_the_http_module_needs_neither_grpcio_nor_the_stubs(self):
+        check = ("import sys, gemmserve_client.http as h; "
+                 "assert 'grpc' not in sys.modules and 'grpc_service_pb2' not in sys.modules, "
+                 "sorted(m for m in sys.modules if 'grpc' in m); "
+                 "print(h.HttpClient.__name__)")
+        env = {k: v for k, v in os.environ.items() if k != "GEMMSERVE_STUBS"}
+        env["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))  # client/python only
+        result = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout.strip(), "HttpClient")
+
     # ------------------------------------------------------------ matmul
 
     def test_matmul_fp32_keyword_arrays(self):
