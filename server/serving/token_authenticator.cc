@@ -40,12 +40,14 @@ absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::FromFile
 
 absl::Status TokenAuthenticator::Check(std::optional<absl::string_view> authorization) const {
   if (!authorization) {
-    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
+    return absl::UnauthenticatedError(
+        "missing 'authorization: Bearer <token>' (gRPC metadata, or the HTTP "
+        "Authorization header)");
   }
   const absl::string_view value = *authorization;
   constexpr absl::string_view kBearer = "Bearer ";
   if (!absl::StartsWith(value, kBearer)) {
-    return absl::UnauthenticatedError("authorization metadata must be 'Bearer <token>'");
+    return absl::UnauthenticatedError("the authorization value must be 'Bearer <token>'");
   }
   const absl::string_view presented = value.substr(kBearer.size());
   bool ok = false;
