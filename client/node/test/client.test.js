@@ -13,6 +13,7 @@ const path = require('node:path');
 const { after, before, test } = require('node:test');
 
 const { GemmServeClient, bf16BitsToFloat32, float32ToBf16Bits, status } = require('..');
+const { groupedMatmul, matmul } = require('./reference');
 const { ServerProcess } = require('./server');
 
 let server;
@@ -30,19 +31,6 @@ after(async () => {
     assert.equal(await server.stop(), 0, `gemmserve did not exit cleanly:\n${server.stderr}`);
   }
 });
-
-// C = A @ B for row-major [M, K] x [K, N], with `add` and `mul` of the element type.
-function matmul(a, b, M, K, N, { zero = 0, add = (x, y) => x + y, mul = (x, y) => x * y } = {}) {
-  const c = [];
-  for (let m = 0; m < M; ++m) {
-    for (let n = 0; n < N; ++n) {
-      let sum = zero;
-      for (let k = 0; k < K; ++k) sum = add(sum, mul(a[m * K + k], b[k * N + n]));
-      c.push(sum);
-    }
-  }
-  return c;
-}
 
 test('matmul FP32', async () => {
   const a = Float32Array.from({ length: 2 * 3 }, (_, i) => i * 0.5 - 1);
@@ -97,17 +85,7 @@ test('grouped_matmul with INT64 indices and bias', async () => {
     bias: { shape: [G, N], data: bias },
   }, { timeoutMs: 10000, outputs: ['output'] });
   assert.deepEqual(output.shape, [M, S, N]);
-  const want = [];
-  for (let m = 0; m < M; ++m) {
-    for (let s = 0; s < S; ++s) {
-      const g = Number(idx[m * S + s]);
-      for (let n = 0; n < N; ++n) {
-        let sum = bias[g * N + n];
-        for (let k = 0; k < K; ++k) sum += x[m * K + k] * w[(g * K + k) * N + n];
-        want.push(sum);
-      }
-    }
-  }
+  const want = groupedMatmul(x, w, idx, bias, M, K, N, S);
   assert.deepEqual(Array.from(output.data), want);
 });
 

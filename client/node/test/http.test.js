@@ -22,6 +22,7 @@ const {
 } = require('..');
 const { decodeInferResponse, encodeInferRequest, halfBitsToNumber, numberToHalfBits,
         parseExactJson } = require('../lib/http');
+const { groupedMatmul, matmul, randomFloats } = require('./reference');
 const { ServerProcess } = require('./server');
 
 let server;
@@ -41,33 +42,6 @@ after(async () => {
     assert.equal(await server.stop(), 0, `gemmserve did not exit cleanly:\n${server.stderr}`);
   }
 });
-
-// A small deterministic generator (mulberry32), values in [-1, 1).
-function randomFloats(count, seed) {
-  let state = seed >>> 0;
-  const values = new Float32Array(count);
-  for (let i = 0; i < count; ++i) {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    values[i] = (((t ^ (t >>> 14)) >>> 0) / 2 ** 32) * 2 - 1;
-  }
-  return values;
-}
-
-// C = A @ B for row-major [M, K] x [K, N], with `add` and `mul` of the element type.
-function matmul(a, b, M, K, N, { zero = 0, add = (x, y) => x + y, mul = (x, y) => x * y } = {}) {
-  const c = [];
-  for (let m = 0; m < M; ++m) {
-    for (let n = 0; n < N; ++n) {
-      let sum = zero;
-      for (let k = 0; k < K; ++k) sum = add(sum, mul(a[m * K + k], b[k * N + n]));
-      c.push(sum);
-    }
-  }
-  return c;
-}
 
 function bytesOf(tensor) {
   const { data } = tensor;
@@ -248,17 +222,7 @@ describe('grouped_matmul', () => {
     const binary = await http.infer('grouped_matmul', inputs, { outputs: ['output'], id: 'g1' });
     const { output } = binary;
     assert.deepEqual(output.shape, [M, S, N]);
-    const want = [];
-    for (let m = 0; m < M; ++m) {
-      for (let s = 0; s < S; ++s) {
-        const g = Number(idx[m * S + s]);
-        for (let n = 0; n < N; ++n) {
-          let sum = bias[g * N + n];
-          for (let k = 0; k < K; ++k) sum += x[m * K + k] * w[(g * K + k) * N + n];
-          want.push(sum);
-        }
-      }
-    }
+    const want = groupedMatmul(x, w, idx, bias, M, K, N, S);
     assert.deepEqual(Array.from(output.data), want);
     assertSameOutputs(await http.infer('grouped_matmul', inputs, { binary: false,
                                                                    outputs: ['output'] }),
