@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "server/ops/kernels/quantized_gemm.h"
 #include "server/tensor/half.h"
 
 namespace gemmserve {
@@ -13,10 +14,20 @@ inline void WidenHalfRow(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t j = 0; j < n; ++j) dst[j] = HalfToFloat(src[j]);
 }
 
+inline void RoundRowToHalf(float* dst, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) dst[j] = HalfToFloat(FloatToHalf(dst[j]));
+}
+
 #include "server/ops/kernels/streaming_gemm_impl.inc"
+#include "server/ops/kernels/quantized_gemm_impl.inc"
 
 }  // namespace generic
 }  // namespace
+
+void QuantizedGeneric(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
+                      const QuantizedMatrix& w, float* c, int64_t ldc) {
+  generic::AccumulateQuantized(rows, k_begin, k_end, a, lda, w, c, ldc);
+}
 
 void AccumulateGeneric(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_end, int64_t n,
                        const float* a, int64_t lda, const void* b, int64_t ldb, float* c,

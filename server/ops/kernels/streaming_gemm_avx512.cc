@@ -11,6 +11,7 @@
 
 #include <algorithm>
 
+#include "server/ops/kernels/quantized_gemm.h"
 #include "server/ops/kernels/streaming_gemm.h"
 #include "server/tensor/half.h"
 
@@ -29,7 +30,18 @@ inline void WidenHalfRow(const uint16_t* src, float* dst, int64_t n) {
   for (; j < n; ++j) dst[j] = HalfToFloat(src[j]);
 }
 
+// vcvtps2ph (round to nearest even) and back: sixteen values per step.
+inline void RoundRowToHalf(float* dst, int64_t n) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(dst + j), _MM_FROUND_TO_NEAREST_INT);
+    _mm512_storeu_ps(dst + j, _mm512_cvtph_ps(h));
+  }
+  for (; j < n; ++j) dst[j] = HalfToFloat(FloatToHalf(dst[j]));
+}
+
 #include "server/ops/kernels/streaming_gemm_impl.inc"
+#include "server/ops/kernels/quantized_gemm_impl.inc"
 
 // Sixteen half values widened in registers: BF16 is the top half of an FP32,
 // FP16 goes through vcvtph2ps.
@@ -153,8 +165,9 @@ void RowGroupAny(int rows, int64_t k, int64_t k_end, int64_t n, const float* a, 
 #define GEMMSERVE_ROWS(R) \
   case R: return RowGroup<kKind, R>(k, k_end, n, a, lda, b, ldb, c, ldc, prefetch);
     GEMMSERVE_ROWS(1)
-    GEMMSERVE_ROWS(2) GEMMSERVE_ROWS(3) GEMMSERVE_ROWS(4) GEMMSERVE_ROWS(5) GEMMSERVE_ROWS(6)
-        GEMMSERVE_ROWS(7) GEMMSERVE_ROWS(8)
+    GEMMSERVE_ROWS(2)
+    GEMMSERVE_ROWS(3) GEMMSERVE_ROWS(4) GEMMSERVE_ROWS(5) GEMMSERVE_ROWS(6) GEMMSERVE_ROWS(7)
+        GEMMSERVE_ROWS(8)
 #undef GEMMSERVE_ROWS
             default : return;
   }
@@ -214,6 +227,11 @@ void AccumulateAvx512(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_
 void AccumulateAvx512(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, const double* a,
                       int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc) {
   avx512::AccumulateDirect(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
+}
+
+void QuantizedAvx512(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
+                     const QuantizedMatrix& w, float* c, int64_t ldc) {
+  avx512::AccumulateQuantized(rows, k_begin, k_end, a, lda, w, c, ldc);
 }
 
 void WidenAvx512(DataType type, const uint16_t* src, float* dst, int64_t n) {

@@ -1,0 +1,75 @@
+// Weight-only quantized GEMM for few rows (the decode path of quantized
+// experts, issue 17): C[rows, n] += A[rows, k_begin:k_end] * W[k_begin:k_end, :]
+// where W is ONNX DequantizeLinear of 8- or 4-bit integers,
+//
+//   W[r, j] = round_T((q[r, j] - zero_point[r, j]) * scale[r, j])
+//
+// with T the dequantized value type (FP32, FP16 or BF16: DequantizeLinear's
+// output type, so the product is rounded to it exactly as the ONNX graph
+// means), computed in FP32 (exact for every (q - zero_point) times an FP16 or
+// BF16 scale, one rounding for an FP32 scale). The quantized bytes are read
+// once, in address order, and dequantized four rows of a 1024-column block at
+// a time into an L1-resident buffer: the dequantized matrix is never
+// materialised. Accumulation in FP32, as the streaming kernel it shares its
+// loops with (streaming_gemm_impl.inc).
+//
+// Scales and zero points cover blocks of `block_rows` rows along K (ONNX's
+// blocked quantization; per-channel along N is one block of all K rows) and
+// are addressed with strides, so per-tensor, per-row and per-column layouts
+// are all one description. They are FP32 here (converted once at load); a
+// zero point is an integer of the weights' type held exactly in a float.
+//
+//   QuantizedMatrix w{QuantizedType::kInt4, packed, 0, k, n, scales, nullptr,
+//                     /*block_rows=*/32, /*scale_row_stride=*/n, /*scale_col_stride=*/1,
+//                     DataType::kBF16};
+//   QuantizedGemmAccumulate(rows, 0, k, a, k, w, c, n);
+#ifndef GEMMSERVE_SERVER_OPS_KERNELS_QUANTIZED_GEMM_H_
+#define GEMMSERVE_SERVER_OPS_KERNELS_QUANTIZED_GEMM_H_
+
+#include <cstdint>
+
+#include "server/tensor/datatype.h"
+
+namespace gemmserve {
+
+// ONNX's element types for quantized weights. The 4-bit ones pack two
+// values per byte, the element of even flat index in the low nibble.
+enum class QuantizedType { kInt8, kUint8, kInt4, kUint4 };
+
+struct QuantizedMatrix {
+  QuantizedType type = QuantizedType::kInt8;
+  const uint8_t* data = nullptr;
+  // Flat element index of W[0, 0] in `data` (W[r, j] is element first + r * n
+  // + j): an expert of a packed 4-bit [G, K, N] tensor may start mid-byte.
+  int64_t first = 0;
+  int64_t k = 0, n = 0;
+  // scale of W[r, j]: scale[(r / block_rows) * scale_row_stride + j * scale_col_stride];
+  // zero_point likewise, or none (nullptr: zero).
+  const float* scale = nullptr;
+  const float* zero_point = nullptr;
+  int64_t block_rows = 1;
+  int64_t scale_row_stride = 0, scale_col_stride = 0;
+  DataType value_type = DataType::kFP32;  // kFP32, kFP16 or kBF16
+};
+
+// The integer at flat element index e (no scale), for references and tests.
+int32_t QuantizedElement(QuantizedType type, const uint8_t* data, int64_t e);
+
+// Bytes holding `elements` values of `type`.
+int64_t QuantizedBytes(QuantizedType type, int64_t elements);
+
+void QuantizedGemmAccumulate(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
+                             int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc);
+
+namespace streaming_internal {
+// Both builds, for tests that compare them on any machine that has AVX-512
+// (defined beside the streaming kernel they share their loops with).
+void QuantizedGeneric(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
+                      const QuantizedMatrix& w, float* c, int64_t ldc);
+void QuantizedAvx512(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
+                     const QuantizedMatrix& w, float* c, int64_t ldc);
+}  // namespace streaming_internal
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_OPS_KERNELS_QUANTIZED_GEMM_H_

@@ -1,0 +1,215 @@
+#include "server/ops/kernels/quantized_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/ops/kernels/streaming_gemm.h"
+#include "server/tensor/half.h"
+
+namespace gemmserve {
+namespace {
+
+struct TypeRange {
+  QuantizedType type;
+  int lo, hi;
+  const char* name;
+};
+const TypeRange kTypes[] = {{QuantizedType::kInt8, -128, 127, "INT8"},
+                            {QuantizedType::kUint8, 0, 255, "UINT8"},
+                            {QuantizedType::kInt4, -8, 7, "INT4"},
+                            {QuantizedType::kUint4, 0, 15, "UINT4"}};
+
+// Packs integers as ONNX stores them: one per byte, or two per byte with the
+// even flat index in the low nibble, starting at element `first`.
+std::vector<uint8_t> Pack(QuantizedType type, const std::vector<int>& values, int64_t first) {
+  const bool four = type == QuantizedType::kInt4 || type == QuantizedType::kUint4;
+  std::vector<uint8_t> bytes(four ? (first + values.size() + 1) / 2 + 1 : first + values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int64_t e = first + static_cast<int64_t>(i);
+    if (four) {
+      const uint8_t nibble = static_cast<uint8_t>(values[i] & 15);
+      bytes[e / 2] |= (e % 2 == 0) ? nibble : static_cast<uint8_t>(nibble << 4);
+    } else {
+      bytes[e] = static_cast<uint8_t>(values[i] & 255);
+    }
+  }
+  return bytes;
+}
+
+// ONNX DequantizeLinear of one element into value type `t`, in double: the
+// product is exact there, then rounded once to float and once to `t`.
+float Dequantize(int q, double zero, float scale, DataType t) {
+  const float f = static_cast<float>((q - zero) * static_cast<double>(scale));
+  if (t == DataType::kBF16) return BFloat16ToFloat(FloatToBFloat16(f));
+  if (t == DataType::kFP16) return HalfToFloat(FloatToHalf(f));
+  return f;
+}
+
+enum class Layout { kPerColumn, kBlocked, kPerRow, kPerTensor };
+
+struct Case {
+  int64_t rows, k, n, block;
+};
+// K = 1, odd K for 4-bit, blocks that do not divide K, one block, the
+// four-row unroll's tails, N around the 1024-column block.
+const Case kCases[] = {{1, 1, 1, 1},    {1, 2, 16, 2},     {3, 5, 17, 2},   {1, 7, 33, 3},
+                       {2, 33, 15, 32}, {1, 64, 1023, 16}, {4, 9, 1025, 4}, {8, 67, 64, 67},
+                       {5, 31, 2, 7},   {1, 128, 1024, 32}};
+
+void Check(const TypeRange& tr, DataType value_type, Layout layout, bool zero_points,
+           const Case& cs, int64_t first, bool avx512, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> qdist(tr.lo, tr.hi);
+  std::uniform_real_distribution<float> fdist(-1.0f, 1.0f);
+  std::vector<int> q(cs.k * cs.n);
+  for (int& v : q) v = qdist(rng);
+  // The extremes of the type always appear.
+  q[0] = tr.lo;
+  q[q.size() - 1] = tr.hi;
+  const std::vector<uint8_t> bytes = Pack(tr.type, q, first);
+  const int64_t blocks = (cs.k + cs.block - 1) / cs.block;
+  QuantizedMatrix w;
+  w.type = tr.type;
+  w.data = bytes.data();
+  w.first = first;
+  w.k = cs.k;
+  w.n = cs.n;
+  w.value_type = value_type;
+  int64_t scales = 1;
+  switch (layout) {
+    case Layout::kPerColumn:
+      w.block_rows = cs.k;
+      w.scale_row_stride = 0;
+      w.scale_col_stride = 1;
+      scales = cs.n;
+      break;
+    case Layout::kBlocked:
+      w.block_rows = cs.block;
+      w.scale_row_stride = cs.n;
+      w.scale_col_stride = 1;
+      scales = blocks * cs.n;
+      break;
+    case Layout::kPerRow:
+      w.block_rows = 1;
+      w.scale_row_stride = 1;
+      w.scale_col_stride = 0;
+      scales = cs.k;
+      break;
+    case Layout::kPerTensor:
+      w.block_rows = cs.k;
+      scales = 1;
+      break;
+  }
+  std::vector<float> scale(scales), zero(scales);
+  for (float& s : scale) {
+    // Scales of the value type (DequantizeLinear's scale has the output type).
+    const float v = std::ldexp(fdist(rng), -4);
+    s = value_type == DataType::kBF16   ? BFloat16ToFloat(FloatToBFloat16(v))
+        : value_type == DataType::kFP16 ? HalfToFloat(FloatToHalf(v))
+                                        : v;
+  }
+  for (float& z : zero) z = static_cast<float>(qdist(rng));
+  zero[0] = static_cast<float>(tr.lo);
+  zero[zero.size() - 1] = static_cast<float>(tr.hi);
+  w.scale = scale.data();
+  w.zero_point = zero_points ? zero.data() : nullptr;
+
+  std::vector<float> a(cs.rows * cs.k), c(cs.rows * cs.n), c0;
+  for (float& v : a) v = fdist(rng);
+  for (float& v : c) v = fdist(rng);
+  c0 = c;
+  // Two calls over K, as a caller splitting the work would make.
+  const int64_t mid = cs.k / 2;
+  for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, mid}, {mid, cs.k}}) {
+    if (avx512) {
+      streaming_internal::QuantizedAvx512(cs.rows, k0, k1, a.data(), cs.k, w, c.data(), cs.n);
+    } else {
+      streaming_internal::QuantizedGeneric(cs.rows, k0, k1, a.data(), cs.k, w, c.data(), cs.n);
+    }
+  }
+  const std::string what =
+      absl::StrCat(tr.name, " -> ", DataTypeName(value_type), " layout ", static_cast<int>(layout),
+                   zero_points ? " zero points" : "", " rows ", cs.rows, " K ", cs.k, " N ", cs.n,
+                   " block ", cs.block, " first ", first, avx512 ? " avx512" : " generic");
+  for (int64_t i = 0; i < cs.rows; ++i) {
+    for (int64_t j = 0; j < cs.n; ++j) {
+      double want = c0[i * cs.n + j], bound = std::fabs(want);
+      for (int64_t r = 0; r < cs.k; ++r) {
+        int64_t at = 0;
+        switch (layout) {
+          case Layout::kPerColumn: at = j; break;
+          case Layout::kBlocked: at = (r / cs.block) * cs.n + j; break;
+          case Layout::kPerRow: at = r; break;
+          case Layout::kPerTensor: at = 0; break;
+        }
+        const double wv =
+            Dequantize(q[r * cs.n + j], zero_points ? zero[at] : 0.0, scale[at], value_type);
+        want += double{a[i * cs.k + r]} * wv;
+        bound += std::fabs(double{a[i * cs.k + r]} * wv);
+      }
+      ASSERT_NEAR(c[i * cs.n + j], want, 4 * (cs.k + 1) * 0x1p-24 * bound)
+          << what << " at " << i << "," << j;
+    }
+  }
+}
+
+TEST(QuantizedGemmTest, ElementsReadAsOnnxPacksThem) {
+  for (const TypeRange& tr : kTypes) {
+    std::vector<int> values;
+    for (int v = tr.lo; v <= tr.hi; ++v) values.push_back(v);
+    for (int64_t first : {0, 1}) {
+      const std::vector<uint8_t> bytes = Pack(tr.type, values, first);
+      for (size_t i = 0; i < values.size(); ++i) {
+        ASSERT_EQ(QuantizedElement(tr.type, bytes.data(), first + static_cast<int64_t>(i)),
+                  values[i])
+            << tr.name << " element " << i << " first " << first;
+      }
+    }
+  }
+  EXPECT_EQ(QuantizedBytes(QuantizedType::kInt4, 7), 4);
+  EXPECT_EQ(QuantizedBytes(QuantizedType::kUint8, 7), 7);
+}
+
+TEST(QuantizedGemmTest, BothBuildsEqualDequantizeThenMultiplyInDouble) {
+  std::vector<bool> builds = {false};
+  if (streaming_internal::HaveAvx512()) builds.push_back(true);
+  uint64_t seed = 1;
+  for (bool avx512 : builds) {
+    for (const TypeRange& tr : kTypes) {
+      const bool four = tr.type == QuantizedType::kInt4 || tr.type == QuantizedType::kUint4;
+      for (DataType vt : {DataType::kFP32, DataType::kFP16, DataType::kBF16}) {
+        for (Layout layout :
+             {Layout::kPerColumn, Layout::kBlocked, Layout::kPerRow, Layout::kPerTensor}) {
+          for (bool zp : {false, true}) {
+            for (const Case& cs : kCases) {
+              for (int64_t first : four ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}) {
+                Check(tr, vt, layout, zp, cs, first, avx512, seed++);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantizedGemmTest, TheDispatcherUsesABuildThatMatches) {
+  // Through the public entry point: INT4 blocked, BF16, 1 row (decode).
+  const TypeRange tr = kTypes[2];
+  Check(tr, DataType::kBF16, Layout::kBlocked, true, {1, 128, 1024, 32}, 0,
+        streaming_internal::HaveAvx512(), 99);
+  std::vector<uint8_t> packed(64 * 16 / 2, 0x97);  // low nibble 7, high nibble -7
+  std::vector<float> scale(16, 0.5f), a(64, 1.0f), c(16, 0.0f);
+  QuantizedMatrix w{QuantizedType::kInt4, packed.data(), 0, 64, 16, scale.data(), nullptr, 64, 0, 1,
+                    DataType::kFP32};
+  QuantizedGemmAccumulate(1, 0, 64, a.data(), 64, w, c.data(), 16);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(c[j], 64 * 0.5f * (j % 2 == 0 ? 7 : -7)) << j;
+}
+
+}  // namespace
+}  // namespace gemmserve
