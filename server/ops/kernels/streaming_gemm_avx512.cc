@@ -166,10 +166,10 @@ void RowGroupAny(int rows, int64_t k, int64_t k_end, int64_t n, const float* a, 
   case R: return RowGroup<kKind, R>(k, k_end, n, a, lda, b, ldb, c, ldc, prefetch);
     GEMMSERVE_ROWS(1)
     GEMMSERVE_ROWS(2)
-    GEMMSERVE_ROWS(3) GEMMSERVE_ROWS(4) GEMMSERVE_ROWS(5) GEMMSERVE_ROWS(6) GEMMSERVE_ROWS(7)
-        GEMMSERVE_ROWS(8)
+    GEMMSERVE_ROWS(3)
+    GEMMSERVE_ROWS(4) GEMMSERVE_ROWS(5) GEMMSERVE_ROWS(6) GEMMSERVE_ROWS(7) GEMMSERVE_ROWS(8)
 #undef GEMMSERVE_ROWS
-            default : return;
+        default : return;
   }
 }
 
@@ -202,6 +202,162 @@ void AccumulateAny(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, cons
   AccumulateFew<kKind>(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
 }
 
+// One row of a quantized matrix, resolved once per row: where its elements,
+// scales and zero points start.
+struct QuantizedRow {
+  const uint8_t* data;  // the row's first element (4-bit: its byte; rows start on one)
+  const float* scale;   // scale of column 0 (per column), or the row's one scale
+  const float* zero;    // likewise, or nullptr
+};
+
+template <QuantizedType kType>
+inline QuantizedRow RowOf(const QuantizedMatrix& w, int64_t r) {
+  constexpr bool kFour = kType == QuantizedType::kInt4 || kType == QuantizedType::kUint4;
+  const int64_t e = w.first + r * w.n;
+  const int64_t block = (r / w.block_rows) * w.scale_row_stride;
+  return {w.data + (kFour ? e >> 1 : e), w.scale + block,
+          w.zero_point == nullptr ? nullptr : w.zero_point + block};
+}
+
+// Sixteen columns j .. j + 15 of a row, dequantized in registers (ONNX
+// DequantizeLinear, rounded to the value type as the generic build does).
+template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue>
+inline __m512 Dequantize16(const QuantizedRow& row, int64_t j, __mmask16 mask, int count) {
+  __m512i qi;
+  if constexpr (kType == QuantizedType::kInt8) {
+    qi = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, row.data + j));
+  } else if constexpr (kType == QuantizedType::kUint8) {
+    qi = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, row.data + j));
+  } else {
+    const __mmask16 bytes = static_cast<__mmask16>((1u << ((count + 1) / 2)) - 1);
+    const __m128i packed = _mm_maskz_loadu_epi8(bytes, row.data + (j >> 1));
+    const __m128i nibble = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_and_si128(packed, nibble);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nibble);
+    qi = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));  // element order: low, high, ...
+    if constexpr (kType == QuantizedType::kInt4) {
+      const __m512i eight = _mm512_set1_epi32(8);
+      qi = _mm512_sub_epi32(_mm512_xor_si512(qi, eight), eight);
+    }
+  }
+  __m512 v = _mm512_cvtepi32_ps(qi);
+  if constexpr (kZero) {
+    v = _mm512_sub_ps(
+        v, kPerColumn ? _mm512_maskz_loadu_ps(mask, row.zero + j) : _mm512_set1_ps(row.zero[0]));
+  }
+  v = _mm512_mul_ps(
+      v, kPerColumn ? _mm512_maskz_loadu_ps(mask, row.scale + j) : _mm512_set1_ps(row.scale[0]));
+  if constexpr (kValue == DataType::kBF16) {
+    // Round to nearest even at bit 16 (the values are finite).
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i rounded =
+        _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb);
+    v = _mm512_castsi512_ps(_mm512_and_si512(rounded, _mm512_set1_epi32(~0xffff)));
+  } else if constexpr (kValue == DataType::kFP16) {
+    v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  return v;
+}
+
+bool QuantizedFusedApplies(const QuantizedMatrix& w) {
+  const bool four = w.type == QuantizedType::kInt4 || w.type == QuantizedType::kUint4;
+  return (w.scale_col_stride == 0 || w.scale_col_stride == 1) &&
+         (!four || (w.first % 2 == 0 && w.n % 2 == 0));
+}
+
+// The quantized path with the dequantization in registers, the loop of
+// AccumulateHalfFused: per column block and four rows of W, each 16 columns
+// are dequantized once and applied to every row of A.
+template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue>
+void AccumulateQuantizedFused(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
+                              int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc) {
+  const int64_t n = w.n;
+  for (int64_t j0 = 0; j0 < n; j0 += kColumnBlock) {
+    const int64_t j1 = std::min(n, j0 + kColumnBlock);
+    int64_t k = k_begin;
+    for (; k + 4 <= k_end; k += 4) {
+      const QuantizedRow r0 = RowOf<kType>(w, k), r1 = RowOf<kType>(w, k + 1),
+                         r2 = RowOf<kType>(w, k + 2), r3 = RowOf<kType>(w, k + 3);
+      for (int64_t j = j0; j < j1; j += 16) {
+        const int count = static_cast<int>(std::min<int64_t>(16, j1 - j));
+        const __mmask16 mask = count == 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
+        const __m512 w0 = Dequantize16<kType, kPerColumn, kZero, kValue>(r0, j, mask, count),
+                     w1 = Dequantize16<kType, kPerColumn, kZero, kValue>(r1, j, mask, count),
+                     w2 = Dequantize16<kType, kPerColumn, kZero, kValue>(r2, j, mask, count),
+                     w3 = Dequantize16<kType, kPerColumn, kZero, kValue>(r3, j, mask, count);
+        for (int64_t i = 0; i < rows; ++i) {
+          const float* ai = a + i * lda + k;
+          float* ci = c + i * ldc + j;
+          __m512 p = _mm512_mul_ps(_mm512_set1_ps(ai[0]), w0);
+          __m512 q = _mm512_mul_ps(_mm512_set1_ps(ai[2]), w2);
+          p = _mm512_fmadd_ps(_mm512_set1_ps(ai[1]), w1, p);
+          q = _mm512_fmadd_ps(_mm512_set1_ps(ai[3]), w3, q);
+          const __m512 acc = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, ci), _mm512_add_ps(p, q));
+          _mm512_mask_storeu_ps(ci, mask, acc);
+        }
+      }
+    }
+    for (; k < k_end; ++k) {
+      const QuantizedRow r0 = RowOf<kType>(w, k);
+      for (int64_t j = j0; j < j1; j += 16) {
+        const int count = static_cast<int>(std::min<int64_t>(16, j1 - j));
+        const __mmask16 mask = count == 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
+        const __m512 w0 = Dequantize16<kType, kPerColumn, kZero, kValue>(r0, j, mask, count);
+        for (int64_t i = 0; i < rows; ++i) {
+          float* ci = c + i * ldc + j;
+          const __m512 acc = _mm512_maskz_loadu_ps(mask, ci);
+          _mm512_mask_storeu_ps(ci, mask, _mm512_fmadd_ps(_mm512_set1_ps(a[i * lda + k]), w0, acc));
+        }
+      }
+    }
+  }
+}
+
+// The template for the matrix's layout and value type.
+template <QuantizedType kType, bool kPerColumn, bool kZero>
+void FusedForValue(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
+                   const QuantizedMatrix& w, float* c, int64_t ldc) {
+  switch (w.value_type) {
+    case DataType::kBF16:
+      return AccumulateQuantizedFused<kType, kPerColumn, kZero, DataType::kBF16>(
+          rows, k_begin, k_end, a, lda, w, c, ldc);
+    case DataType::kFP16:
+      return AccumulateQuantizedFused<kType, kPerColumn, kZero, DataType::kFP16>(
+          rows, k_begin, k_end, a, lda, w, c, ldc);
+    default:
+      return AccumulateQuantizedFused<kType, kPerColumn, kZero, DataType::kFP32>(
+          rows, k_begin, k_end, a, lda, w, c, ldc);
+  }
+}
+
+template <QuantizedType kType>
+void FusedForType(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
+                  const QuantizedMatrix& w, float* c, int64_t ldc) {
+  const bool per_column = w.scale_col_stride != 0, zero = w.zero_point != nullptr;
+  if (per_column && zero)
+    return FusedForValue<kType, true, true>(rows, k_begin, k_end, a, lda, w, c, ldc);
+  if (per_column) return FusedForValue<kType, true, false>(rows, k_begin, k_end, a, lda, w, c, ldc);
+  if (zero) return FusedForValue<kType, false, true>(rows, k_begin, k_end, a, lda, w, c, ldc);
+  return FusedForValue<kType, false, false>(rows, k_begin, k_end, a, lda, w, c, ldc);
+}
+
+void AccumulateQuantizedAvx512(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
+                               int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc) {
+  if (!QuantizedFusedApplies(w))
+    return AccumulateQuantized(rows, k_begin, k_end, a, lda, w, c, ldc);
+  switch (w.type) {
+    case QuantizedType::kInt8:
+      return FusedForType<QuantizedType::kInt8>(rows, k_begin, k_end, a, lda, w, c, ldc);
+    case QuantizedType::kUint8:
+      return FusedForType<QuantizedType::kUint8>(rows, k_begin, k_end, a, lda, w, c, ldc);
+    case QuantizedType::kInt4:
+      return FusedForType<QuantizedType::kInt4>(rows, k_begin, k_end, a, lda, w, c, ldc);
+    case QuantizedType::kUint4:
+      return FusedForType<QuantizedType::kUint4>(rows, k_begin, k_end, a, lda, w, c, ldc);
+  }
+}
+
 }  // namespace avx512
 }  // namespace
 
@@ -231,7 +387,7 @@ void AccumulateAvx512(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, c
 
 void QuantizedAvx512(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
                      const QuantizedMatrix& w, float* c, int64_t ldc) {
-  avx512::AccumulateQuantized(rows, k_begin, k_end, a, lda, w, c, ldc);
+  avx512::AccumulateQuantizedAvx512(rows, k_begin, k_end, a, lda, w, c, ldc);
 }
 
 void WidenAvx512(DataType type, const uint16_t* src, float* dst, int64_t n) {
