@@ -57,9 +57,20 @@ struct Case {
 };
 // K = 1, odd K for 4-bit, blocks that do not divide K, one block, the
 // four-row unroll's tails, N around the 1024-column block.
-const Case kCases[] = {{1, 1, 1, 1},    {1, 2, 16, 2},     {3, 5, 17, 2},   {1, 7, 33, 3},
-                       {2, 33, 15, 32}, {1, 64, 1023, 16}, {4, 9, 1025, 4}, {8, 67, 64, 67},
-                       {5, 31, 2, 7},   {1, 128, 1024, 32}};
+const Case kCases[] = {{1, 1, 1, 1},
+                       {1, 2, 16, 2},
+                       {3, 5, 17, 2},
+                       {1, 7, 33, 3},
+                       {2, 33, 15, 32},
+                       {1, 64, 1023, 16},
+                       {4, 9, 1025, 4},
+                       {8, 67, 64, 67},
+                       {5, 31, 2, 7},
+                       {1, 128, 1024, 32},
+                       // more rows than one register group (8), and 8-row steps
+                       // that straddle blocks of 12
+                       {12, 40, 34, 8},
+                       {9, 48, 32, 12}};
 
 void Check(const TypeRange& tr, DataType value_type, Layout layout, bool zero_points,
            const Case& cs, int64_t first, bool avx512, uint64_t seed) {

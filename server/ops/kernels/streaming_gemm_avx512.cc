@@ -167,7 +167,8 @@ void RowGroupAny(int rows, int64_t k, int64_t k_end, int64_t n, const float* a, 
     GEMMSERVE_ROWS(1)
     GEMMSERVE_ROWS(2)
     GEMMSERVE_ROWS(3)
-    GEMMSERVE_ROWS(4) GEMMSERVE_ROWS(5) GEMMSERVE_ROWS(6) GEMMSERVE_ROWS(7) GEMMSERVE_ROWS(8)
+    GEMMSERVE_ROWS(4)
+    GEMMSERVE_ROWS(5) GEMMSERVE_ROWS(6) GEMMSERVE_ROWS(7) GEMMSERVE_ROWS(8)
 #undef GEMMSERVE_ROWS
         default : return;
   }
@@ -219,18 +220,17 @@ inline QuantizedRow RowOf(const QuantizedMatrix& w, int64_t r) {
           w.zero_point == nullptr ? nullptr : w.zero_point + block};
 }
 
-// Sixteen columns j .. j + 15 of a row, dequantized in registers (ONNX
-// DequantizeLinear, rounded to the value type as the generic build does).
-template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue>
-inline __m512 Dequantize16(const QuantizedRow& row, int64_t j, __mmask16 mask, int count) {
+// Sixteen integers of a row, j .. j + 15, as floats.
+template <QuantizedType kType>
+inline __m512 LoadIntegers16(const uint8_t* data, int64_t j, __mmask16 mask, int count) {
   __m512i qi;
   if constexpr (kType == QuantizedType::kInt8) {
-    qi = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, row.data + j));
+    qi = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, data + j));
   } else if constexpr (kType == QuantizedType::kUint8) {
-    qi = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, row.data + j));
+    qi = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, data + j));
   } else {
     const __mmask16 bytes = static_cast<__mmask16>((1u << ((count + 1) / 2)) - 1);
-    const __m128i packed = _mm_maskz_loadu_epi8(bytes, row.data + (j >> 1));
+    const __m128i packed = _mm_maskz_loadu_epi8(bytes, data + (j >> 1));
     const __m128i nibble = _mm_set1_epi8(0x0f);
     const __m128i lo = _mm_and_si128(packed, nibble);
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nibble);
@@ -240,13 +240,13 @@ inline __m512 Dequantize16(const QuantizedRow& row, int64_t j, __mmask16 mask, i
       qi = _mm512_sub_epi32(_mm512_xor_si512(qi, eight), eight);
     }
   }
-  __m512 v = _mm512_cvtepi32_ps(qi);
-  if constexpr (kZero) {
-    v = _mm512_sub_ps(
-        v, kPerColumn ? _mm512_maskz_loadu_ps(mask, row.zero + j) : _mm512_set1_ps(row.zero[0]));
-  }
-  v = _mm512_mul_ps(
-      v, kPerColumn ? _mm512_maskz_loadu_ps(mask, row.scale + j) : _mm512_set1_ps(row.scale[0]));
+  return _mm512_cvtepi32_ps(qi);
+}
+
+// (q - zero) * scale, rounded to the value type as the generic build does.
+template <DataType kValue>
+inline __m512 ScaleAndRound(__m512 v, __m512 scale) {
+  v = _mm512_mul_ps(v, scale);
   if constexpr (kValue == DataType::kBF16) {
     // Round to nearest even at bit 16 (the values are finite).
     const __m512i bits = _mm512_castps_si512(v);
@@ -258,6 +258,27 @@ inline __m512 Dequantize16(const QuantizedRow& row, int64_t j, __mmask16 mask, i
     v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
   return v;
+}
+
+template <QuantizedType kType, bool kZero, DataType kValue>
+inline __m512 DequantizeWith(const uint8_t* data, int64_t j, __mmask16 mask, int count,
+                             __m512 scale, __m512 zero) {
+  __m512 v = LoadIntegers16<kType>(data, j, mask, count);
+  if constexpr (kZero) v = _mm512_sub_ps(v, zero);
+  return ScaleAndRound<kValue>(v, scale);
+}
+
+// Sixteen columns j .. j + 15 of a row, dequantized in registers (ONNX
+// DequantizeLinear, rounded to the value type as the generic build does).
+template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue>
+inline __m512 Dequantize16(const QuantizedRow& row, int64_t j, __mmask16 mask, int count) {
+  const __m512 scale =
+      kPerColumn ? _mm512_maskz_loadu_ps(mask, row.scale + j) : _mm512_set1_ps(row.scale[0]);
+  __m512 zero = _mm512_setzero_ps();
+  if constexpr (kZero) {
+    zero = kPerColumn ? _mm512_maskz_loadu_ps(mask, row.zero + j) : _mm512_set1_ps(row.zero[0]);
+  }
+  return DequantizeWith<kType, kZero, kValue>(row.data, j, mask, count, scale, zero);
 }
 
 bool QuantizedFusedApplies(const QuantizedMatrix& w) {
@@ -314,6 +335,106 @@ void AccumulateQuantizedFused(int64_t rows, int64_t k_begin, int64_t k_end, cons
   }
 }
 
+// Eight rows of W that share their scales (one K block, scales per column):
+// RowGroup's register kernel for quantized W. Per 16 columns the scale (and
+// zero point) is loaded once, the eight rows are dequantized into registers
+// and applied to kRows rows of A, and the sums added to C once; the eight
+// rows' bytes are prefetched two steps ahead.
+template <QuantizedType kType, bool kZero, DataType kValue, int kRows>
+void QuantizedRowGroup(const QuantizedMatrix& w, int64_t k, int64_t k_end, const float* a,
+                       int64_t lda, float* c, int64_t ldc, bool prefetch) {
+  constexpr bool kFour = kType == QuantizedType::kInt4 || kType == QuantizedType::kUint4;
+  const int64_t n = w.n;
+  const QuantizedRow first = RowOf<kType>(w, k);
+  const int64_t row_bytes = kFour ? n / 2 : n;  // 4-bit rows start on a byte (n even)
+  const bool ahead = prefetch && k + kPrefetchRows + kDepth <= k_end;
+  const uint8_t* next = first.data + kPrefetchRows * row_bytes;
+  for (int64_t j = 0; j < n; j += 16) {
+    const int count = static_cast<int>(std::min<int64_t>(16, n - j));
+    const __mmask16 mask = count == 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
+    if (ahead && j % (kFour ? 128 : 64) == 0) {
+      for (int t = 0; t < kDepth; ++t) {
+        _mm_prefetch(reinterpret_cast<const char*>(next + t * row_bytes + (kFour ? j / 2 : j)),
+                     _MM_HINT_T0);
+      }
+    }
+    const __m512 scale = _mm512_maskz_loadu_ps(mask, first.scale + j);
+    __m512 zero = _mm512_setzero_ps();
+    if constexpr (kZero) zero = _mm512_maskz_loadu_ps(mask, first.zero + j);
+    __m512 wv[kDepth];
+    for (int t = 0; t < kDepth; ++t) {
+      wv[t] = DequantizeWith<kType, kZero, kValue>(first.data + t * row_bytes, j, mask, count,
+                                                   scale, zero);
+    }
+    for (int i = 0; i < kRows; ++i) {
+      const float* ai = a + i * lda + k;
+      __m512 p = _mm512_mul_ps(_mm512_set1_ps(ai[0]), wv[0]);
+      __m512 q = _mm512_mul_ps(_mm512_set1_ps(ai[1]), wv[1]);
+      for (int t = 2; t < kDepth; t += 2) {
+        p = _mm512_fmadd_ps(_mm512_set1_ps(ai[t]), wv[t], p);
+        q = _mm512_fmadd_ps(_mm512_set1_ps(ai[t + 1]), wv[t + 1], q);
+      }
+      float* ci = c + i * ldc + j;
+      _mm512_mask_storeu_ps(ci, mask,
+                            _mm512_add_ps(_mm512_maskz_loadu_ps(mask, ci), _mm512_add_ps(p, q)));
+    }
+  }
+}
+
+template <QuantizedType kType, bool kZero, DataType kValue>
+void QuantizedRowGroupAny(int rows, const QuantizedMatrix& w, int64_t k, int64_t k_end,
+                          const float* a, int64_t lda, float* c, int64_t ldc, bool prefetch) {
+  switch (rows) {
+#define GEMMSERVE_ROWS(R) \
+  case R: return QuantizedRowGroup<kType, kZero, kValue, R>(w, k, k_end, a, lda, c, ldc, prefetch);
+    GEMMSERVE_ROWS(1)
+    GEMMSERVE_ROWS(2)
+    GEMMSERVE_ROWS(3)
+    GEMMSERVE_ROWS(4)
+    GEMMSERVE_ROWS(5) GEMMSERVE_ROWS(6) GEMMSERVE_ROWS(7) GEMMSERVE_ROWS(8)
+#undef GEMMSERVE_ROWS
+        default : return;
+  }
+}
+
+// Per-column or blocked scales: every step of eight rows of W inside one K
+// block takes the register kernel; a step across a block boundary, and the
+// last rows, go one row at a time through the general loop.
+template <QuantizedType kType, bool kZero, DataType kValue>
+void AccumulateQuantizedBlocks(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
+                               int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc) {
+  int64_t k = k_begin;
+  while (k < k_end) {
+    if (k + kDepth <= k_end && k / w.block_rows == (k + kDepth - 1) / w.block_rows) {
+      for (int64_t i0 = 0; i0 < rows; i0 += kGroupRows) {
+        const int group = static_cast<int>(std::min<int64_t>(kGroupRows, rows - i0));
+        QuantizedRowGroupAny<kType, kZero, kValue>(group, w, k, k_end, a + i0 * lda, lda,
+                                                   c + i0 * ldc, ldc, /*prefetch=*/i0 == 0);
+      }
+      k += kDepth;
+    } else {
+      AccumulateQuantizedFused<kType, true, kZero, kValue>(rows, k, k + 1, a, lda, w, c, ldc);
+      k += 1;
+    }
+  }
+}
+
+template <QuantizedType kType, bool kZero>
+void BlocksForValue(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
+                    const QuantizedMatrix& w, float* c, int64_t ldc) {
+  switch (w.value_type) {
+    case DataType::kBF16:
+      return AccumulateQuantizedBlocks<kType, kZero, DataType::kBF16>(rows, k_begin, k_end, a, lda,
+                                                                      w, c, ldc);
+    case DataType::kFP16:
+      return AccumulateQuantizedBlocks<kType, kZero, DataType::kFP16>(rows, k_begin, k_end, a, lda,
+                                                                      w, c, ldc);
+    default:
+      return AccumulateQuantizedBlocks<kType, kZero, DataType::kFP32>(rows, k_begin, k_end, a, lda,
+                                                                      w, c, ldc);
+  }
+}
+
 // The template for the matrix's layout and value type.
 template <QuantizedType kType, bool kPerColumn, bool kZero>
 void FusedForValue(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
@@ -336,8 +457,8 @@ void FusedForType(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, 
                   const QuantizedMatrix& w, float* c, int64_t ldc) {
   const bool per_column = w.scale_col_stride != 0, zero = w.zero_point != nullptr;
   if (per_column && zero)
-    return FusedForValue<kType, true, true>(rows, k_begin, k_end, a, lda, w, c, ldc);
-  if (per_column) return FusedForValue<kType, true, false>(rows, k_begin, k_end, a, lda, w, c, ldc);
+    return BlocksForValue<kType, true>(rows, k_begin, k_end, a, lda, w, c, ldc);
+  if (per_column) return BlocksForValue<kType, false>(rows, k_begin, k_end, a, lda, w, c, ldc);
   if (zero) return FusedForValue<kType, false, true>(rows, k_begin, k_end, a, lda, w, c, ldc);
   return FusedForValue<kType, false, false>(rows, k_begin, k_end, a, lda, w, c, ldc);
 }
