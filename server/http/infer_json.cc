@@ -586,8 +586,9 @@ class InferHandler {
 
   // Called with the reader just past a number of a data array (state: after
   // an element). Takes each following `, number` for which RapidJSON would
-  // do exactly the same (a plain JSON number with at most a two-digit
-  // exponent, so RapidJSON's "number too big" cannot apply, followed by
+  // do exactly the same (a plain JSON number with at most 300 integer digits
+  // and a two-digit exponent, so RapidJSON's "number too big" cannot apply,
+  // followed by
   // whitespace, a comma or the bracket), hands it to DataNumber, and leaves
   // the stream after the last one taken: always after a complete element,
   // where the reader's state still holds. Anything else (NaN, a string, a
@@ -610,7 +611,11 @@ class InferHandler {
       if (*q == '0') {
         ++q;
       } else if (*q >= '1' && *q <= '9') {
+        const char* const digits = q;
         while (q < end && is_digit(*q)) ++q;
+        // RapidJSON refuses an integer part of about 309 digits or more
+        // ("number too big"); those stay its own.
+        if (q - digits > 300) break;
       } else {
         break;
       }
