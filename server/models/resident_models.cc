@@ -63,15 +63,31 @@ int64_t ResidentHeldBytes(int64_t input_bytes, int64_t output_bytes, int64_t wor
   return SaturatingAdd(SaturatingAdd(input_bytes, SaturatingMul(output_bytes, 2)), work_bytes);
 }
 
+// The quantization of resident weights, as model parameters (ModelConfig
+// and ModelMetadata): "quantization" INT4, "bits" 4, "block_size" 32 (0 when
+// not blocked), "granularity", "zero_point", and "weight_bytes_per_group",
+// the bytes one call reads for each group it uses.
+void AddQuantizationParameters(const QuantizedWeights& q,
+                               std::vector<std::pair<std::string, std::string>>* p) {
+  p->emplace_back("quantization", QuantizedTypeName(q.type()));
+  p->emplace_back("bits", absl::StrCat(QuantizedBits(q.type())));
+  p->emplace_back("block_size", absl::StrCat(q.layout().block_size));
+  p->emplace_back("granularity", q.granularity());
+  p->emplace_back("zero_point", q.has_zero_point() ? "true" : "false");
+  p->emplace_back("weight_bytes_per_group", absl::StrCat(q.group_bytes()));
+}
+
 // ---------------------------------------------------------------- MatMul
 
 class PreparedResidentMatMul final : public PreparedInference {
  public:
-  PreparedResidentMatMul(MatMulPlan plan, BoundInput a, std::string output_name, bool panels)
+  PreparedResidentMatMul(MatMulPlan plan, BoundInput a, std::string output_name, bool panels,
+                         bool quantized)
       : plan_(std::move(plan)),
         a_(std::move(a)),
         output_name_(std::move(output_name)),
-        panels_(panels) {}
+        panels_(panels),
+        quantized_(quantized) {}
   int64_t output_bytes() const override { return SaturatingBytes(plan_.output_elements, a_.type); }
   std::vector<std::pair<std::string, Shape>> output_shapes() const override {
     return {{output_name_, plan_.output_shape}};
@@ -88,6 +104,7 @@ class PreparedResidentMatMul final : public PreparedInference {
     work.k = plan_.k;
     work.n = plan_.n;
     work.panels = panels_;
+    work.quantized = quantized_;
     return ResidentHeldBytes(a_.byte_size, output_bytes(), GemmWorkBytes(work, threads));
   }
   const BoundInput& a() const { return a_; }
@@ -97,7 +114,7 @@ class PreparedResidentMatMul final : public PreparedInference {
   MatMulPlan plan_;
   BoundInput a_;
   std::string output_name_;
-  bool panels_;
+  bool panels_, quantized_;
 };
 
 class ResidentMatMulModel final : public Model {
@@ -106,8 +123,8 @@ class ResidentMatMulModel final : public Model {
   // tensor is dropped: one copy stays resident.
   ResidentMatMulModel(ResidentMatMulSpec spec, std::optional<PackedWeights> packed, double pack_ms)
       : spec_(std::move(spec)),
-        type_(spec_.b.type()),
-        b_shape_(spec_.b.shape()),
+        type_(spec_.b_quantized ? spec_.b_quantized->value_type() : spec_.b.type()),
+        b_shape_(spec_.b_quantized ? spec_.b_quantized->shape() : spec_.b.shape()),
         packed_(std::move(packed)),
         pack_ms_(pack_ms) {
     if (packed_) spec_.b = Tensor();
@@ -121,11 +138,18 @@ class ResidentMatMulModel final : public Model {
   }
   const ModelMetadata& metadata() const override { return metadata_; }
   std::vector<std::pair<std::string, std::string>> parameters() const override {
-    return {{"k", absl::StrCat(b_shape_[0])},
-            {"n", absl::StrCat(b_shape_[1])},
-            {"weights_layout", packed_ ? "panels" : "row_major"},
-            {"weights_bytes", absl::StrCat(packed_ ? packed_->bytes() : spec_.b.byte_size())},
-            {"pack_ms", absl::StrFormat("%.1f", pack_ms_)}};
+    std::vector<std::pair<std::string, std::string>> p = {
+        {"k", absl::StrCat(b_shape_[0])},
+        {"n", absl::StrCat(b_shape_[1])},
+        {"weights_layout", spec_.b_quantized ? "quantized"
+                           : packed_         ? "panels"
+                                             : "row_major"},
+        {"weights_bytes", absl::StrCat(spec_.b_quantized ? spec_.b_quantized->bytes()
+                                       : packed_         ? packed_->bytes()
+                                                         : spec_.b.byte_size())},
+        {"pack_ms", absl::StrFormat("%.1f", pack_ms_)}};
+    if (spec_.b_quantized) AddQuantizationParameters(*spec_.b_quantized, &p);
+    return p;
   }
 
   absl::StatusOr<std::unique_ptr<PreparedInference>> Prepare(
@@ -141,8 +165,8 @@ class ResidentMatMulModel final : public Model {
                        " ", ShapeToString(a.shape)));
     }
     GEMMSERVE_ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a.shape, b_shape_));
-    return std::make_unique<PreparedResidentMatMul>(std::move(plan), a, spec_.output_name,
-                                                    packed_.has_value());
+    return std::make_unique<PreparedResidentMatMul>(
+        std::move(plan), a, spec_.output_name, packed_.has_value(), spec_.b_quantized.has_value());
   }
 
   std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
@@ -186,7 +210,9 @@ class ResidentMatMulModel final : public Model {
     problem.k = k;
     problem.a = a.raw_data();
     problem.lda = k;
-    if (packed_) {
+    if (spec_.b_quantized) {
+      problem.b_quantized = &spec_.b_quantized->group(0);
+    } else if (packed_) {
       problem.b_panels = packed_->group(0);
       problem.b_panels_min_exponent = packed_->min_exponent(0);
     } else {
@@ -217,12 +243,13 @@ class ResidentMatMulModel final : public Model {
 class PreparedResidentGrouped final : public PreparedInference {
  public:
   PreparedResidentGrouped(GroupedMatMulPlan plan, BoundInput input, BoundInput indices,
-                          std::string output_name, bool panels)
+                          std::string output_name, bool panels, bool quantized)
       : plan_(std::move(plan)),
         input_(std::move(input)),
         indices_(std::move(indices)),
         output_name_(std::move(output_name)),
-        panels_(panels) {}
+        panels_(panels),
+        quantized_(quantized) {}
   int64_t output_bytes() const override {
     return SaturatingBytes(plan_.output_elements, input_.type);
   }
@@ -235,8 +262,9 @@ class PreparedResidentGrouped final : public PreparedInference {
     // Its rows of the batch's input and int64 indices, its output rows and
     // their copy, and its share of the merged problems (GemmWorkBytes adds up).
     const int64_t indices = SaturatingMul(SaturatingMul(plan_.m, plan_.s), sizeof(int64_t));
-    return ResidentHeldBytes(SaturatingAdd(input_.byte_size, indices), output_bytes(),
-                             GroupedMatMulWorkBytes(plan_, input_.type, threads, panels_));
+    return ResidentHeldBytes(
+        SaturatingAdd(input_.byte_size, indices), output_bytes(),
+        GroupedMatMulWorkBytes(plan_, input_.type, threads, panels_, quantized_));
   }
   const GroupedMatMulPlan& plan() const { return plan_; }
   const BoundInput& input() const { return input_; }
@@ -246,7 +274,7 @@ class PreparedResidentGrouped final : public PreparedInference {
   GroupedMatMulPlan plan_;
   BoundInput input_, indices_;
   std::string output_name_;
-  bool panels_;
+  bool panels_, quantized_;
 };
 
 // The request's indices, INT32 or INT64 at any alignment on the wire, as
@@ -271,8 +299,10 @@ class ResidentGroupedModel final : public Model {
   ResidentGroupedModel(ResidentGroupedMatMulSpec spec, std::optional<PackedWeights> packed,
                        double pack_ms)
       : spec_(std::move(spec)),
-        type_(spec_.weights.type()),
-        weights_shape_(spec_.weights.shape()),
+        type_(spec_.weights_quantized ? spec_.weights_quantized->value_type()
+                                      : spec_.weights.type()),
+        weights_shape_(spec_.weights_quantized ? spec_.weights_quantized->shape()
+                                               : spec_.weights.shape()),
         packed_(std::move(packed)),
         pack_ms_(pack_ms) {
     if (packed_) spec_.weights = Tensor();
@@ -290,13 +320,21 @@ class ResidentGroupedModel final : public Model {
   const ModelMetadata& metadata() const override { return metadata_; }
   std::vector<std::pair<std::string, std::string>> parameters() const override {
     const Shape& w = weights_shape_;
-    return {{"groups", absl::StrCat(w[0])},
-            {"k", absl::StrCat(w[1])},
-            {"n", absl::StrCat(w[2])},
-            {"bias", spec_.bias ? "true" : "false"},
-            {"weights_layout", packed_ ? "panels" : "row_major"},
-            {"weights_bytes", absl::StrCat(packed_ ? packed_->bytes() : spec_.weights.byte_size())},
-            {"pack_ms", absl::StrFormat("%.1f", pack_ms_)}};
+    const auto& q = spec_.weights_quantized;
+    std::vector<std::pair<std::string, std::string>> p = {
+        {"groups", absl::StrCat(w[0])},
+        {"k", absl::StrCat(w[1])},
+        {"n", absl::StrCat(w[2])},
+        {"bias", spec_.bias ? "true" : "false"},
+        {"weights_layout", q         ? "quantized"
+                           : packed_ ? "panels"
+                                     : "row_major"},
+        {"weights_bytes", absl::StrCat(q         ? q->bytes()
+                                       : packed_ ? packed_->bytes()
+                                                 : spec_.weights.byte_size())},
+        {"pack_ms", absl::StrFormat("%.1f", pack_ms_)}};
+    if (q) AddQuantizationParameters(*q, &p);
+    return p;
   }
 
   absl::StatusOr<std::unique_ptr<PreparedInference>> Prepare(
@@ -327,7 +365,8 @@ class ResidentGroupedModel final : public Model {
         GroupedMatMulPlan plan,
         PlanGroupedMatMul(input.shape, weights_shape_, indices.shape, bias_shape));
     return std::make_unique<PreparedResidentGrouped>(std::move(plan), input, indices,
-                                                     spec_.output_name, packed_.has_value());
+                                                     spec_.output_name, packed_.has_value(),
+                                                     spec_.weights_quantized.has_value());
   }
 
   std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
@@ -406,6 +445,7 @@ class ResidentGroupedModel final : public Model {
   }
 
   GroupedWeights weights() const {
+    if (spec_.weights_quantized) return GroupedWeights(*spec_.weights_quantized);
     return packed_ ? GroupedWeights(*packed_) : GroupedWeights(spec_.weights);
   }
 
@@ -457,43 +497,51 @@ absl::StatusOr<std::optional<PackedWeights>> PackAtLoad(const Tensor& weights, d
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> MakeResidentMatMulModel(ResidentMatMulSpec spec) {
-  if (spec.b.shape().size() != 2) {
+  const Shape b_shape = spec.b_quantized ? spec.b_quantized->shape() : spec.b.shape();
+  const DataType b_type = spec.b_quantized ? spec.b_quantized->value_type() : spec.b.type();
+  if (b_shape.size() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("initializer B: a resident MatMul weight must be 2-D [K, N], got ",
-                     ShapeToString(spec.b.shape())));
+                     ShapeToString(b_shape)));
   }
-  GEMMSERVE_RETURN_IF_ERROR(OneDatatype(spec.a, spec.b.type(), "initializer B"));
+  GEMMSERVE_RETURN_IF_ERROR(OneDatatype(spec.a, b_type, "initializer B"));
   if (spec.a.shape.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("input '", spec.a.name, "': MatMul needs rank >= 1"));
   }
   const int64_t k = spec.a.shape.back();
-  if (k != -1 && k != spec.b.shape()[0]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input '", spec.a.name, "': last dimension ", k, " differs from K=", spec.b.shape()[0],
-        " of initializer B ", ShapeToString(spec.b.shape())));
+  if (k != -1 && k != b_shape[0]) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", spec.a.name, "': last dimension ", k,
+                                                   " differs from K=", b_shape[0],
+                                                   " of initializer B ", ShapeToString(b_shape)));
   }
-  if (k == -1) spec.a.shape.back() = spec.b.shape()[0];
-  // B packed once, as a GroupedMatMul's experts are (one group).
+  if (k == -1) spec.a.shape.back() = b_shape[0];
+  // B packed once, as a GroupedMatMul's experts are (one group); quantized
+  // weights stay as they are.
   double pack_ms = 0;
-  GEMMSERVE_ASSIGN_OR_RETURN(std::optional<PackedWeights> packed, PackAtLoad(spec.b, &pack_ms));
+  std::optional<PackedWeights> packed;
+  if (!spec.b_quantized) {
+    GEMMSERVE_ASSIGN_OR_RETURN(packed, PackAtLoad(spec.b, &pack_ms));
+  }
   return std::unique_ptr<Model>(
       new ResidentMatMulModel(std::move(spec), std::move(packed), pack_ms));
 }
 
 absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
     ResidentGroupedMatMulSpec spec) {
-  const Shape& w = spec.weights.shape();
+  const Shape w = spec.weights_quantized ? spec.weights_quantized->shape() : spec.weights.shape();
+  const DataType w_type =
+      spec.weights_quantized ? spec.weights_quantized->value_type() : spec.weights.type();
   if (w.size() != 3) {
     return absl::InvalidArgumentError(
         absl::StrCat("initializer weights: expected rank 3 [G, K, N], got ", ShapeToString(w)));
   }
-  if (!IsFloatingPoint(spec.weights.type())) {
+  if (!IsFloatingPoint(w_type)) {
     return absl::InvalidArgumentError(
         absl::StrCat("initializer weights: GroupedMatMul needs BF16, FP16, FP32 or FP64, got ",
-                     DataTypeName(spec.weights.type())));
+                     DataTypeName(w_type)));
   }
-  GEMMSERVE_RETURN_IF_ERROR(OneDatatype(spec.input, spec.weights.type(), "initializer weights"));
+  GEMMSERVE_RETURN_IF_ERROR(OneDatatype(spec.input, w_type, "initializer weights"));
   if (spec.input.shape.size() != 2 || (spec.input.shape[1] != -1 && spec.input.shape[1] != w[1])) {
     return absl::InvalidArgumentError(absl::StrCat(
         "input '", spec.input.name, "': expected [M, K] with K=", w[1], " from weights ",
@@ -528,13 +576,15 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
       return absl::InvalidArgumentError(absl::StrCat("initializer bias: expected [G, N] = [", w[0],
                                                      ",", w[2], "], got ", ShapeToString(b)));
     }
-    if (spec.bias->type() != spec.weights.type()) {
+    if (spec.bias->type() != w_type) {
       return absl::InvalidArgumentError("initializer bias: datatype differs from weights");
     }
   }
   double pack_ms = 0;
-  GEMMSERVE_ASSIGN_OR_RETURN(std::optional<PackedWeights> packed,
-                             PackAtLoad(spec.weights, &pack_ms));
+  std::optional<PackedWeights> packed;
+  if (!spec.weights_quantized) {
+    GEMMSERVE_ASSIGN_OR_RETURN(packed, PackAtLoad(spec.weights, &pack_ms));
+  }
   return std::unique_ptr<Model>(
       new ResidentGroupedModel(std::move(spec), std::move(packed), pack_ms));
 }

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/core/model.h"
+#include "server/ops/quantized_weights.h"
 #include "server/tensor/tensor.h"
 
 namespace gemmserve {
@@ -32,6 +33,8 @@ struct ResidentMatMulSpec {
   TensorSpec a;             // one datatype, rank >= 1, last dimension K (or -1)
   std::string output_name;  // Y
   Tensor b;                 // [K, N], same datatype as A
+  // Or B kept quantized ([K, N]; b is then empty): its value type is A's.
+  std::optional<QuantizedWeights> b_quantized;
 };
 
 struct ResidentGroupedMatMulSpec {
@@ -41,6 +44,9 @@ struct ResidentGroupedMatMulSpec {
   std::string output_name;
   Tensor weights;              // [G, K, N]
   std::optional<Tensor> bias;  // [G, N]
+  // Or the weights kept quantized ([G, K, N]; weights is then empty): their
+  // value type is the input's and the bias's.
+  std::optional<QuantizedWeights> weights_quantized;
 };
 
 // INVALID_ARGUMENT naming the tensor when the specs and tensors disagree

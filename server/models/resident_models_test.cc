@@ -128,7 +128,8 @@ TEST(ResidentMatMulTest, RowsOfEveryRequestStackIntoOneGemm) {
   for (int64_t i = 0; i < k * n; ++i)
     b->data<int64_t>()[i] = static_cast<int64_t>(rng() % 100) - 50;
   ResidentMatMulSpec spec{
-      "lin", "1", {"a", {DataType::kINT64}, {-1, -1, k}, false, false}, "c", *std::move(b)};
+      "lin", "1",           {"a", {DataType::kINT64}, {-1, -1, k}, false, false},
+      "c",   *std::move(b), std::nullopt};
   const std::vector<int64_t> bv(spec.b.data<int64_t>(), spec.b.data<int64_t>() + k * n);
   auto model = MakeResidentMatMulModel(std::move(spec));
   ASSERT_TRUE(model.ok()) << model.status();
@@ -163,8 +164,8 @@ TEST(ResidentMatMulTest, RowsOfEveryRequestStackIntoOneGemm) {
 
 TEST(ResidentModelsTest, SpecsThatDisagreeAreRejected) {
   absl::StatusOr<Tensor> b = Tensor::Allocate(DataType::kFP32, {4, 3});
-  ResidentMatMulSpec spec{
-      "lin", "1", {"a", {DataType::kFP32}, {-1, 5}, false, false}, "c", *std::move(b)};
+  ResidentMatMulSpec spec{"lin", "1",           {"a", {DataType::kFP32}, {-1, 5}, false, false},
+                          "c",   *std::move(b), std::nullopt};
   auto m = MakeResidentMatMulModel(std::move(spec));
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(m.status().message()), ::testing::HasSubstr("differs from K=4"));

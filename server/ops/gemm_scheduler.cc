@@ -167,7 +167,12 @@ absl::Status RunStreaming(const std::vector<const GemmProblem*>& problems, int t
   for (int64_t i = 0; i < item_count; ++i) {
     const StreamingItem& item = items[i];
     const GemmProblem& p = *problems[item.problem];
-    if (p.b_panels != nullptr) {
+    if (p.b_quantized != nullptr) {
+      QuantizedGemmAccumulate(p.m, item.k_begin, item.k_end,
+                              reinterpret_cast<const float*>(rows + rows_at[item.problem]), p.k,
+                              *p.b_quantized, reinterpret_cast<float*>(partial + item.partial),
+                              p.n);
+    } else if (p.b_panels != nullptr) {
       StreamPanels(p, item, rows + rows_at[item.problem], partial + item.partial);
     } else if (p.type == DataType::kFP64) {
       StreamingGemmAccumulate(p.m, item.k_begin, item.k_end, p.n,
@@ -539,6 +544,16 @@ int64_t GemmWorkBytes(const GemmWorkShape& w, int threads) {
   // The per-problem bookkeeping, and the items or tiles beyond one per
   // problem that splitting for `t` threads adds (at most 2t).
   int64_t bytes = SaturatingMul(SaturatingAdd(w.problems, 2 * t), kProblemBookkeepingBytes);
+  if (w.quantized) {
+    // Every row streams, in problems of at most kQuantizedBlockRows rows
+    // (one more problem per block): the rows widened, and partial sums as
+    // for streaming below with blocks of that many rows.
+    bytes = SaturatingAdd(
+        bytes, SaturatingMul(w.rows / kQuantizedBlockRows + 1, kProblemBookkeepingBytes));
+    bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingMul(w.rows, w.k), acc));
+    const int64_t partial_rows = SaturatingAdd(w.rows, 4 * t * kQuantizedBlockRows);
+    return SaturatingAdd(bytes, SaturatingMul(SaturatingMul(partial_rows, w.n), acc));
+  }
   if (IsFloatingPoint(w.type) && w.min_rows <= kStreamingMaxRows) {
     // Streaming problems (at most kStreamingMaxRows rows each): their rows
     // widened, and partial sums per K slice. Slices per problem are
@@ -599,6 +614,10 @@ void Split(absl::Span<const GemmProblem> problems, std::vector<const GemmProblem
            std::vector<const GemmProblem*>* packed, std::vector<const GemmProblem*>* panels) {
   for (const GemmProblem& p : problems) {
     if (p.m <= 0 || p.n <= 0) continue;
+    if (p.b_quantized != nullptr) {
+      streaming->push_back(&p);
+      continue;
+    }
     // Panels stream like row-major weights (each is a row-major [K, ld]
     // matrix) unless the panel kernels compute few rows without waste: BF16
     // and FP16 panels, and FP32 where it has partial tiles (one run: FP16
@@ -617,8 +636,49 @@ void Split(absl::Span<const GemmProblem> problems, std::vector<const GemmProblem
   }
 }
 
-absl::Status RunGemmProblemsOrThrow(absl::Span<const GemmProblem> problems, int threads) {
+// The problems with quantized problems of more than kQuantizedBlockRows
+// rows cut into blocks of that many: `storage` holds the list when any is
+// cut (the returned span then points into it).
+absl::Span<const GemmProblem> CutQuantized(absl::Span<const GemmProblem> problems,
+                                           std::vector<GemmProblem>* storage) {
+  size_t blocks = 0;
+  bool cut = false;
+  for (const GemmProblem& p : problems) {
+    const bool big = p.b_quantized != nullptr && p.m > kQuantizedBlockRows;
+    cut |= big;
+    blocks += big ? static_cast<size_t>((p.m + kQuantizedBlockRows - 1) / kQuantizedBlockRows) : 1;
+  }
+  if (!cut) return problems;
+  storage->reserve(blocks);
+  for (const GemmProblem& p : problems) {
+    if (p.b_quantized == nullptr || p.m <= kQuantizedBlockRows) {
+      storage->push_back(p);
+      continue;
+    }
+    const int64_t es = DataTypeSize(p.type);
+    for (int64_t i0 = 0; i0 < p.m; i0 += kQuantizedBlockRows) {
+      GemmProblem b = p;
+      b.m = std::min(kQuantizedBlockRows, p.m - i0);
+      if (p.a_rows != nullptr) {
+        b.a_rows = p.a_rows + i0;
+      } else {
+        b.a = static_cast<const uint8_t*>(p.a) + i0 * p.lda * es;
+      }
+      if (p.c_rows != nullptr) {
+        b.c_rows = p.c_rows + i0;
+      } else {
+        b.c = static_cast<uint8_t*>(p.c) + i0 * p.ldc * es;
+      }
+      storage->push_back(b);
+    }
+  }
+  return *storage;
+}
+
+absl::Status RunGemmProblemsOrThrow(absl::Span<const GemmProblem> all, int threads) {
   threads = std::max(threads, 1);
+  std::vector<GemmProblem> storage;
+  absl::Span<const GemmProblem> problems = CutQuantized(all, &storage);
   std::vector<const GemmProblem*> streaming, packed, panels;
   Split(problems, &streaming, &packed, &panels);
   if (!streaming.empty()) GEMMSERVE_RETURN_IF_ERROR(RunStreaming(streaming, threads));
@@ -629,12 +689,14 @@ absl::Status RunGemmProblemsOrThrow(absl::Span<const GemmProblem> problems, int 
 
 }  // namespace
 
-int64_t GemmScratchBytes(absl::Span<const GemmProblem> problems, int threads) {
+int64_t GemmScratchBytes(absl::Span<const GemmProblem> all, int threads) {
   threads = std::max(threads, 1);
+  std::vector<GemmProblem> storage;
+  absl::Span<const GemmProblem> problems = CutQuantized(all, &storage);
   std::vector<const GemmProblem*> streaming, packed, panels;
   Split(problems, &streaming, &packed, &panels);
   int64_t bytes =
-      static_cast<int64_t>(problems.size() * sizeof(GemmProblem) +
+      static_cast<int64_t>((all.size() + storage.size()) * sizeof(GemmProblem) +
                            (streaming.size() + packed.size() + panels.size()) * sizeof(void*));
   if (!streaming.empty()) {
     const StreamingLayout s = LayOutStreaming(streaming, threads);

@@ -34,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "server/ops/kernels/quantized_gemm.h"
 #include "server/tensor/datatype.h"
 
 namespace gemmserve {
@@ -58,7 +59,16 @@ struct GemmProblem {
   // Null: B is b, row-major.
   const void* b_panels = nullptr;
   int b_panels_min_exponent = 0;  // BF16 panels: Bf16MinExponent of B
+  // B stored quantized (QuantizedWeights::group): b, ldb and b_panels are
+  // unused, and type is the dequantized value type. Such problems always
+  // stream B through the fused dequantizing kernel, in blocks of
+  // kQuantizedBlockRows rows.
+  const QuantizedMatrix* b_quantized = nullptr;
 };
+
+// Rows of a quantized problem streamed together: each block reads the
+// quantized B once and dequantizes every group of its rows once for them.
+inline constexpr int64_t kQuantizedBlockRows = 64;
 
 // Problems with at most this many rows take the streaming path, which reads B
 // once; above it a packing GEMM wins, since the streaming kernel keeps its
@@ -85,8 +95,9 @@ struct GemmWorkShape {
   int64_t rows = 0;
   int64_t min_rows = 0, max_rows = 0;
   int64_t k = 0, n = 0;
-  bool gathered = false;  // rows gathered, scattered or given a bias
-  bool panels = false;    // B pre-packed (GemmProblem::b_panels)
+  bool gathered = false;   // rows gathered, scattered or given a bias
+  bool panels = false;     // B pre-packed (GemmProblem::b_panels)
+  bool quantized = false;  // B quantized (GemmProblem::b_quantized)
 };
 
 // Bytes RunGemmProblems holds for such a list beyond its operands (its

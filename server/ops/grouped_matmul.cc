@@ -52,6 +52,8 @@ GroupedMatMulWork BuildProblems(const GroupedMatMulPlan& plan, const Index* indi
     if (weights.dense) {  // (an empty tensor's data may be null)
       p.b = w + group * plan.k * plan.n * es;
       p.ldb = plan.n;
+    } else if (weights.quantized) {
+      p.b_quantized = &weights.quantized->group(group);
     } else {
       p.b_panels = weights.packed->group(group);
       p.b_panels_min_exponent = weights.packed->min_exponent(group);
@@ -176,7 +178,7 @@ absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan
 }
 
 int64_t GroupedMatMulWorkBytes(const GroupedMatMulPlan& plan, DataType type, int threads,
-                               bool panels) {
+                               bool panels, bool quantized) {
   if (plan.output_elements == 0) return 0;  // BuildGroupedMatMulWork builds nothing
   const int64_t pairs = SaturatingMul(plan.m, plan.s);
   GemmWorkShape work;
@@ -189,6 +191,7 @@ int64_t GroupedMatMulWorkBytes(const GroupedMatMulPlan& plan, DataType type, int
   work.n = plan.n;
   work.gathered = true;
   work.panels = panels;
+  work.quantized = quantized;
   // Per pair: its (group, pair) key while sorting, and its two row indices.
   constexpr int64_t kPairBytes = sizeof(std::pair<int64_t, int64_t>) + 2 * sizeof(int64_t);
   return SaturatingAdd(SaturatingMul(pairs, kPairBytes), GemmWorkBytes(work, threads));

@@ -28,6 +28,7 @@
 #include "absl/types/span.h"
 #include "server/ops/gemm_scheduler.h"
 #include "server/ops/packed_weights.h"
+#include "server/ops/quantized_weights.h"
 #include "server/tensor/shape.h"
 #include "server/tensor/tensor.h"
 
@@ -65,14 +66,21 @@ struct GroupedMatMulWork {
 };
 
 // The weights [G, K, N] as the problems read them: a row-major tensor, or
-// panels packed once (a resident model's).
+// panels packed once (a resident model's), or integers dequantized as they
+// are read (a quantized resident model's; type() is the value type).
 struct GroupedWeights {
-  GroupedWeights(const Tensor& w) : dense(&w) {}          // NOLINT: implicit on purpose
-  GroupedWeights(const PackedWeights& w) : packed(&w) {}  // NOLINT
-  DataType type() const { return dense ? dense->type() : packed->type(); }
-  const Shape& shape() const { return dense ? dense->shape() : packed->shape(); }
+  GroupedWeights(const Tensor& w) : dense(&w) {}                // NOLINT: implicit on purpose
+  GroupedWeights(const PackedWeights& w) : packed(&w) {}        // NOLINT
+  GroupedWeights(const QuantizedWeights& w) : quantized(&w) {}  // NOLINT
+  DataType type() const {
+    return dense ? dense->type() : packed ? packed->type() : quantized->value_type();
+  }
+  const Shape& shape() const {
+    return dense ? dense->shape() : packed ? packed->shape() : quantized->shape();
+  }
   const Tensor* dense = nullptr;
   const PackedWeights* packed = nullptr;
+  const QuantizedWeights* quantized = nullptr;
 };
 
 // The problems of one GroupedMatMul, to run alone or merged with others'
@@ -90,8 +98,9 @@ absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan
 // scratch, GemmWorkBytes), known before the indices are read: every token may
 // choose one expert, or each its own.
 // `panels`: the weights are packed (PackedWeights).
+// `quantized`: the weights are QuantizedWeights.
 int64_t GroupedMatMulWorkBytes(const GroupedMatMulPlan& plan, DataType type, int threads,
-                               bool panels = false);
+                               bool panels = false, bool quantized = false);
 
 // Tensors must match the plan; `bias` may be null. Indices must have passed
 // ValidateGroupIndices. RESOURCE_EXHAUSTED if scratch memory is denied.

@@ -22,6 +22,8 @@
 #include "server/common/model_name.h"
 #include "server/common/status_macros.h"
 #include "server/models/resident_models.h"
+#include "server/ops/quantized_weights.h"
+#include "server/tensor/half.h"
 #include "server/tensor/shape.h"
 
 namespace gemmserve {
@@ -69,39 +71,15 @@ absl::StatusOr<onnx::ModelProto> ReadModelProto(const ModelFiles& files, const s
   return model;
 }
 
-// Reads an initializer into an aligned tensor of its datatype. Its size is
-// computed from its dimensions and checked against the data the file holds
-// before the tensor is allocated.
-absl::StatusOr<Tensor> ReadInitializer(const onnx::TensorProto& proto, const ModelFiles& files,
-                                       const std::string& version, const Context& ctx) {
+// An initializer's `bytes` bytes when they are stored as raw data or in an
+// external file: their size is checked against what the file holds, then
+// `allocate` gives where they go. False when the typed fields hold the
+// values instead (nothing allocated).
+template <typename SizeError, typename Allocate>
+absl::StatusOr<bool> ReadStoredBytes(const onnx::TensorProto& proto, int64_t bytes,
+                                     const ModelFiles& files, const std::string& version,
+                                     const Context& ctx, SizeError size_error, Allocate allocate) {
   const std::string name = ClientText(proto.name());
-  absl::StatusOr<DataType> type = FromOnnxType(proto.data_type());
-  if (!type.ok())
-    return ctx.Invalid(absl::StrCat("initializer '", name, "': ", type.status().message()));
-  Shape shape(proto.dims().begin(), proto.dims().end());
-  const absl::StatusOr<int64_t> elements = ElementCount(shape);
-  const absl::StatusOr<int64_t> byte_size = ByteSize(shape, *type);
-  if (!elements.ok() || !byte_size.ok()) {
-    const absl::Status& e = elements.ok() ? byte_size.status() : elements.status();
-    return ctx.Invalid(absl::StrCat("initializer '", name, "': ", e.message()));
-  }
-  const int64_t bytes = *byte_size;
-  const int64_t count = *elements;
-  auto size_error = [&](int64_t got, const char* unit) {
-    return ctx.Invalid(absl::StrCat("initializer '", name, "': shape ", ShapeToString(shape),
-                                    " of ", DataTypeName(*type), " needs ",
-                                    std::strcmp(unit, "bytes") == 0 ? bytes : count, " ", unit,
-                                    ", the file holds ", got));
-  };
-  auto allocate = [&]() -> absl::StatusOr<Tensor> {
-    absl::StatusOr<Tensor> t = Tensor::Allocate(*type, shape);
-    if (!t.ok()) {
-      return absl::ResourceExhaustedError(absl::StrCat("model '", ctx.model(), "': initializer '",
-                                                       name, "': ", t.status().message()));
-    }
-    return t;
-  };
-
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
     std::string location;
     int64_t offset = 0, length = -1;
@@ -134,19 +112,64 @@ absl::StatusOr<Tensor> ReadInitializer(const onnx::TensorProto& proto, const Mod
                                       ", ", offset + length, ") is beyond the end of '",
                                       ClientText(location), "' (", file_size, " bytes)"));
     }
-    GEMMSERVE_ASSIGN_OR_RETURN(Tensor t, allocate());
-    absl::Status read = (*file)->Read(offset, bytes, t.raw_data());
+    GEMMSERVE_ASSIGN_OR_RETURN(void* dst, allocate());
+    absl::Status read = (*file)->Read(offset, bytes, dst);
     if (!read.ok()) return ctx.Invalid(absl::StrCat("initializer '", name, "': ", read.message()));
-    return t;
+    return true;
   }
   if (proto.has_raw_data()) {
     if (static_cast<int64_t>(proto.raw_data().size()) != bytes) {
       return size_error(static_cast<int64_t>(proto.raw_data().size()), "bytes");
     }
-    GEMMSERVE_ASSIGN_OR_RETURN(Tensor t, allocate());
-    if (bytes > 0) std::memcpy(t.raw_data(), proto.raw_data().data(), static_cast<size_t>(bytes));
-    return t;
+    GEMMSERVE_ASSIGN_OR_RETURN(void* dst, allocate());
+    if (bytes > 0) std::memcpy(dst, proto.raw_data().data(), static_cast<size_t>(bytes));
+    return true;
   }
+  return false;
+}
+
+// Reads an initializer into an aligned tensor of its datatype. Its size is
+// computed from its dimensions and checked against the data the file holds
+// before the tensor is allocated.
+absl::StatusOr<Tensor> ReadInitializer(const onnx::TensorProto& proto, const ModelFiles& files,
+                                       const std::string& version, const Context& ctx) {
+  const std::string name = ClientText(proto.name());
+  absl::StatusOr<DataType> type = FromOnnxType(proto.data_type());
+  if (!type.ok())
+    return ctx.Invalid(absl::StrCat("initializer '", name, "': ", type.status().message()));
+  Shape shape(proto.dims().begin(), proto.dims().end());
+  const absl::StatusOr<int64_t> elements = ElementCount(shape);
+  const absl::StatusOr<int64_t> byte_size = ByteSize(shape, *type);
+  if (!elements.ok() || !byte_size.ok()) {
+    const absl::Status& e = elements.ok() ? byte_size.status() : elements.status();
+    return ctx.Invalid(absl::StrCat("initializer '", name, "': ", e.message()));
+  }
+  const int64_t bytes = *byte_size;
+  const int64_t count = *elements;
+  auto size_error = [&](int64_t got, const char* unit) {
+    return ctx.Invalid(absl::StrCat("initializer '", name, "': shape ", ShapeToString(shape),
+                                    " of ", DataTypeName(*type), " needs ",
+                                    std::strcmp(unit, "bytes") == 0 ? bytes : count, " ", unit,
+                                    ", the file holds ", got));
+  };
+  Tensor out;
+  auto allocate = [&]() -> absl::StatusOr<Tensor> {
+    absl::StatusOr<Tensor> t = Tensor::Allocate(*type, shape);
+    if (!t.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat("model '", ctx.model(), "': initializer '",
+                                                       name, "': ", t.status().message()));
+    }
+    return t;
+  };
+
+  GEMMSERVE_ASSIGN_OR_RETURN(bool stored,
+                             ReadStoredBytes(proto, bytes, files, version, ctx, size_error,
+                                             [&]() -> absl::StatusOr<void*> {
+                                               GEMMSERVE_ASSIGN_OR_RETURN(Tensor t, allocate());
+                                               out = std::move(t);
+                                               return out.raw_data();
+                                             }));
+  if (stored) return out;
   // The typed fields, as the ONNX spec stores each type.
   auto copy = [&](const auto& field, auto convert) -> absl::StatusOr<Tensor> {
     if (static_cast<int64_t>(field.size()) != count) return size_error(field.size(), "elements");
@@ -170,6 +193,222 @@ absl::StatusOr<Tensor> ReadInitializer(const onnx::TensorProto& proto, const Mod
     case DataType::kUINT64: return copy(proto.uint64_data(), [](uint64_t v) { return v; });
   }
   return ctx.Invalid(absl::StrCat("initializer '", name, "': unknown datatype"));
+}
+
+// ONNX TensorProto.DataType values of quantized weights (INT4 and UINT4 are
+// 22 and 21 from ONNX 1.16, after Debian's 1.12 headers).
+constexpr int32_t kOnnxUint4 = 21, kOnnxInt4 = 22;
+
+std::optional<QuantizedType> QuantizedFromOnnx(int32_t t) {
+  switch (t) {
+    case onnx::TensorProto::INT8: return QuantizedType::kInt8;
+    case onnx::TensorProto::UINT8: return QuantizedType::kUint8;
+    case kOnnxInt4: return QuantizedType::kInt4;
+    case kOnnxUint4: return QuantizedType::kUint4;
+    default: return std::nullopt;
+  }
+}
+
+struct QuantizedInitializer {
+  QuantizedType type;
+  Shape shape;
+  int64_t elements = 0;
+  AlignedBuffer data;  // QuantizedBytes(type, elements), 4-bit packed low nibble first
+};
+
+// Reads a DequantizeLinear input of 8- or 4-bit integers (`role`: "x" or
+// "x_zero_point"). Raw or external data for every type; int32_data (one
+// value per entry, range-checked) for the 8-bit ones. Sizes are checked
+// against the file before anything is allocated.
+absl::StatusOr<QuantizedInitializer> ReadQuantizedInitializer(const onnx::TensorProto& proto,
+                                                              const char* role,
+                                                              const ModelFiles& files,
+                                                              const std::string& version,
+                                                              const Context& ctx) {
+  const std::string name = ClientText(proto.name());
+  const std::optional<QuantizedType> type = QuantizedFromOnnx(proto.data_type());
+  if (!type) {
+    return ctx.Invalid(absl::StrCat("DequantizeLinear ", role, " '", name, "': ONNX element type ",
+                                    proto.data_type(),
+                                    " is not served; quantized weights are INT8, UINT8, INT4 or "
+                                    "UINT4"));
+  }
+  QuantizedInitializer q;
+  q.type = *type;
+  q.shape.assign(proto.dims().begin(), proto.dims().end());
+  absl::StatusOr<int64_t> elements = ElementCount(q.shape);
+  if (!elements.ok()) {
+    return ctx.Invalid(absl::StrCat("initializer '", name, "': ", elements.status().message()));
+  }
+  q.elements = *elements;
+  const int64_t bytes = QuantizedBytes(q.type, q.elements);
+  auto size_error = [&](int64_t got, const char* unit) {
+    return ctx.Invalid(absl::StrCat("initializer '", name, "': shape ", ShapeToString(q.shape),
+                                    " of ", QuantizedTypeName(q.type), " needs ",
+                                    std::strcmp(unit, "bytes") == 0 ? bytes : q.elements, " ", unit,
+                                    ", the file holds ", got));
+  };
+  auto allocate = [&]() -> absl::StatusOr<void*> {
+    absl::StatusOr<AlignedBuffer> b = AlignedBuffer::Allocate(bytes);
+    if (!b.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat("model '", ctx.model(), "': initializer '",
+                                                       name, "': ", b.status().message()));
+    }
+    q.data = std::move(*b);
+    return q.data.data();
+  };
+  GEMMSERVE_ASSIGN_OR_RETURN(
+      bool stored, ReadStoredBytes(proto, bytes, files, version, ctx, size_error, allocate));
+  if (stored) return q;
+  if (QuantizedBits(q.type) == 4) {
+    return ctx.Invalid(absl::StrCat("initializer '", name,
+                                    "': 4-bit values must be stored as "
+                                    "raw_data or external data (two per byte, low nibble first)"));
+  }
+  if (static_cast<int64_t>(proto.int32_data_size()) != q.elements) {
+    return size_error(proto.int32_data_size(), "elements");
+  }
+  GEMMSERVE_ASSIGN_OR_RETURN(void* dst, allocate());
+  auto* out = static_cast<uint8_t*>(dst);
+  const int32_t lo = q.type == QuantizedType::kInt8 ? -128 : 0;
+  const int32_t hi = q.type == QuantizedType::kInt8 ? 127 : 255;
+  for (int64_t i = 0; i < q.elements; ++i) {
+    const int32_t v = proto.int32_data(static_cast<int>(i));
+    if (v < lo || v > hi) {
+      return ctx.Invalid(absl::StrCat("initializer '", name, "': int32_data value ", v, " at ", i,
+                                      " is outside ", QuantizedTypeName(q.type), " [", lo, ", ", hi,
+                                      "]"));
+    }
+    out[i] = static_cast<uint8_t>(v);
+  }
+  return q;
+}
+
+// The default ONNX domain's opset the model imports (0: none).
+int64_t DefaultOpset(const onnx::ModelProto& model) {
+  for (const auto& op : model.opset_import()) {
+    if (op.domain().empty() || op.domain() == "ai.onnx") return op.version();
+  }
+  return 0;
+}
+
+// DequantizeLinear(x, x_scale, [x_zero_point]) of initializers, read and
+// checked as weights kept quantized.
+absl::StatusOr<QuantizedWeights> ReadDequantizeLinear(
+    const onnx::NodeProto& node, int64_t opset,
+    const std::map<std::string, const onnx::TensorProto*>& initializers, const ModelFiles& files,
+    const std::string& version, const Context& ctx) {
+  const std::string node_name = ClientText(node.name());
+  if (!node.domain().empty() && node.domain() != "ai.onnx") {
+    return ctx.Invalid(absl::StrCat("node '", node_name, "' is in domain '",
+                                    ClientText(node.domain()),
+                                    "'; only the default ONNX domain is served"));
+  }
+  if (node.input_size() < 2 || node.input_size() > 3 || node.output_size() != 1) {
+    return ctx.Invalid("DequantizeLinear needs inputs x, x_scale, [x_zero_point] and one output");
+  }
+  auto init = [&](int i, const char* role) -> absl::StatusOr<const onnx::TensorProto*> {
+    auto it = initializers.find(node.input(i));
+    if (it == initializers.end()) {
+      return ctx.Invalid(absl::StrCat("DequantizeLinear input ", i, " ('",
+                                      ClientText(node.input(i)), "', ", role,
+                                      ") must be an initializer: the quantized weights are "
+                                      "resident"));
+    }
+    return it->second;
+  };
+  QuantizedWeights::Layout layout;
+  bool output_dtype_given = false;
+  int64_t output_dtype = 0;
+  for (const auto& attr : node.attribute()) {
+    if (attr.name() == "axis") {
+      layout.axis = attr.i();
+    } else if (attr.name() == "block_size") {
+      layout.block_size = attr.i();
+    } else if (attr.name() == "output_dtype") {
+      output_dtype_given = true;
+      output_dtype = attr.i();
+    } else {
+      return ctx.Invalid(absl::StrCat("DequantizeLinear attribute '", ClientText(attr.name()),
+                                      "' is not known (axis, block_size, output_dtype)"));
+    }
+  }
+  auto fail = [&](const absl::Status& s) {
+    return ctx.Invalid(absl::StrCat("DequantizeLinear '", node_name, "': ", s.message()));
+  };
+  if (layout.block_size != 0 && opset != 0 && opset < 21) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("block_size needs opset 21 or later; the model imports opset ", opset)));
+  }
+  GEMMSERVE_ASSIGN_OR_RETURN(const onnx::TensorProto* x, init(0, "x"));
+  GEMMSERVE_ASSIGN_OR_RETURN(const onnx::TensorProto* scale_proto, init(1, "x_scale"));
+  // The scale first: small, and its type is the value type the weights are for.
+  GEMMSERVE_ASSIGN_OR_RETURN(Tensor scale, ReadInitializer(*scale_proto, files, version, ctx));
+  if (scale.type() != DataType::kFP32 && scale.type() != DataType::kFP16 &&
+      scale.type() != DataType::kBF16) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "x_scale '", ClientText(scale_proto->name()), "' is ", DataTypeName(scale.type()),
+        "; gemmserve serves FP32, FP16 or BF16 scales (the dequantized value type)")));
+  }
+  if (output_dtype_given && output_dtype != 0 &&
+      FromOnnxType(static_cast<int32_t>(output_dtype)).value_or(DataType::kINT32) != scale.type()) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "output_dtype ", output_dtype, " differs from the scale's type ",
+        DataTypeName(scale.type()), "; gemmserve serves the value type of the scale")));
+  }
+  layout.value_type = scale.type();
+  layout.scale_shape = scale.shape();
+  const Shape x_dims(x->dims().begin(), x->dims().end());
+  if (x_dims.size() != 2 && x_dims.size() != 3) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("x '", ClientText(x->name()), "': expected rank 2 [K, N] or 3 [G, K, N], got ",
+                     ShapeToString(x_dims))));
+  }
+  std::vector<float> scales(static_cast<size_t>(scale.num_elements()));
+  for (int64_t i = 0; i < scale.num_elements(); ++i) {
+    switch (scale.type()) {
+      case DataType::kFP32: scales[i] = scale.data<float>()[i]; break;
+      case DataType::kFP16: scales[i] = HalfToFloat(scale.data<uint16_t>()[i]); break;
+      default: scales[i] = BFloat16ToFloat(scale.data<uint16_t>()[i]); break;
+    }
+  }
+  std::vector<float> zero_points;
+  if (node.input_size() == 3 && !node.input(2).empty()) {
+    GEMMSERVE_ASSIGN_OR_RETURN(const onnx::TensorProto* zp_proto, init(2, "x_zero_point"));
+    if (zp_proto->data_type() != x->data_type()) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("x_zero_point '", ClientText(zp_proto->name()), "' has ONNX element type ",
+                       zp_proto->data_type(), ", the weights' x has ", x->data_type(),
+                       "; ONNX requires the same type")));
+    }
+    const Shape zp_dims(zp_proto->dims().begin(), zp_proto->dims().end());
+    if (zp_dims != scale.shape()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "x_zero_point '", ClientText(zp_proto->name()), "' has shape ", ShapeToString(zp_dims),
+          ", x_scale has ", ShapeToString(scale.shape()), "; ONNX requires the same shape")));
+    }
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        QuantizedInitializer zp,
+        ReadQuantizedInitializer(*zp_proto, "x_zero_point", files, version, ctx));
+    zero_points.resize(static_cast<size_t>(zp.elements));
+    const auto* d = static_cast<const uint8_t*>(zp.data.data());
+    for (int64_t i = 0; i < zp.elements; ++i) {
+      zero_points[i] = static_cast<float>(QuantizedElement(zp.type, d, i));
+    }
+  }
+  if (QuantizedFromOnnx(x->data_type()).has_value() &&
+      QuantizedBits(*QuantizedFromOnnx(x->data_type())) == 4 && opset != 0 && opset < 21) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("4-bit weights need opset 21 or later; the model imports opset ", opset)));
+  }
+  GEMMSERVE_ASSIGN_OR_RETURN(QuantizedInitializer w,
+                             ReadQuantizedInitializer(*x, "x", files, version, ctx));
+  layout.type = w.type;
+  layout.shape = w.shape;
+  absl::StatusOr<QuantizedWeights> q =
+      QuantizedWeights::Make(layout, std::move(w.data), std::move(scales), std::move(zero_points));
+  if (!q.ok()) return fail(q.status());
+  return q;
 }
 
 // A graph input as the tensor spec requests must meet: its one datatype and
@@ -216,12 +455,23 @@ absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_na
   const Context ctx(model_name, absl::StrCat(version, "/", ClientText(filename)));
   GEMMSERVE_ASSIGN_OR_RETURN(onnx::ModelProto proto, ReadModelProto(files, version, filename, ctx));
   const onnx::GraphProto& graph = proto.graph();
-  if (graph.node_size() != 1) {
-    return ctx.Invalid(absl::StrCat("the graph has ", graph.node_size(),
-                                    " nodes; gemmserve serves one-node graphs (MatMul or "
-                                    "GroupedMatMul)"));
+  constexpr char kServed[] =
+      "gemmserve serves one-node graphs (MatMul or GroupedMatMul) and DequantizeLinear -> MatMul "
+      "or DequantizeLinear -> GroupedMatMul (weights kept quantized)";
+  if (graph.node_size() != 1 && graph.node_size() != 2) {
+    return ctx.Invalid(absl::StrCat("the graph has ", graph.node_size(), " nodes; ", kServed));
   }
-  const onnx::NodeProto& node = graph.node(0);
+  // With two nodes, the first dequantizes the second's weights.
+  const onnx::NodeProto* dequantize = nullptr;
+  if (graph.node_size() == 2) {
+    dequantize = &graph.node(0);
+    if (dequantize->op_type() != "DequantizeLinear") {
+      return ctx.Invalid(absl::StrCat("the graph has 2 nodes and the first is '",
+                                      ClientText(dequantize->op_type()),
+                                      "', not DequantizeLinear; ", kServed));
+    }
+  }
+  const onnx::NodeProto& node = graph.node(graph.node_size() - 1);
   const std::string node_name = ClientText(node.name());
   if (!node.domain().empty() && node.domain() != "ai.onnx") {
     return ctx.Invalid(absl::StrCat("node '", node_name, "' is in domain '",
@@ -230,8 +480,33 @@ absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_na
   }
   const bool matmul = node.op_type() == "MatMul";
   if (!matmul && node.op_type() != "GroupedMatMul") {
-    return ctx.Invalid(absl::StrCat("unknown op '", ClientText(node.op_type()),
-                                    "'; gemmserve serves MatMul and GroupedMatMul"));
+    return ctx.Invalid(absl::StrCat("unknown op '", ClientText(node.op_type()), "'; ", kServed));
+  }
+  // The dequantized weights feed the op's weights (input 1) and nothing else.
+  std::string dequantized;
+  if (dequantize != nullptr) {
+    if (dequantize->output_size() != 1 || dequantize->output(0).empty()) {
+      return ctx.Invalid("DequantizeLinear must have one output");
+    }
+    dequantized = dequantize->output(0);
+    for (int i = 0; i < node.input_size(); ++i) {
+      if (node.input(i) == dequantized && i != 1) {
+        return ctx.Invalid(absl::StrCat("DequantizeLinear output '", ClientText(dequantized),
+                                        "' feeds ", node.op_type(), " input ", i,
+                                        "; it must be the weights (input 1) and only them"));
+      }
+    }
+    if (node.input_size() < 2 || node.input(1) != dequantized) {
+      return ctx.Invalid(absl::StrCat("DequantizeLinear output '", ClientText(dequantized),
+                                      "' does not feed ", node.op_type(), "'s weights (input 1); ",
+                                      kServed));
+    }
+    for (const auto& out : graph.output()) {
+      if (out.name() == dequantized) {
+        return ctx.Invalid(absl::StrCat("DequantizeLinear output '", ClientText(dequantized),
+                                        "' is a graph output; it must only feed the weights"));
+      }
+    }
   }
   if (node.output_size() != 1 || node.output(0).empty()) {
     return ctx.Invalid(absl::StrCat("node '", node_name, "' must have one output"));
@@ -245,6 +520,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_na
   std::map<std::string, const onnx::ValueInfoProto*> graph_inputs;
   for (const auto& in : graph.input()) {
     if (!initializers.count(in.name())) graph_inputs[in.name()] = &in;
+  }
+  std::optional<QuantizedWeights> quantized;
+  if (dequantize != nullptr) {
+    GEMMSERVE_ASSIGN_OR_RETURN(quantized, ReadDequantizeLinear(*dequantize, DefaultOpset(proto),
+                                                               initializers, files, version, ctx));
   }
   auto resident = [&](int i, const char* role) -> absl::StatusOr<Tensor> {
     const std::string& name = node.input(i);
@@ -276,7 +556,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_na
     spec.name = model_name;
     spec.version = version;
     GEMMSERVE_ASSIGN_OR_RETURN(spec.a, sent(0, "A"));
-    GEMMSERVE_ASSIGN_OR_RETURN(spec.b, resident(1, "B"));
+    if (quantized) {
+      spec.b_quantized = std::move(quantized);
+    } else {
+      GEMMSERVE_ASSIGN_OR_RETURN(spec.b, resident(1, "B"));
+    }
     spec.output_name = node.output(0);
     return wrap(MakeResidentMatMulModel(std::move(spec)));
   }
@@ -287,7 +571,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_na
   spec.name = model_name;
   spec.version = version;
   GEMMSERVE_ASSIGN_OR_RETURN(spec.input, sent(0, "input"));
-  GEMMSERVE_ASSIGN_OR_RETURN(spec.weights, resident(1, "weights"));
+  if (quantized) {
+    spec.weights_quantized = std::move(quantized);
+  } else {
+    GEMMSERVE_ASSIGN_OR_RETURN(spec.weights, resident(1, "weights"));
+  }
   GEMMSERVE_ASSIGN_OR_RETURN(spec.group_indices, sent(2, "group_indices"));
   if (node.input_size() == 4 && !node.input(3).empty()) {
     GEMMSERVE_ASSIGN_OR_RETURN(spec.bias, resident(3, "bias"));
