@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)" --target gemmserve gemmserve-cli
-if [[ ! -f build/model_repository/moe/1/model.onnx ]]; then
+if [[ ! -f build/model_repository/moe/1/model.onnx || ! -f build/model_repository/moe_int4/1/model.onnx ]]; then
   /usr/bin/python3 scripts/make_model_repository.py build/model_repository
 fi
 exec build/bin/gemmserve --grpc_port=8001 --metrics_port=8002 \

@@ -16,9 +16,17 @@
 // the fuzzer's own copy of the weights; held_bytes covers at least the
 // request's inputs and outputs.
 //
+// With bit 7 of the first byte the weights are quantized (issue 17): the
+// graph is DequantizeLinear -> op, its integers, scales and zero points from
+// the input; the reference weights are DequantizeLinear's result computed
+// here in double and rounded to the value type. A load must then fail exactly
+// when the value type is not FP32, FP16 or BF16, or the layout was made wrong
+// on purpose (scale shape off by one, block size above K).
+//
 // Input, front to back (fuzz/make_seeds.py writes examples):
 //   1 byte   bit 0 GroupedMatMul (else MatMul), bits 1-3 datatype (mod the
-//            op's types), bit 4 bias, bit 5 INT32 indices, bit 6 raw value bits
+//            op's types), bit 4 bias, bit 5 INT32 indices, bit 6 raw value
+//            bits, bit 7 quantized weights
 //   4 bytes  K, N, G, S (K, N mod 9; G mod 5; S mod 4)
 //   signature: MatMul: A's rank (1..3), then per dimension a tag byte;
 //            GroupedMatMul: a tag byte for each of input [M, K] and indices
@@ -91,6 +99,121 @@ Tensor Values(ByteReader& in, DataType type, const Shape& shape, bool raw_bits) 
   return *std::move(t);
 }
 
+constexpr int kOnnxUint4 = 21, kOnnxInt4 = 22;
+
+// DequantizeLinear's inputs for weights of `shape` ([K, N] or [G, K, N]) from
+// the input, added to the graph as initializers feeding `output`; returns
+// the dequantized weights (value type `type`) and whether the loader must
+// accept them. After the weights-describing bytes, one byte of layout: bits
+// 0-1 INT8, UINT8, INT4, UINT4; bit 2 zero point; bits 3-4 per tensor, per
+// column (axis N), per row (axis K), blocked along K; bit 5 a scale shape
+// that disagrees; then a block-size byte, then one byte per integer, scale and zero
+// point.
+Tensor QuantizedWeightsFrom(ByteReader& in, DataType type, const Shape& shape,
+                            onnx::GraphProto* graph, onnx::NodeProto* dq, bool* consistent) {
+  const uint8_t layout = in.Byte();
+  const int qtype = layout & 3;
+  const bool has_zp = layout & 4;
+  const int grain = (layout >> 3) & 3;
+  const bool corrupt = layout & 32;
+  const int64_t r = static_cast<int64_t>(shape.size());
+  const int64_t k = shape[r - 2], n = shape[r - 1];
+  const int64_t block = 1 + in.Byte() % std::max<int64_t>(k, 1);
+  *consistent = type == DataType::kFP32 || type == DataType::kFP16 || type == DataType::kBF16;
+  Shape scale_shape;
+  int64_t axis = r - 1;
+  switch (grain) {
+    // (Off by two for a channel: [1] would be per tensor where the axis is 0.)
+    case 0: scale_shape = corrupt ? Shape{2, 1} : Shape{}; break;
+    case 1: scale_shape = {n + (corrupt ? 2 : 0)}; break;
+    case 2:
+      axis = r - 2;
+      scale_shape = {k + (corrupt ? 2 : 0)};
+      break;
+    default:
+      axis = r - 2;
+      scale_shape = shape;
+      scale_shape[r - 2] = (k + block - 1) / block + (corrupt ? 1 : 0);
+      if (block > k) *consistent = false;
+  }
+  if (corrupt) *consistent = false;
+  int64_t scales = 1;
+  for (int64_t d : scale_shape) scales *= d;
+  const int32_t lo = qtype == 0 ? -128 : qtype == 2 ? -8 : 0;
+  const int32_t span = qtype < 2 ? 256 : 16;
+  const bool four_bit = qtype >= 2;
+  auto pack = [&](const std::vector<int32_t>& v) {
+    std::string bytes(four_bit ? (v.size() + 1) / 2 : v.size(), '\0');
+    for (size_t i = 0; i < v.size(); ++i) {
+      const auto u = static_cast<uint8_t>(v[i]);
+      if (!four_bit) {
+        bytes[i] = static_cast<char>(u);
+      } else {
+        bytes[i / 2] =
+            static_cast<char>(static_cast<uint8_t>(bytes[i / 2]) | ((u & 15u) << ((i & 1) * 4)));
+      }
+    }
+    return bytes;
+  };
+  const int onnx_qtype = qtype == 0   ? onnx::TensorProto::INT8
+                         : qtype == 1 ? onnx::TensorProto::UINT8
+                         : qtype == 2 ? kOnnxInt4
+                                      : kOnnxUint4;
+  auto add = [&](const char* name, int onnx_type, const Shape& dims, std::string raw) {
+    auto* init = graph->add_initializer();
+    init->set_name(name);
+    init->set_data_type(onnx_type);
+    for (int64_t d : dims) init->add_dims(d);
+    init->set_raw_data(std::move(raw));
+    dq->add_input(name);
+  };
+  int64_t elements = 1;
+  for (int64_t d : shape) elements *= d;
+  std::vector<int32_t> q(static_cast<size_t>(elements));
+  for (auto& v : q) v = lo + in.Byte() % span;
+  // Scales 1/8 .. 1 (exact in every value type), zero points across the type.
+  absl::StatusOr<Tensor> scale = Tensor::Allocate(type, scale_shape);
+  FUZZ_CHECK(scale.ok(), "Allocate scale");
+  std::vector<double> s(static_cast<size_t>(scales));
+  for (int64_t i = 0; i < scales; ++i) {
+    s[i] = (1 + in.Byte() % 8) / 8.0;
+    ops_testing::SetValue(type, scale->raw_data(), i, s[i]);
+  }
+  std::vector<int32_t> zp(has_zp ? static_cast<size_t>(scales) : 0);
+  for (auto& v : zp) v = lo + in.Byte() % span;
+  add("wq", onnx_qtype, shape, pack(q));
+  add("ws", OnnxType(type), scale_shape,
+      std::string(static_cast<const char*>(scale->raw_data()),
+                  static_cast<size_t>(scale->byte_size())));
+  if (has_zp) add("wz", onnx_qtype, scale_shape, pack(zp));
+  dq->set_op_type("DequantizeLinear");
+  dq->add_output("w");
+  auto* a = dq->add_attribute();
+  a->set_name("axis");
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(axis);
+  if (grain == 3) {
+    auto* b = dq->add_attribute();
+    b->set_name("block_size");
+    b->set_type(onnx::AttributeProto::INT);
+    b->set_i(block);
+  }
+  absl::StatusOr<Tensor> w = Tensor::Allocate(type, shape);
+  FUZZ_CHECK(w.ok(), "Allocate weights");
+  if (!*consistent) return *std::move(w);
+  const int64_t blocks = (k + block - 1) / block;
+  for (int64_t e = 0; e < elements; ++e) {
+    const int64_t j = e % n, row = (e / n) % k, grp = e / (n * k);
+    const int64_t at = grain == 0   ? 0
+                       : grain == 1 ? j
+                       : grain == 2 ? row
+                                    : (grp * blocks + row / block) * n + j;
+    const double z = has_zp ? zp[at] : 0.0;
+    ops_testing::SetValue(type, w->raw_data(), e, (q[e] - z) * s[at]);
+  }
+  return *std::move(w);
+}
+
 void AddGraphInput(onnx::GraphProto* g, const std::string& name, DataType type, const Shape& dims) {
   auto* in = g->add_input();
   in->set_name(name);
@@ -144,6 +267,7 @@ Built BuildModel(ByteReader& in, onnx::ModelProto* model) {
   const bool has_bias = b.grouped && (flags & 16);
   b.index_type = flags & 32 ? DataType::kINT32 : DataType::kINT64;
   b.raw_bits = flags & 64;
+  const bool quantized = flags & 128;
   b.k = in.Small(8);
   b.n = in.Small(8);
   b.g = in.Small(4);
@@ -152,28 +276,34 @@ Built BuildModel(ByteReader& in, onnx::ModelProto* model) {
   model->add_opset_import()->set_version(29);
   onnx::GraphProto* graph = model->mutable_graph();
   graph->set_name("fuzz");
+  onnx::NodeProto* dq = quantized ? graph->add_node() : nullptr;
   onnx::NodeProto* node = graph->add_node();
+  bool weights_ok = true;
+  auto weights = [&](const Shape& shape) {
+    if (quantized) return QuantizedWeightsFrom(in, b.type, shape, graph, dq, &weights_ok);
+    return Values(in, b.type, shape, b.raw_bits);
+  };
   if (!b.grouped) {
     const int64_t rank = 1 + in.Small(2);
     for (int64_t d = 0; d < rank; ++d) b.a_sig.push_back(SignatureDim(in, b.k));
-    b.weights = Values(in, b.type, {b.k, b.n}, b.raw_bits);
+    b.weights = weights({b.k, b.n});
     node->set_op_type("MatMul");
     node->add_input("a");
     node->add_input("w");
     AddGraphInput(graph, "a", b.type, b.a_sig);
-    AddInitializer(graph, "w", b.weights);
+    if (!quantized) AddInitializer(graph, "w", b.weights);
     b.consistent = b.a_sig.back() == -1 || b.a_sig.back() == b.k;
   } else {
     b.x_sig = {SignatureDim(in, -1), SignatureDim(in, b.k)};
     b.idx_sig = {SignatureDim(in, -1), SignatureDim(in, b.s)};
-    b.weights = Values(in, b.type, {b.g, b.k, b.n}, b.raw_bits);
+    b.weights = weights({b.g, b.k, b.n});
     node->set_op_type("GroupedMatMul");
     node->add_input("x");
     node->add_input("w");
     node->add_input("idx");
     AddGraphInput(graph, "x", b.type, b.x_sig);
     AddGraphInput(graph, "idx", b.index_type, b.idx_sig);
-    AddInitializer(graph, "w", b.weights);
+    if (!quantized) AddInitializer(graph, "w", b.weights);
     if (has_bias) {
       b.bias = Values(in, b.type, {b.g, b.n}, b.raw_bits);
       node->add_input("bias");
@@ -183,6 +313,7 @@ Built BuildModel(ByteReader& in, onnx::ModelProto* model) {
     b.consistent = (b.x_sig[1] == -1 || b.x_sig[1] == b.k) && b.idx_sig[1] >= 0 && m_agrees;
   }
   node->add_output("y");
+  b.consistent = b.consistent && weights_ok;
   return b;
 }
 

@@ -14,6 +14,7 @@ ByteReader does; the layouts are described at the top of each target.
 fuzz_model_loader gets real one-node models (tests/python_lib's onnx_models)
 with config.pbtxt texts.
 """
+import importlib.util
 import os
 import shutil
 import struct
@@ -223,6 +224,21 @@ def resident_model_seeds():
     def request(flags, m, dim_tags, count):
         return bytes([flags, m]) + bytes(dim_tags) + values[:count]
 
+    quantized = 128
+
+    def quantized_grouped(flags, k, n, g, s, layout, block, scales, requests):
+        """Bits 0-1 of `layout`: INT8 UINT8 INT4 UINT4; bit 2 zero point; bits 3-4 grain."""
+        head = bytes([grouped | quantized | flags, k, n, g, s, free, weights_value, free,
+                      weights_value, layout, block])
+        zps = scales if layout & 4 else 0
+        body = values[:g * k * n + scales + zps] + (values[:g * n] if flags & bias else b"")
+        return head + body + b"".join(requests)
+
+    def quantized_matmul(dtype, k, n, layout, block, scales, requests):
+        head = bytes([types(dtype) | quantized, k, n, 0, 0, 1, free, weights_value, layout, block])
+        zps = scales if layout & 4 else 0
+        return head + values[:k * n + scales + zps] + b"".join(requests)
+
     return {
         "matmul_fp32_m_k": matmul(0, 4, 3, [free, weights_value],
                                   [request(0, 2, [0, 0], 8), request(0, 3, [0, 0], 12),
@@ -244,6 +260,17 @@ def resident_model_seeds():
                                               [fixed(2), weights_value],
                                               [request(0, 2, [0, 0, 0, 0], 4 + 6)]),
         "grouped_s_free": grouped_model(types(0), 2, 2, 2, 2, [free, free], [free, free], []),
+        # Quantized weights: INT4 blocked (blocks of 2 of K=3) with a zero point,
+        # BF16; UINT8 per column; INT8 per row of a MatMul; a scale shape made wrong.
+        "quantized_int4_blocked_bf16": quantized_grouped(
+            types(3) | bias, 3, 5, 2, 2, 2 | 4 | (3 << 3), 1, 2 * 2 * 5,
+            [request(0, 2, [0, 0, 0, 0], 6 + 4), request(0, 1, [0, 0, 0, 0], 3 + 2)]),
+        "quantized_uint8_per_column": quantized_grouped(
+            types(0), 4, 3, 3, 1, 1 | 4 | (1 << 3), 0, 3, [request(0, 3, [0, 0, 0, 0], 12 + 3)]),
+        "quantized_matmul_int8_per_row": quantized_matmul(
+            2, 5, 2, 0 | (2 << 3), 0, 5, [request(0, 2, [0, 0], 10)]),
+        "quantized_bad_scale_shape": quantized_grouped(
+            types(0), 2, 2, 2, 1, 3 | 32 | (3 << 3), 0, 2 * 1 * 2, []),
         "grouped_raw_bits": grouped_model(types(3) | raw_bits, 2, 2, 2, 2, [free, free],
                                           [free, weights_value],
                                           [request(0, 2, [0, 0, 0, 0], 8 + 4)]),
@@ -271,7 +298,16 @@ def model_loader_seeds():
     init.external_data.add(key="location", value="weights.bin")
     init.external_data.add(key="offset", value="0")
     init.external_data.add(key="length", value=str(w.nbytes))
+    spec = importlib.util.spec_from_file_location(
+        "quantize_model", os.path.join(HERE, "..", "scripts", "quantize_model.py"))
+    quantize_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quantize_model)
+    int4 = quantize_model.quantize_model(model_bytes(grouped_graph("fuzzed", w, 2)), 4, True, 3)[0]
+    uint8 = quantize_model.quantize_model(
+        model_bytes(matmul_graph("fuzzed", np.ones((4, 2), np.float32))), 8, False, 0)[0]
     return {
+        "quantized_int4_blocked": case(b"", int4.SerializeToString()),
+        "quantized_uint8_matmul": case(b"", uint8.SerializeToString()),
         "grouped_no_config": case(b"", grouped),
         "grouped_batching": case(b"dynamic_batching { max_queue_delay_microseconds: 100 "
                                  b"max_batch_rows: 64 priority_levels: 2 }", grouped),

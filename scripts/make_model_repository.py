@@ -6,7 +6,8 @@
 
 The example holds `moe`, a small mixture-of-experts expert layer
 (GroupedMatMul: input [M, 512] FP32, 16 experts [512, 256] with bias, top-2
-routing), and `linear`, a MatMul layer (A [M, 512] FP32 times a resident
+routing), `moe_int4`, the same experts quantized to INT4 in blocks of 32
+(DequantizeLinear -> GroupedMatMul, scripts/quantize_model.py), and `linear`, a MatMul layer (A [M, 512] FP32 times a resident
 [512, 256]); both with dynamic batching. `--olmoe DTYPE` adds `olmoe`
 (GroupedMatMul with OLMoE's expert shape: K 2048, N 1024, 64 experts, top-8)
 with batching and `olmoe_unbatched`, the same weights without it, for the
@@ -15,6 +16,7 @@ external data (weights.bin beside model.onnx), so nothing large is in git.
 Uses Debian's python3-onnx and python3-numpy.
 """
 import argparse
+import importlib.util
 import os
 import sys
 
@@ -114,6 +116,26 @@ OLMOE_BATCHING = """dynamic_batching {
 """
 
 
+def quantized_copy(repo, source, name, config):
+    """`name`: `source` with its weights in INT4, blocks of 32 rows of K
+    (scripts/quantize_model.py), the bias kept FP32."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("quantize_model",
+                                                  os.path.join(here, "quantize_model.py"))
+    quantize_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quantize_model)
+    model = onnx.load(os.path.join(repo, source, "1", "model.onnx"))
+    quantized, _, _ = quantize_model.quantize_model(model, bits=4, symmetric=True, block_size=32)
+    quantized.graph.name = name
+    version_dir = os.path.join(repo, name, "1")
+    os.makedirs(version_dir, exist_ok=True)
+    onnx.save_model(quantized, os.path.join(version_dir, "model.onnx"),
+                    save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="weights.bin", size_threshold=0)
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+        f.write(config)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -122,6 +144,7 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.repo, exist_ok=True)
     grouped_model(args.repo, "moe", 512, 256, 16, 2, "fp32", True, BATCHING, seed=1)
+    quantized_copy(args.repo, "moe", "moe_int4", BATCHING)
     matmul_model(args.repo, "linear", 512, 256, "fp32", BATCHING, seed=2)
     if args.olmoe:
         grouped_model(args.repo, "olmoe", 2048, 1024, 64, 8, args.olmoe, False, OLMOE_BATCHING,

@@ -62,7 +62,8 @@ LIMIT_MOVE = 0.10  # a group whose limits moved more than this is marked
 # Kept from the old file, in this order: scripts/service_benchmark.py's,
 # scripts/http_benchmark.py's and scripts/scaling_benchmark.py's sections, and
 # the written design notes.
-KEPT_SECTIONS = ("service-benchmark", "http-benchmark", "thread-scaling", "scaling")
+KEPT_SECTIONS = ("service-benchmark", "http-benchmark", "thread-scaling", "scaling",
+                 "quantized-benchmark")
 
 
 @dataclass

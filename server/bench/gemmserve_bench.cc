@@ -2,7 +2,9 @@
 // baselines, over the shapes of shared/BENCHMARKS.md.
 //
 //   GroupedMatMul/<impl>/<dtype>/<shape>/<M>   impl: fused (RunGroupedMatMul),
-//                                              resident, per_group_loop,
+//                                              resident, resident_int8 and
+//                                              resident_int4 (weights kept
+//                                              quantized), per_group_loop,
 //                                              onnx_decomposition, and onednn
 //                                              (FP32, BF16) where built with
 //                                              oneDNN (onednn_baseline.h)
@@ -73,6 +75,8 @@
 #include "server/common/status_macros.h"
 #include "server/ops/grouped_matmul.h"
 #include "server/ops/packed_weights.h"
+#include "server/ops/quantized_weights.h"
+#include "server/tensor/half.h"
 #include "server/ops/kernels/compute_environment.h"
 #include "server/ops/kernels/gemm.h"
 #include "server/ops/kernels/reference_gemm.h"
@@ -126,7 +130,20 @@ constexpr int64_t kNaiveMaxSize = 512;
 // resident model runs it; where the type has no panels, as kFused. kOneDnn:
 // the same resident model on oneDNN's matmul (onednn_baseline.h): weights
 // reordered once, primitives made at set-up, experts run one after another.
-enum class GroupedImpl { kFused, kResident, kOneDnn, kPerGroupLoop, kOnnxDecomposition };
+// kResidentInt8 / kResidentInt4: the same weights kept quantized (issue 17),
+// symmetric INT8 or INT4 in blocks of kBenchQuantBlock rows of K with one
+// scale per (block, column), dequantized in registers by the fused kernel;
+// checked against their own dequantized weights.
+enum class GroupedImpl {
+  kFused,
+  kResident,
+  kResidentInt8,
+  kResidentInt4,
+  kOneDnn,
+  kPerGroupLoop,
+  kOnnxDecomposition
+};
+constexpr int64_t kBenchQuantBlock = 32;
 
 #ifdef GEMMSERVE_HAVE_ONEDNN
 constexpr bool kHaveOneDnn = true;
@@ -138,6 +155,8 @@ const char* ImplLabel(GroupedImpl impl) {
   switch (impl) {
     case GroupedImpl::kFused: return "fused";
     case GroupedImpl::kResident: return "resident";
+    case GroupedImpl::kResidentInt8: return "resident_int8";
+    case GroupedImpl::kResidentInt4: return "resident_int4";
     case GroupedImpl::kOneDnn: return "onednn";
     case GroupedImpl::kPerGroupLoop: return "per_group_loop";
     case GroupedImpl::kOnnxDecomposition: return "onnx_decomposition";
@@ -179,6 +198,68 @@ class Slot {
   std::optional<T> value_;
 };
 
+// Weights quantized for the quantized cases, and the weights they stand for
+// (DequantizeLinear's result in the value type) for the row check.
+struct QuantizedBenchWeights {
+  QuantizedWeights quantized;
+  Tensor dequantized;
+};
+
+float ValueAt(const Tensor& t, int64_t i) {
+  switch (t.type()) {
+    case DataType::kBF16: return BFloat16ToFloat(t.data<uint16_t>()[i]);
+    case DataType::kFP16: return HalfToFloat(t.data<uint16_t>()[i]);
+    default: return t.data<float>()[i];
+  }
+}
+
+absl::StatusOr<QuantizedBenchWeights> QuantizeForBench(const Tensor& w, QuantizedType type) {
+  const int64_t g = w.shape()[0], k = w.shape()[1], n = w.shape()[2];
+  const int64_t blocks = (k + kBenchQuantBlock - 1) / kBenchQuantBlock;
+  const float qmax = type == QuantizedType::kInt8 ? 127.0f : 7.0f;
+  std::vector<float> scale(static_cast<size_t>(g * blocks * n));
+  for (int64_t e = 0; e < g * k * n; ++e) {
+    const int64_t grp = e / (k * n), r = (e / n) % k, j = e % n;
+    float& sc = scale[static_cast<size_t>((grp * blocks + r / kBenchQuantBlock) * n + j)];
+    sc = std::max(sc, std::abs(ValueAt(w, e)) / qmax);
+  }
+  for (float& sc : scale) {
+    if (sc == 0) sc = 1;
+  }
+  const int64_t bytes = QuantizedBytes(type, g * k * n);
+  GEMMSERVE_ASSIGN_OR_RETURN(AlignedBuffer data, AlignedBuffer::Allocate(bytes));
+  auto* q = static_cast<uint8_t*>(data.data());
+  std::memset(q, 0, static_cast<size_t>(bytes));
+  GEMMSERVE_ASSIGN_OR_RETURN(Tensor deq, Tensor::Allocate(w.type(), w.shape()));
+  for (int64_t e = 0; e < g * k * n; ++e) {
+    const int64_t grp = e / (k * n), r = (e / n) % k, j = e % n;
+    const float sc = scale[static_cast<size_t>((grp * blocks + r / kBenchQuantBlock) * n + j)];
+    const float v = std::min(qmax, std::max(-qmax - 1, std::nearbyint(ValueAt(w, e) / sc)));
+    const auto iv = static_cast<int32_t>(v);
+    if (type == QuantizedType::kInt8) {
+      q[e] = static_cast<uint8_t>(static_cast<int8_t>(iv));
+    } else {
+      q[e / 2] |= static_cast<uint8_t>((iv & 15) << ((e & 1) * 4));
+    }
+    const float d = v * sc;  // as the kernel computes it, then rounded to the value type
+    switch (w.type()) {
+      case DataType::kBF16: deq.data<uint16_t>()[e] = FloatToBFloat16(d); break;
+      case DataType::kFP16: deq.data<uint16_t>()[e] = FloatToHalf(d); break;
+      default: deq.data<float>()[e] = d;
+    }
+  }
+  QuantizedWeights::Layout layout;
+  layout.type = type;
+  layout.shape = w.shape();
+  layout.axis = 1;
+  layout.block_size = kBenchQuantBlock;
+  layout.scale_shape = {g, blocks, n};
+  layout.value_type = w.type();
+  GEMMSERVE_ASSIGN_OR_RETURN(QuantizedWeights qw,
+                             QuantizedWeights::Make(layout, std::move(data), std::move(scale), {}));
+  return QuantizedBenchWeights{std::move(qw), std::move(deq)};
+}
+
 struct GroupedCase {
   GroupedMatMulPlan plan;
   Tensor input, indices, output;
@@ -195,6 +276,7 @@ enum class Family { kNone, kLimit, kGrouped, kMatMul };
 struct Cache {
   Slot<Tensor> grouped_weights;
   Slot<PackedWeights> packed_weights;
+  Slot<QuantizedBenchWeights> quantized_weights;
 #ifdef GEMMSERVE_HAVE_ONEDNN
   Slot<OneDnnGroupedMatMul> onednn_weights;  // reordered once per (datatype, shape)
 #endif
@@ -210,6 +292,7 @@ struct Cache {
     if (next == family) return;
     grouped_weights.Clear();
     packed_weights.Clear();
+    quantized_weights.Clear();
 #ifdef GEMMSERVE_HAVE_ONEDNN
     onednn_weights.Clear();
 #endif
@@ -469,11 +552,12 @@ void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
 
   // What a call reads of group g's weights, which a cold-weights case evicts:
   // the row-major tensor unless the implementation has its own copy.
-  const int64_t expert_bytes = shape.k * shape.n * DataTypeSize(spec.type);
+  int64_t expert_bytes = shape.k * shape.n * DataTypeSize(spec.type);
   std::function<const void*(int64_t)> group_weights = [&w, expert_bytes](int64_t group) {
     return static_cast<const void*>(static_cast<const char*>(w.raw_data()) + group * expert_bytes);
   };
   int64_t group_bytes = expert_bytes;
+  const Tensor* reference_weights = &w;  // what the row check compares with
   std::function<absl::Status()> call;
   switch (spec.impl) {
     case GroupedImpl::kFused:
@@ -501,6 +585,31 @@ void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
       // The panels are what it reads (the row-major tensor stays untouched).
       group_weights = [&pw](int64_t group) { return pw.group(group); };
       group_bytes = pw.bytes() / pw.groups();
+      break;
+    }
+    case GroupedImpl::kResidentInt8:
+    case GroupedImpl::kResidentInt4: {
+      const QuantizedType qt =
+          spec.impl == GroupedImpl::kResidentInt8 ? QuantizedType::kInt8 : QuantizedType::kInt4;
+      absl::StatusOr<QuantizedBenchWeights*> quantized =
+          cache.quantized_weights.Get(absl::StrCat(weights_key, "/", ImplLabel(spec.impl)),
+                                      [&] { return QuantizeForBench(w, qt); });
+      if (!quantized.ok()) {
+        FailCase(state, quantized.status().ToString());
+        return;
+      }
+      const QuantizedWeights& qw = (*quantized)->quantized;
+      reference_weights = &(*quantized)->dequantized;
+      call = [&c, &qw] {
+        return RunGroupedMatMul(c.plan, c.input, qw, c.indices, nullptr, &c.output, g_threads);
+      };
+      // The integers of the group and its scales are what a call reads.
+      group_weights = [&qw](int64_t group) {
+        const QuantizedMatrix& m = qw.group(group);
+        return static_cast<const void*>(m.data + QuantizedBytes(m.type, m.first));
+      };
+      group_bytes = QuantizedBytes(qt, shape.k * shape.n);
+      expert_bytes = qw.group_bytes();  // with the scales: the memory floor's bytes
       break;
     }
     case GroupedImpl::kOneDnn: {
@@ -538,7 +647,9 @@ void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
       for (int64_t group : c.used_groups) EvictFromCaches(group_weights(group), group_bytes);
     };
   }
-  auto check = [&] { return CheckGroupedMatMulSample(c.plan, c.input, w, c.indices, c.output); };
+  auto check = [&] {
+    return CheckGroupedMatMulSample(c.plan, c.input, *reference_weights, c.indices, c.output);
+  };
   const std::optional<double> seconds =
       CheckAndTime(state, spec.name, &c.output, call, check, evict);
   if (!seconds) return;
@@ -729,13 +840,21 @@ void RegisterAll() {
   auto with_onednn = [](DataType type) {
     return kHaveOneDnn && (type == DataType::kFP32 || type == DataType::kBF16);
   };
-  const GroupedImpl impls[] = {GroupedImpl::kFused, GroupedImpl::kResident, GroupedImpl::kOneDnn,
-                               GroupedImpl::kPerGroupLoop, GroupedImpl::kOnnxDecomposition};
+  const GroupedImpl impls[] = {GroupedImpl::kFused,
+                               GroupedImpl::kResident,
+                               GroupedImpl::kResidentInt8,
+                               GroupedImpl::kResidentInt4,
+                               GroupedImpl::kOneDnn,
+                               GroupedImpl::kPerGroupLoop,
+                               GroupedImpl::kOnnxDecomposition};
   for (const GroupedShape& shape : kGroupedShapes) {
     for (DataType type : kGroupedTypes) {
       for (int64_t m : kTokenCounts) {
         for (GroupedImpl impl : impls) {
           if (impl == GroupedImpl::kOneDnn && !with_onednn(type)) continue;
+          const bool quantized =
+              impl == GroupedImpl::kResidentInt8 || impl == GroupedImpl::kResidentInt4;
+          if (quantized && type == DataType::kFP64) continue;  // no FP64 scales in ONNX
           RegisterGrouped(impl, type, shape, m, Routing::kUniform);
         }
       }

@@ -636,6 +636,11 @@ void Split(absl::Span<const GemmProblem> problems, std::vector<const GemmProblem
   }
 }
 
+// A quantized problem with work and more rows than one block.
+bool Cut(const GemmProblem& p) {
+  return p.b_quantized != nullptr && p.m > kQuantizedBlockRows && p.n > 0;
+}
+
 // The problems with quantized problems of more than kQuantizedBlockRows
 // rows cut into blocks of that many: `storage` holds the list when any is
 // cut (the returned span then points into it).
@@ -644,14 +649,14 @@ absl::Span<const GemmProblem> CutQuantized(absl::Span<const GemmProblem> problem
   size_t blocks = 0;
   bool cut = false;
   for (const GemmProblem& p : problems) {
-    const bool big = p.b_quantized != nullptr && p.m > kQuantizedBlockRows;
+    const bool big = Cut(p);
     cut |= big;
     blocks += big ? static_cast<size_t>((p.m + kQuantizedBlockRows - 1) / kQuantizedBlockRows) : 1;
   }
   if (!cut) return problems;
   storage->reserve(blocks);
   for (const GemmProblem& p : problems) {
-    if (p.b_quantized == nullptr || p.m <= kQuantizedBlockRows) {
+    if (!Cut(p)) {
       storage->push_back(p);
       continue;
     }

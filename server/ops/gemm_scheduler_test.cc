@@ -310,15 +310,21 @@ TEST(GemmWorkBytesTest, BoundsWhatTheSchedulerAllocatesAlsoForMergedLists) {
       w.max_rows = std::max(w.max_rows, p.m);
       w.gathered |= p.a_rows != nullptr;
       w.panels |= p.b_panels != nullptr;
+      w.quantized |= p.b_quantized != nullptr;
     }
     return w;
   };
+  // Quantized problems are cut into blocks of rows: their row lists must be
+  // as long as their rows.
+  static const std::vector<int64_t> kManyRows(2 * 1100 + 1);
+  static const QuantizedMatrix kQuantized;
   for (int trial = 0; trial < 3000; ++trial) {
     const DataType type = types[rng() % 5];
     const int threads = 1 + static_cast<int>(rng() % 8);
     const int64_t k = dim(), n = dim();
     const bool gathered = IsFloatingPoint(type) && rng() % 2 == 0;
-    const bool panels = PackedWeights::Supports(type) && rng() % 2 == 0;
+    const bool quantized = type != DataType::kFP64 && IsFloatingPoint(type) && rng() % 3 == 0;
+    const bool panels = !quantized && PackedWeights::Supports(type) && rng() % 2 == 0;
     auto random_list = [&](int64_t count) {
       std::vector<GemmProblem> list(count);
       for (GemmProblem& p : list) {
@@ -329,6 +335,10 @@ TEST(GemmWorkBytesTest, BoundsWhatTheSchedulerAllocatesAlsoForMergedLists) {
         p.a = p.b = p.c = operand.data();
         if (gathered) p.a_rows = p.c_rows = kRows;
         if (panels) p.b_panels = operand.data();
+        if (quantized) {
+          p.b_quantized = &kQuantized;
+          if (gathered) p.a_rows = p.c_rows = kManyRows.data();
+        }
       }
       return list;
     };

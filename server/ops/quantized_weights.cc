@@ -145,11 +145,9 @@ absl::StatusOr<QuantizedWeights> QuantizedWeights::Make(const Layout& layout, Al
   q.zero_point_ = std::move(zero_point);
   const int64_t scales_per_group =
       group_stride == 0 ? scale_count : scale_count / std::max<int64_t>(g_count, 1);
-  const int64_t value_bytes = DataTypeSize(q.layout_.value_type);
-  const int64_t zp_bytes =
-      q.zero_point_.empty() ? 0 : QuantizedBytes(q.layout_.type, scales_per_group);
-  q.group_bytes_ =
-      QuantizedBytes(q.layout_.type, k * n) + scales_per_group * value_bytes + zp_bytes;
+  const int64_t zp_count = q.zero_point_.empty() ? 0 : scales_per_group;
+  q.group_bytes_ = QuantizedBytes(q.layout_.type, k * n) +
+                   (scales_per_group + zp_count) * static_cast<int64_t>(sizeof(float));
   q.groups_.resize(static_cast<size_t>(g_count));
   for (int64_t g = 0; g < g_count; ++g) {
     QuantizedMatrix& m = q.groups_[static_cast<size_t>(g)];

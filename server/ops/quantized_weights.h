@@ -67,9 +67,8 @@ class QuantizedWeights {
   bool has_zero_point() const { return !zero_point_.empty(); }
   // "per_tensor", "per_channel" or "blocked".
   std::string granularity() const;
-  // Bytes a call reads per group it uses: the integers and the scales and
-  // zero points as the model file stores them (value-type scales,
-  // weight-type zero points).
+  // Bytes a call reads per group it uses: the integers, and the group's
+  // scales and zero points as held (FP32).
   int64_t group_bytes() const { return group_bytes_; }
   // Bytes held: the integers, and the scales and zero points as FP32.
   int64_t bytes() const;

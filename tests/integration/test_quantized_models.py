@@ -11,6 +11,8 @@ server serves on."""
 import importlib.util
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -65,6 +67,15 @@ for _bits, _asym, _block, _dt in CASES:
     _write(f"lin_{_kind}", _q, _deq, _dt)
 
 
+# The example repository's moe and moe_int4 (scripts/make_model_repository.py).
+_EXAMPLE = tempfile.mkdtemp(prefix="gemmserve-example-")
+subprocess.run([sys.executable, os.path.join(_ROOT, "scripts", "make_model_repository.py"),
+                _EXAMPLE], check=True, stdout=subprocess.DEVNULL)
+for _name in ("moe", "moe_int4"):
+    shutil.copytree(os.path.join(_EXAMPLE, _name), os.path.join(_REPO, "example_" + _name))
+shutil.rmtree(_EXAMPLE)
+
+
 def tearDownModule():
     shutil.rmtree(_REPO, ignore_errors=True)
 
@@ -91,6 +102,27 @@ class QuantizedModelsTest(GemmServeTestCase):
                         got = decode_outputs(self.infer(make_infer_request(
                             name, [("hidden", x, dt)])))["projected"]
                         assert_matmul_result(got, x, w, dt, name)
+
+    def test_the_example_moe_int4_is_moe_quantized(self):
+        """The answer equals moe's weights quantized by the script, and is close to moe's."""
+        source = onnx.load(os.path.join(_REPO, "example_moe", "1", "model.onnx"))
+        bias = quantize_model.read_float_tensor(
+            next(t for t in source.graph.initializer if t.name == source.graph.node[0].input[3]))
+        _, w, dequantized = quantize_model.quantize_model(source, 4, True, 32)
+        rng = np.random.default_rng(172)
+        x = random_wire(rng, "FP32", (8, w.shape[1]))
+        idx = rng.integers(0, w.shape[0], (8, 2)).astype(np.int64)
+
+        def run(name):
+            return decode_outputs(self.infer(make_infer_request(
+                "example_" + name, [("tokens", x, "FP32"), ("routing", idx)])))["expert_out"]
+
+        quantized, original = run("moe_int4"), run("moe")
+        assert_grouped_matmul_result(quantized, x, to_wire("FP32", dequantized), idx,
+                                     to_wire("FP32", bias), "FP32", "moe_int4")
+        rel = np.linalg.norm(quantized - original) / np.linalg.norm(original)
+        self.assertLess(rel, 0.15, "INT4 in blocks of 32 against FP32")
+        self.assertGreater(rel, 0.0)
 
     def test_http_answers_equal_grpc_byte_for_byte(self):
         rng = np.random.default_rng(171)
