@@ -148,6 +148,7 @@ absl::StatusOr<QuantizedWeights> QuantizedWeights::Make(const Layout& layout, Al
   const int64_t zp_count = q.zero_point_.empty() ? 0 : scales_per_group;
   q.group_bytes_ = QuantizedBytes(q.layout_.type, k * n) +
                    (scales_per_group + zp_count) * static_cast<int64_t>(sizeof(float));
+  const bool factorable = ScalesFactorable(q.scale_.data(), static_cast<int64_t>(q.scale_.size()));
   q.groups_.resize(static_cast<size_t>(g_count));
   for (int64_t g = 0; g < g_count; ++g) {
     QuantizedMatrix& m = q.groups_[static_cast<size_t>(g)];
@@ -162,6 +163,7 @@ absl::StatusOr<QuantizedWeights> QuantizedWeights::Make(const Layout& layout, Al
     m.scale_row_stride = row_stride;
     m.scale_col_stride = col_stride;
     m.value_type = q.layout_.value_type;
+    m.scales_factorable = factorable;
   }
   return q;
 }

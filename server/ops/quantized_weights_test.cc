@@ -131,5 +131,16 @@ TEST(QuantizedWeightsTest, DisagreementsAreRefusedByName) {
   EXPECT_TRUE(absl::StrContains(q.status().message(), "value 2 is not finite")) << q.status();
 }
 
+TEST(QuantizedWeightsTest, EveryGroupSaysWhetherItsScalesCanLeaveTheSum) {
+  const QuantizedWeights::Layout l = Layout(QuantizedType::kInt8, {2, 8, 4}, 2, 0, {4});
+  for (auto [scales, want] : {std::pair<std::vector<float>, bool>{{1, 2, 0, -3}, true},
+                              {{1, 2, 0x1p-127f, 3}, false},
+                              {{1, 0x1p101f, 2, 3}, false}}) {
+    absl::StatusOr<QuantizedWeights> q = QuantizedWeights::Make(l, Bytes(64), scales, {});
+    ASSERT_TRUE(q.ok()) << q.status();
+    for (int64_t g = 0; g < 2; ++g) EXPECT_EQ(q->group(g).scales_factorable, want) << scales[1];
+  }
+}
+
 }  // namespace
 }  // namespace gemmserve

@@ -340,6 +340,25 @@ TEST(FloatGemmTest, SubnormalsAreNotFlushed) {
   }
 }
 
+TEST(FloatGemmTest, SubnormalProductsStayWithinTheAccumulatorsAbsoluteFloor) {
+  // Each product is 1.5 * 2^-149 exactly, between two FP32 subnormals: an
+  // FP32 accumulator rounds at every step, so the sum can be off by half the
+  // subnormal spacing per term however small |A| |B| is. The tolerance must
+  // allow that (fuzz_infer_request found a case it did not) and no more.
+  const float a = std::ldexp(1.5f, -75), b = std::ldexp(1.0f, -74);
+  for (int k : {1, 3, 7}) {
+    for (int threads : {1, 2}) {
+      const std::vector<float> c = GemmDense<float>(
+          DataType::kFP32, 1, 1, k, std::vector<float>(k, a), std::vector<float>(k, b), threads);
+      const double exact = k * std::ldexp(1.5, -149);
+      EXPECT_GT(c[0], 0.0f) << "flushed";
+      EXPECT_TRUE(WithinRoundingOfExact(DataType::kFP32, c[0], exact, exact, k))
+          << "k " << k << ": " << c[0] << " against " << exact;
+      EXPECT_LE(std::fabs(c[0] - exact), (k + 1) * std::ldexp(0.5, -149));
+    }
+  }
+}
+
 TEST(HalfGemmTest, SpecialValuesAndOverflowToInfinity) {
   const uint16_t one = FloatToHalf(1.0f), h300 = FloatToHalf(300.0f);
   for (int threads : {1, 2}) {

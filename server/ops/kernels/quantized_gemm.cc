@@ -1,5 +1,7 @@
 #include "server/ops/kernels/quantized_gemm.h"
 
+#include <cmath>
+
 #include "server/ops/kernels/streaming_gemm.h"
 
 namespace gemmserve {
@@ -21,6 +23,14 @@ int32_t QuantizedElement(QuantizedType type, const uint8_t* data, int64_t e) {
 int64_t QuantizedBytes(QuantizedType type, int64_t elements) {
   return type == QuantizedType::kInt8 || type == QuantizedType::kUint8 ? elements
                                                                        : (elements + 1) / 2;
+}
+
+bool ScalesFactorable(const float* scale, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float m = std::fabs(scale[i]);
+    if (!(m == 0.0f || (m >= 0x1p-126f && m <= 0x1p100f))) return false;  // NaN: false
+  }
+  return true;
 }
 
 void QuantizedGemmAccumulate(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,

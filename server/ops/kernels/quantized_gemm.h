@@ -50,7 +50,18 @@ struct QuantizedMatrix {
   int64_t block_rows = 1;
   int64_t scale_row_stride = 0, scale_col_stride = 0;
   DataType value_type = DataType::kFP32;  // kFP32, kFP16 or kBF16
+  // ScalesFactorable of all the scales (set where they are held): FP32
+  // values may then take the scale out of the sum (see the AVX-512 build).
+  bool scales_factorable = false;
 };
+
+// With FP32 values, sum_r a_r (q_r - z) s, the scale applied once to the
+// sum, is DequantizeLinear-then-multiply up to one FP32 rounding per term
+// when no (q - z) s is subnormal or infinite and no a (q - z) overflows:
+// every scale zero or of magnitude in [2^-126, 2^100], and every |a| at most
+// kFactorableActivation. The kernels check the activations per call.
+inline constexpr float kFactorableActivation = 0x1p100f;
+bool ScalesFactorable(const float* scale, int64_t count);
 
 // The integer at flat element index e (no scale), for references and tests.
 int32_t QuantizedElement(QuantizedType type, const uint8_t* data, int64_t e);

@@ -129,6 +129,7 @@ void Check(const TypeRange& tr, DataType value_type, Layout layout, bool zero_po
   zero[zero.size() - 1] = static_cast<float>(tr.hi);
   w.scale = scale.data();
   w.zero_point = zero_points ? zero.data() : nullptr;
+  w.scales_factorable = ScalesFactorable(scale.data(), scales);  // as QuantizedWeights sets it
 
   std::vector<float> a(cs.rows * cs.k), c(cs.rows * cs.n), c0;
   for (float& v : a) v = fdist(rng);
@@ -220,6 +221,43 @@ TEST(QuantizedGemmTest, TheDispatcherUsesABuildThatMatches) {
                     DataType::kFP32};
   QuantizedGemmAccumulate(1, 0, 64, a.data(), 64, w, c.data(), 16);
   for (int j = 0; j < 16; ++j) EXPECT_EQ(c[j], 64 * 0.5f * (j % 2 == 0 ? 7 : -7)) << j;
+}
+
+TEST(QuantizedGemmTest, ScalesLeaveTheSumOnlyWhereThatEqualsTheGraph) {
+  EXPECT_TRUE(ScalesFactorable(std::vector<float>{0.0f, -0x1p-126f, 0x1p100f, 3.0f}.data(), 4));
+  EXPECT_FALSE(ScalesFactorable(std::vector<float>{1.0f, 0x1p-127f}.data(), 2));
+  EXPECT_FALSE(ScalesFactorable(std::vector<float>{0x1p101f}.data(), 1));
+  EXPECT_FALSE(ScalesFactorable(std::vector<float>{std::nanf("")}.data(), 1));
+  // FP32 values, INT8 127 with scale 2^-100, against activations of
+  // 1.5 * 2^126: each product is 190.5 * 2^26, but a * q alone would be
+  // infinite. The scale may be taken out of the sum only when no such
+  // a * (q - z) overflows, so these activations take the per-weight path
+  // and the answer stays finite, on every build.
+  std::vector<bool> builds = {false};
+  if (streaming_internal::HaveAvx512()) builds.push_back(true);
+  for (bool avx512 : builds) {
+    for (int64_t k : {8, 16, 13}) {
+      const int64_t n = 32;
+      std::vector<uint8_t> q(k * n, 127);
+      std::vector<float> scale(n, 0x1p-100f), a(k, std::ldexp(1.5f, 126)), c(n, 0.0f);
+      a[0] = 1.0f;  // every row of A is checked, not only its first value
+      QuantizedMatrix w{QuantizedType::kInt8, q.data(), 0, k, n, scale.data(), nullptr, k, 0, 1,
+                        DataType::kFP32};
+      w.scales_factorable = ScalesFactorable(scale.data(), n);
+      ASSERT_TRUE(w.scales_factorable);
+      if (avx512) {
+        streaming_internal::QuantizedAvx512(1, 0, k, a.data(), k, w, c.data(), n);
+      } else {
+        streaming_internal::QuantizedGeneric(1, 0, k, a.data(), k, w, c.data(), n);
+      }
+      const double wv = 127 * 0x1p-100, want = (1.0 + (k - 1) * std::ldexp(1.5, 126)) * wv;
+      for (int64_t j = 0; j < n; ++j) {
+        ASSERT_TRUE(std::isfinite(c[j]))
+            << "K " << k << " column " << j << (avx512 ? " avx512" : "");
+        ASSERT_NEAR(c[j], want, 4 * (k + 1) * 0x1p-24 * want) << "K " << k << " column " << j;
+      }
+    }
+  }
 }
 
 }  // namespace

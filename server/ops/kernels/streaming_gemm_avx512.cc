@@ -168,9 +168,12 @@ void RowGroupAny(int rows, int64_t k, int64_t k_end, int64_t n, const float* a, 
     GEMMSERVE_ROWS(2)
     GEMMSERVE_ROWS(3)
     GEMMSERVE_ROWS(4)
-    GEMMSERVE_ROWS(5) GEMMSERVE_ROWS(6) GEMMSERVE_ROWS(7) GEMMSERVE_ROWS(8)
+    GEMMSERVE_ROWS(5)
+    GEMMSERVE_ROWS(6)
+    GEMMSERVE_ROWS(7)
+    GEMMSERVE_ROWS(8)
 #undef GEMMSERVE_ROWS
-        default : return;
+    default: return;
   }
 }
 
@@ -335,36 +338,45 @@ void AccumulateQuantizedFused(int64_t rows, int64_t k_begin, int64_t k_end, cons
   }
 }
 
-// Eight rows of W that share their scales (one K block, scales per column):
-// RowGroup's register kernel for quantized W. Per 16 columns the scale (and
-// zero point) is loaded once, the eight rows are dequantized into registers
-// and applied to kRows rows of A, and the sums added to C once; the eight
-// rows' bytes are prefetched two steps ahead.
-template <QuantizedType kType, bool kZero, DataType kValue, int kRows>
+// Eight rows of W that share their scales (one K block; scales per column or
+// one for the block): RowGroup's register kernel for quantized W. Per 16
+// columns the scale (and zero point) is loaded once, the eight rows are
+// dequantized into registers and applied to kRows rows of A, and the sums
+// added to C once; the eight rows' bytes are prefetched two steps ahead.
+//
+// kFactor (FP32 values, scales and activations in ScalesFactorable's
+// range): the scale is applied to the sums rather than to every weight, as
+// sum_t a_t (q_t - z) s = s sum_t a_t (q_t - z) holds there up to one FP32
+// rounding per term, the bound of rounding (q - z) s to FP32 first; that
+// leaves a convert and an FMA per weight. Otherwise every weight is
+// dequantized and rounded to the value type, as DequantizeLinear means.
+template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue, bool kFactor,
+          int kRows>
 void QuantizedRowGroup(const QuantizedMatrix& w, int64_t k, int64_t k_end, const float* a,
                        int64_t lda, float* c, int64_t ldc, bool prefetch) {
-  constexpr bool kFour = kType == QuantizedType::kInt4 || kType == QuantizedType::kUint4;
+  static_assert(!kFactor || kValue == DataType::kFP32);
   const int64_t n = w.n;
   const QuantizedRow first = RowOf<kType>(w, k);
-  const int64_t row_bytes = kFour ? n / 2 : n;  // 4-bit rows start on a byte (n even)
   const bool ahead = prefetch && k + kPrefetchRows + kDepth <= k_end;
-  const uint8_t* next = first.data + kPrefetchRows * row_bytes;
+  const uint8_t* next = first.data + kPrefetchRows * n;
+  const __m512 one_scale = _mm512_set1_ps(first.scale[0]);
+  const __m512 one_zero = kZero && !kPerColumn ? _mm512_set1_ps(first.zero[0]) : __m512{};
   for (int64_t j = 0; j < n; j += 16) {
     const int count = static_cast<int>(std::min<int64_t>(16, n - j));
     const __mmask16 mask = count == 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
-    if (ahead && j % (kFour ? 128 : 64) == 0) {
+    if (ahead && j % 64 == 0) {
       for (int t = 0; t < kDepth; ++t) {
-        _mm_prefetch(reinterpret_cast<const char*>(next + t * row_bytes + (kFour ? j / 2 : j)),
-                     _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(next + t * n + j), _MM_HINT_T0);
       }
     }
-    const __m512 scale = _mm512_maskz_loadu_ps(mask, first.scale + j);
+    const __m512 scale = kPerColumn ? _mm512_maskz_loadu_ps(mask, first.scale + j) : one_scale;
     __m512 zero = _mm512_setzero_ps();
-    if constexpr (kZero) zero = _mm512_maskz_loadu_ps(mask, first.zero + j);
+    if constexpr (kZero) zero = kPerColumn ? _mm512_maskz_loadu_ps(mask, first.zero + j) : one_zero;
     __m512 wv[kDepth];
     for (int t = 0; t < kDepth; ++t) {
-      wv[t] = DequantizeWith<kType, kZero, kValue>(first.data + t * row_bytes, j, mask, count,
-                                                   scale, zero);
+      wv[t] = LoadIntegers16<kType>(first.data + t * n, j, mask, count);
+      if constexpr (kZero) wv[t] = _mm512_sub_ps(wv[t], zero);
+      if constexpr (!kFactor) wv[t] = ScaleAndRound<kValue>(wv[t], scale);
     }
     for (int i = 0; i < kRows; ++i) {
       const float* ai = a + i * lda + k;
@@ -375,32 +387,157 @@ void QuantizedRowGroup(const QuantizedMatrix& w, int64_t k, int64_t k_end, const
         q = _mm512_fmadd_ps(_mm512_set1_ps(ai[t + 1]), wv[t + 1], q);
       }
       float* ci = c + i * ldc + j;
+      const __m512 ci_old = _mm512_maskz_loadu_ps(mask, ci);
       _mm512_mask_storeu_ps(ci, mask,
-                            _mm512_add_ps(_mm512_maskz_loadu_ps(mask, ci), _mm512_add_ps(p, q)));
+                            kFactor ? _mm512_fmadd_ps(_mm512_add_ps(p, q), scale, ci_old)
+                                    : _mm512_add_ps(ci_old, _mm512_add_ps(p, q)));
     }
   }
 }
 
-template <QuantizedType kType, bool kZero, DataType kValue>
+// The 4-bit types' sixteen values as floats, indexed by the nibble.
+template <QuantizedType kType>
+inline __m512 NibbleTable() {
+  if constexpr (kType == QuantizedType::kInt4) {
+    return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
+  } else {
+    return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  }
+}
+
+// Columns j .. j + 31 in two orders: `lo` and `hi` hold columns j .. j + 15
+// and j + 16 .. j + 31, `even` and `odd` columns j, j + 2, ... and j + 1,
+// j + 3, ... (the order in which 4-bit bytes decode).
+inline void SplitEvenOdd(__m512 lo, __m512 hi, __m512& even, __m512& odd) {
+  even = _mm512_permutex2var_ps(
+      lo, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), hi);
+  odd = _mm512_permutex2var_ps(
+      lo, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), hi);
+}
+
+inline void MergeEvenOdd(__m512 even, __m512 odd, __m512& lo, __m512& hi) {
+  lo = _mm512_permutex2var_ps(
+      even, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), odd);
+  hi = _mm512_permutex2var_ps(
+      even, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), odd);
+}
+
+// QuantizedRowGroup for 4-bit W, 32 columns (16 bytes) per step. The bytes
+// are widened to one dword each; vpermps reads only an index's low four bits,
+// so the low nibbles index NibbleTable as they are and the high ones after a
+// shift by four: two vectors of values (the even columns and the odd ones)
+// in four instructions, with INT4's sign in the table. Scales and zero
+// points are put in the same order once per step, and the sums back in
+// column order once per row of A.
+template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue, bool kFactor,
+          int kRows>
+void Quantized4RowGroup(const QuantizedMatrix& w, int64_t k, int64_t k_end, const float* a,
+                        int64_t lda, float* c, int64_t ldc, bool prefetch) {
+  static_assert(!kFactor || kValue == DataType::kFP32);
+  const int64_t n = w.n, row_bytes = n / 2;  // n even: every row starts on a byte
+  const QuantizedRow first = RowOf<kType>(w, k);
+  const bool ahead = prefetch && k + kPrefetchRows + kDepth <= k_end;
+  const uint8_t* next = first.data + kPrefetchRows * row_bytes;
+  const __m512 table = NibbleTable<kType>();
+  for (int64_t j = 0; j < n; j += 32) {
+    const int count = static_cast<int>(std::min<int64_t>(32, n - j));  // even
+    const __mmask16 bytes = count == 32 ? 0xffff : static_cast<__mmask16>((1u << (count / 2)) - 1);
+    const __mmask16 lo_mask = count >= 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
+    const __mmask16 hi_mask = count == 32  ? 0xffff
+                              : count > 16 ? static_cast<__mmask16>((1u << (count - 16)) - 1)
+                                           : 0;
+    if (ahead && j % 128 == 0) {
+      for (int t = 0; t < kDepth; ++t) {
+        _mm_prefetch(reinterpret_cast<const char*>(next + t * row_bytes + j / 2), _MM_HINT_T0);
+      }
+    }
+    __m512 scale_even, scale_odd, zero_even = _mm512_setzero_ps(), zero_odd = zero_even;
+    if constexpr (kPerColumn) {
+      SplitEvenOdd(_mm512_maskz_loadu_ps(lo_mask, first.scale + j),
+                   _mm512_maskz_loadu_ps(hi_mask, first.scale + j + 16), scale_even, scale_odd);
+      if constexpr (kZero) {
+        SplitEvenOdd(_mm512_maskz_loadu_ps(lo_mask, first.zero + j),
+                     _mm512_maskz_loadu_ps(hi_mask, first.zero + j + 16), zero_even, zero_odd);
+      }
+    } else {
+      scale_even = scale_odd = _mm512_set1_ps(first.scale[0]);
+      if constexpr (kZero) zero_even = zero_odd = _mm512_set1_ps(first.zero[0]);
+    }
+    __m512 we[kDepth], wo[kDepth];
+    for (int t = 0; t < kDepth; ++t) {
+      const __m512i b =
+          _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(bytes, first.data + t * row_bytes + j / 2));
+      we[t] = _mm512_permutexvar_ps(b, table);
+      wo[t] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table);
+      if constexpr (kZero) {
+        we[t] = _mm512_sub_ps(we[t], zero_even);
+        wo[t] = _mm512_sub_ps(wo[t], zero_odd);
+      }
+      if constexpr (!kFactor) {
+        we[t] = ScaleAndRound<kValue>(we[t], scale_even);
+        wo[t] = ScaleAndRound<kValue>(wo[t], scale_odd);
+      }
+    }
+    for (int i = 0; i < kRows; ++i) {
+      const float* ai = a + i * lda + k;
+      __m512 pe = _mm512_mul_ps(_mm512_set1_ps(ai[0]), we[0]);
+      __m512 po = _mm512_mul_ps(_mm512_set1_ps(ai[0]), wo[0]);
+      __m512 qe = _mm512_mul_ps(_mm512_set1_ps(ai[1]), we[1]);
+      __m512 qo = _mm512_mul_ps(_mm512_set1_ps(ai[1]), wo[1]);
+      for (int t = 2; t < kDepth; t += 2) {
+        const __m512 a0 = _mm512_set1_ps(ai[t]), a1 = _mm512_set1_ps(ai[t + 1]);
+        pe = _mm512_fmadd_ps(a0, we[t], pe);
+        po = _mm512_fmadd_ps(a0, wo[t], po);
+        qe = _mm512_fmadd_ps(a1, we[t + 1], qe);
+        qo = _mm512_fmadd_ps(a1, wo[t + 1], qo);
+      }
+      pe = _mm512_add_ps(pe, qe);
+      po = _mm512_add_ps(po, qo);
+      if constexpr (kFactor) {
+        pe = _mm512_mul_ps(pe, scale_even);
+        po = _mm512_mul_ps(po, scale_odd);
+      }
+      __m512 lo, hi;
+      MergeEvenOdd(pe, po, lo, hi);
+      float* ci = c + i * ldc + j;
+      _mm512_mask_storeu_ps(ci, lo_mask, _mm512_add_ps(_mm512_maskz_loadu_ps(lo_mask, ci), lo));
+      _mm512_mask_storeu_ps(ci + 16, hi_mask,
+                            _mm512_add_ps(_mm512_maskz_loadu_ps(hi_mask, ci + 16), hi));
+    }
+  }
+}
+
+template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue, bool kFactor>
 void QuantizedRowGroupAny(int rows, const QuantizedMatrix& w, int64_t k, int64_t k_end,
                           const float* a, int64_t lda, float* c, int64_t ldc, bool prefetch) {
+  constexpr bool kFour = kType == QuantizedType::kInt4 || kType == QuantizedType::kUint4;
   switch (rows) {
-#define GEMMSERVE_ROWS(R) \
-  case R: return QuantizedRowGroup<kType, kZero, kValue, R>(w, k, k_end, a, lda, c, ldc, prefetch);
+#define GEMMSERVE_ROWS(R)                                                                          \
+  case R:                                                                                          \
+    if constexpr (kFour) {                                                                         \
+      return Quantized4RowGroup<kType, kPerColumn, kZero, kValue, kFactor, R>(w, k, k_end, a, lda, \
+                                                                              c, ldc, prefetch);   \
+    } else {                                                                                       \
+      return QuantizedRowGroup<kType, kPerColumn, kZero, kValue, kFactor, R>(w, k, k_end, a, lda,  \
+                                                                             c, ldc, prefetch);    \
+    }
     GEMMSERVE_ROWS(1)
     GEMMSERVE_ROWS(2)
     GEMMSERVE_ROWS(3)
     GEMMSERVE_ROWS(4)
-    GEMMSERVE_ROWS(5) GEMMSERVE_ROWS(6) GEMMSERVE_ROWS(7) GEMMSERVE_ROWS(8)
+    GEMMSERVE_ROWS(5)
+    GEMMSERVE_ROWS(6)
+    GEMMSERVE_ROWS(7)
+    GEMMSERVE_ROWS(8)
 #undef GEMMSERVE_ROWS
-        default : return;
+    default: return;
   }
 }
 
-// Per-column or blocked scales: every step of eight rows of W inside one K
-// block takes the register kernel; a step across a block boundary, and the
-// last rows, go one row at a time through the general loop.
-template <QuantizedType kType, bool kZero, DataType kValue>
+// Scales per column, blocked or one for the tensor: every step of eight rows
+// of W inside one K block takes the register kernel; a step across a block
+// boundary, and the last rows, go one row at a time through the general loop.
+template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue, bool kFactor>
 void AccumulateQuantizedBlocks(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
                                int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc) {
   int64_t k = k_begin;
@@ -408,30 +545,35 @@ void AccumulateQuantizedBlocks(int64_t rows, int64_t k_begin, int64_t k_end, con
     if (k + kDepth <= k_end && k / w.block_rows == (k + kDepth - 1) / w.block_rows) {
       for (int64_t i0 = 0; i0 < rows; i0 += kGroupRows) {
         const int group = static_cast<int>(std::min<int64_t>(kGroupRows, rows - i0));
-        QuantizedRowGroupAny<kType, kZero, kValue>(group, w, k, k_end, a + i0 * lda, lda,
-                                                   c + i0 * ldc, ldc, /*prefetch=*/i0 == 0);
+        QuantizedRowGroupAny<kType, kPerColumn, kZero, kValue, kFactor>(
+            group, w, k, k_end, a + i0 * lda, lda, c + i0 * ldc, ldc,
+            /*prefetch=*/i0 == 0);
       }
       k += kDepth;
     } else {
-      AccumulateQuantizedFused<kType, true, kZero, kValue>(rows, k, k + 1, a, lda, w, c, ldc);
+      AccumulateQuantizedFused<kType, kPerColumn, kZero, kValue>(rows, k, k + 1, a, lda, w, c, ldc);
       k += 1;
     }
   }
 }
 
-template <QuantizedType kType, bool kZero>
+template <QuantizedType kType, bool kPerColumn, bool kZero>
 void BlocksForValue(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
-                    const QuantizedMatrix& w, float* c, int64_t ldc) {
+                    const QuantizedMatrix& w, float* c, int64_t ldc, bool factor) {
   switch (w.value_type) {
     case DataType::kBF16:
-      return AccumulateQuantizedBlocks<kType, kZero, DataType::kBF16>(rows, k_begin, k_end, a, lda,
-                                                                      w, c, ldc);
+      return AccumulateQuantizedBlocks<kType, kPerColumn, kZero, DataType::kBF16, false>(
+          rows, k_begin, k_end, a, lda, w, c, ldc);
     case DataType::kFP16:
-      return AccumulateQuantizedBlocks<kType, kZero, DataType::kFP16>(rows, k_begin, k_end, a, lda,
-                                                                      w, c, ldc);
+      return AccumulateQuantizedBlocks<kType, kPerColumn, kZero, DataType::kFP16, false>(
+          rows, k_begin, k_end, a, lda, w, c, ldc);
     default:
-      return AccumulateQuantizedBlocks<kType, kZero, DataType::kFP32>(rows, k_begin, k_end, a, lda,
-                                                                      w, c, ldc);
+      if (factor) {
+        return AccumulateQuantizedBlocks<kType, kPerColumn, kZero, DataType::kFP32, true>(
+            rows, k_begin, k_end, a, lda, w, c, ldc);
+      }
+      return AccumulateQuantizedBlocks<kType, kPerColumn, kZero, DataType::kFP32, false>(
+          rows, k_begin, k_end, a, lda, w, c, ldc);
   }
 }
 
@@ -454,28 +596,57 @@ void FusedForValue(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
 
 template <QuantizedType kType>
 void FusedForType(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
-                  const QuantizedMatrix& w, float* c, int64_t ldc) {
+                  const QuantizedMatrix& w, float* c, int64_t ldc, bool factor) {
   const bool per_column = w.scale_col_stride != 0, zero = w.zero_point != nullptr;
   if (per_column && zero)
-    return BlocksForValue<kType, true>(rows, k_begin, k_end, a, lda, w, c, ldc);
-  if (per_column) return BlocksForValue<kType, false>(rows, k_begin, k_end, a, lda, w, c, ldc);
-  if (zero) return FusedForValue<kType, false, true>(rows, k_begin, k_end, a, lda, w, c, ldc);
-  return FusedForValue<kType, false, false>(rows, k_begin, k_end, a, lda, w, c, ldc);
+    return BlocksForValue<kType, true, true>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
+  if (per_column)
+    return BlocksForValue<kType, true, false>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
+  // One scale per row (blocks shorter than a step): four rows at a time.
+  if (w.block_rows < kDepth) {
+    if (zero) return FusedForValue<kType, false, true>(rows, k_begin, k_end, a, lda, w, c, ldc);
+    return FusedForValue<kType, false, false>(rows, k_begin, k_end, a, lda, w, c, ldc);
+  }
+  // One scale per tensor, or per block of rows.
+  if (zero)
+    return BlocksForValue<kType, false, true>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
+  return BlocksForValue<kType, false, false>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
+}
+
+// Whether every activation of rows x [k_begin, k_end) is within
+// kFactorableActivation (NaN is not).
+bool ActivationsFactorable(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
+                           int64_t lda) {
+  const __m512 limit = _mm512_set1_ps(kFactorableActivation);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* ai = a + i * lda;
+    __mmask16 bad = 0;
+    for (int64_t k = k_begin; k < k_end; k += 16) {
+      const __mmask16 mask =
+          k_end - k >= 16 ? 0xffff : static_cast<__mmask16>((1u << (k_end - k)) - 1);
+      const __m512 v = _mm512_abs_ps(_mm512_maskz_loadu_ps(mask, ai + k));
+      bad |= _mm512_mask_cmp_ps_mask(mask, v, limit, _CMP_NLE_UQ);  // > limit, or NaN
+    }
+    if (bad != 0) return false;
+  }
+  return true;
 }
 
 void AccumulateQuantizedAvx512(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
                                int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc) {
   if (!QuantizedFusedApplies(w))
     return AccumulateQuantized(rows, k_begin, k_end, a, lda, w, c, ldc);
+  const bool factor = w.value_type == DataType::kFP32 && w.scales_factorable &&
+                      ActivationsFactorable(rows, k_begin, k_end, a, lda);
   switch (w.type) {
     case QuantizedType::kInt8:
-      return FusedForType<QuantizedType::kInt8>(rows, k_begin, k_end, a, lda, w, c, ldc);
+      return FusedForType<QuantizedType::kInt8>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
     case QuantizedType::kUint8:
-      return FusedForType<QuantizedType::kUint8>(rows, k_begin, k_end, a, lda, w, c, ldc);
+      return FusedForType<QuantizedType::kUint8>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
     case QuantizedType::kInt4:
-      return FusedForType<QuantizedType::kInt4>(rows, k_begin, k_end, a, lda, w, c, ldc);
+      return FusedForType<QuantizedType::kInt4>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
     case QuantizedType::kUint4:
-      return FusedForType<QuantizedType::kUint4>(rows, k_begin, k_end, a, lda, w, c, ldc);
+      return FusedForType<QuantizedType::kUint4>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
   }
 }
 
