@@ -355,6 +355,11 @@ struct PanelLayout {
 // streams a long enough stretch of its weight panels.
 constexpr int64_t kMinPanelTileColumns = 128;
 
+// Rows of K per block of a quantized problem on panels (QuantizedOnPanels):
+// each block's panels, for the tile's columns (olmoe's 1024: 256 KB), are
+// dequantized into L2 and read there by the GEMM for all the rows.
+constexpr int64_t kQuantizedPanelKBlock = 128;
+
 // Columns per weight panel, and the token scratch of a block of `rows` rows,
 // for packed problems of `type` (BF16 on pair panels, FP16 on its own, FP32
 // on BLIS's).
@@ -381,7 +386,19 @@ int64_t Bf16PanelBytes(int64_t k, int64_t panels) {
 std::atomic<bool> g_force_blis_half{false};
 
 bool PacksWeightsPerCall(const GemmProblem& p) {
-  return p.b_panels == nullptr && p.type == DataType::kBF16 && p.m > kStreamingMaxRows &&
+  return p.b_panels == nullptr && p.b_quantized == nullptr && p.type == DataType::kBF16 &&
+         p.m > kStreamingMaxRows && !g_force_blis_half.load(std::memory_order_relaxed) &&
+         Bf16PanelsPreferred();
+}
+
+// Whether a quantized problem with BF16 values dequantizes each column tile
+// into pair panels per call (DequantizeBf16Panels) and runs the vdpbf16ps
+// kernel on them, as PacksWeightsPerCall does with BF16 weights: from
+// kQuantizedPanelMinRows rows, where the tile's dequantization, paid once,
+// is shared by enough rows; fewer rows stream through the decode kernel.
+bool QuantizedOnPanels(const GemmProblem& p) {
+  return p.b_quantized != nullptr && p.type == DataType::kBF16 &&
+         p.b_quantized->value_type == DataType::kBF16 && p.m >= kQuantizedPanelMinRows &&
          !g_force_blis_half.load(std::memory_order_relaxed) && Bf16PanelsPreferred();
 }
 
@@ -414,12 +431,16 @@ PanelLayout LayOutPanels(const std::vector<const GemmProblem*>& problems, int th
     const int64_t lanes = PanelLanes(p.type);
     const int64_t block = std::min(p.m, kGatherBlockRows);
     l.token_bytes = std::max(l.token_bytes, PanelTokenBytes(p.type, block, p.k));
+    const bool quantized = p.b_quantized != nullptr;
     if (p.b_panels == nullptr) {
-      l.weight_bytes = std::max(l.weight_bytes, Bf16PanelBytes(p.k, item.end - item.begin));
+      const int64_t k = quantized ? std::min(p.k, kQuantizedPanelKBlock) : p.k;
+      l.weight_bytes = std::max(l.weight_bytes, Bf16PanelBytes(k, item.end - item.begin));
     }
     if (PanelResultBuffered(p)) {
+      // Quantized: the sums so far, and a K block's.
       const int64_t cols = std::min(p.n, item.end * lanes) - item.begin * lanes;
-      l.result_bytes = std::max(l.result_bytes, block * PanelResultLd(cols) * AccSize(p.type));
+      l.result_bytes = std::max(
+          l.result_bytes, (quantized ? 2 : 1) * block * PanelResultLd(cols) * AccSize(p.type));
     }
   }
   return l;
@@ -494,7 +515,51 @@ void RunHalfPanelItem(const PanelItem& item, Lane& lane) {
   }
 }
 
+// QuantizedOnPanels: per block of rows, K block by K block, the tile's
+// weights dequantized into the lane's panels (L2-sized), the vdpbf16ps
+// kernel run on them, and its FP32 sums added to those of the blocks before;
+// rounded once on the way to C. The bound on the weights' exponents comes
+// from the scales (QuantizedMatrix::scales_min_exponent).
+void RunQuantizedPanelItem(const PanelItem& item, Lane& lane) {
+  const GemmProblem& p = *item.problem;
+  const QuantizedMatrix& w = *p.b_quantized;
+  const int64_t j0 = item.begin * kBf16PanelLanes;
+  const int64_t width = std::min(p.n, item.end * kBf16PanelLanes) - j0;
+  const int64_t panels = Bf16PanelCount(width), ld = PanelResultLd(width);
+  const int64_t block = std::min(p.m, kGatherBlockRows);
+  const auto* a = static_cast<const uint16_t*>(p.a);
+  auto* packed = static_cast<uint16_t*>(lane.weights.data());
+  auto* tokens = static_cast<uint32_t*>(lane.rows.data());
+  auto* sums = static_cast<float*>(lane.result.data());
+  float* part = sums + block * ld;
+  for (int64_t i0 = 0; i0 < p.m; i0 += kGatherBlockRows) {
+    const int64_t m = std::min(kGatherBlockRows, p.m - i0);
+    const int64_t* a_rows = p.a_rows ? p.a_rows + i0 : nullptr;
+    const uint16_t* x = p.a_rows ? a : a + i0 * p.lda;
+    if (p.k == 0) std::fill(sums, sums + m * ld, 0.0f);
+    for (int64_t k0 = 0; k0 < p.k; k0 += kQuantizedPanelKBlock) {
+      const int64_t kb = std::min(kQuantizedPanelKBlock, p.k - k0);
+      DequantizeBf16Panels(w, k0, k0 + kb, j0, width, packed);
+      float* out = k0 == 0 ? sums : part;
+      Bf16PanelGemm(m, kb, width, x + k0, p.lda, a_rows, packed, w.scales_min_exponent, 0, panels,
+                    out, ld, tokens);
+      if (k0 == 0) continue;
+      for (int64_t i = 0; i < m; ++i) {
+        float* __restrict__ s = sums + i * ld;
+        const float* __restrict__ q = part + i * ld;
+        for (int64_t j = 0; j < width; ++j) s[j] += q[j];
+      }
+    }
+    GemmProblem rows = ColumnTile(p, j0, width);
+    rows.m = m;
+    rows.c_rows = p.c_rows ? p.c_rows + i0 : nullptr;
+    if (!p.c_rows) rows.c = static_cast<uint8_t*>(rows.c) + i0 * p.ldc * 2;
+    StoreRows(rows, sums, ld);
+  }
+}
+
 void RunPanelItem(const PanelItem& item, Lane& lane) {
+  if (item.problem->b_quantized != nullptr) return RunQuantizedPanelItem(item, lane);
   if (IsHalfPrecision(item.problem->type)) return RunHalfPanelItem(item, lane);
   RunFp32PanelItem(item, lane);
 }
@@ -552,7 +617,18 @@ int64_t GemmWorkBytes(const GemmWorkShape& w, int threads) {
         bytes, SaturatingMul(w.rows / kQuantizedBlockRows + 1, kProblemBookkeepingBytes));
     bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingMul(w.rows, w.k), acc));
     const int64_t partial_rows = SaturatingAdd(w.rows, 4 * t * kQuantizedBlockRows);
-    return SaturatingAdd(bytes, SaturatingMul(SaturatingMul(partial_rows, w.n), acc));
+    bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingMul(partial_rows, w.n), acc));
+    if (w.type == DataType::kBF16 && Bf16PanelsSupported()) {
+      // QuantizedOnPanels: as PacksWeightsPerCall below, with a K block's
+      // panels dequantized instead of all of K packed, and two FP32 results
+      // (the sums, a block's). Counted whatever the rows.
+      const int64_t block = std::min(w.max_rows, kGatherBlockRows);
+      int64_t lane = SaturatingAdd(PanelTokenBytes(w.type, block, w.k),
+                                   SaturatingMul(SaturatingMul(block, PanelResultLd(w.n)), 8));
+      lane = SaturatingAdd(lane, Bf16PanelBytes(w.k, Bf16PanelCount(w.n)));
+      bytes = SaturatingAdd(bytes, SaturatingMul(lane, t));
+    }
+    return bytes;
   }
   if (IsFloatingPoint(w.type) && w.min_rows <= kStreamingMaxRows) {
     // Streaming problems (at most kStreamingMaxRows rows each): their rows
@@ -615,7 +691,7 @@ void Split(absl::Span<const GemmProblem> problems, std::vector<const GemmProblem
   for (const GemmProblem& p : problems) {
     if (p.m <= 0 || p.n <= 0) continue;
     if (p.b_quantized != nullptr) {
-      streaming->push_back(&p);
+      (QuantizedOnPanels(p) ? panels : streaming)->push_back(&p);
       continue;
     }
     // Panels stream like row-major weights (each is a row-major [K, ld]
@@ -636,9 +712,9 @@ void Split(absl::Span<const GemmProblem> problems, std::vector<const GemmProblem
   }
 }
 
-// A quantized problem with work and more rows than one block.
+// A quantized problem with work and more rows than one block, which streams.
 bool Cut(const GemmProblem& p) {
-  return p.b_quantized != nullptr && p.m > kQuantizedBlockRows && p.n > 0;
+  return p.b_quantized != nullptr && p.m > kQuantizedBlockRows && p.n > 0 && !QuantizedOnPanels(p);
 }
 
 // The problems with quantized problems of more than kQuantizedBlockRows

@@ -60,15 +60,20 @@ struct GemmProblem {
   const void* b_panels = nullptr;
   int b_panels_min_exponent = 0;  // BF16 panels: Bf16MinExponent of B
   // B stored quantized (QuantizedWeights::group): b, ldb and b_panels are
-  // unused, and type is the dequantized value type. Such problems always
-  // stream B through the fused dequantizing kernel, in blocks of
-  // kQuantizedBlockRows rows.
+  // unused, and type is the dequantized value type. Such problems stream B
+  // through the fused dequantizing kernel, in blocks of kQuantizedBlockRows
+  // rows, or (BF16 values, kQuantizedPanelMinRows rows or more) dequantize
+  // it a column tile at a time into BF16 pair panels.
   const QuantizedMatrix* b_quantized = nullptr;
 };
 
 // Rows of a quantized problem streamed together: each block reads the
 // quantized B once and dequantizes every group of its rows once for them.
 inline constexpr int64_t kQuantizedBlockRows = 64;
+// Quantized problems with BF16 values and at least this many rows run on
+// BF16 pair panels dequantized per call where vdpbf16ps is preferred (see
+// QuantizedOnPanels in gemm_scheduler.cc); fewer rows stream.
+inline constexpr int64_t kQuantizedPanelMinRows = 8;
 
 // Problems with at most this many rows take the streaming path, which reads B
 // once; above it a packing GEMM wins, since the streaming kernel keeps its

@@ -317,7 +317,14 @@ TEST(GemmWorkBytesTest, BoundsWhatTheSchedulerAllocatesAlsoForMergedLists) {
   // Quantized problems are cut into blocks of rows: their row lists must be
   // as long as their rows.
   static const std::vector<int64_t> kManyRows(2 * 1100 + 1);
+  // (With BF16 values, problems of kQuantizedPanelMinRows rows or more run on
+  // panels dequantized per call.)
   static const QuantizedMatrix kQuantized;
+  static const QuantizedMatrix kQuantizedBf16 = [] {
+    QuantizedMatrix q;
+    q.value_type = DataType::kBF16;
+    return q;
+  }();
   for (int trial = 0; trial < 3000; ++trial) {
     const DataType type = types[rng() % 5];
     const int threads = 1 + static_cast<int>(rng() % 8);
@@ -336,7 +343,7 @@ TEST(GemmWorkBytesTest, BoundsWhatTheSchedulerAllocatesAlsoForMergedLists) {
         if (gathered) p.a_rows = p.c_rows = kRows;
         if (panels) p.b_panels = operand.data();
         if (quantized) {
-          p.b_quantized = &kQuantized;
+          p.b_quantized = type == DataType::kBF16 ? &kQuantizedBf16 : &kQuantized;
           if (gathered) p.a_rows = p.c_rows = kManyRows.data();
         }
       }

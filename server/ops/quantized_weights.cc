@@ -149,6 +149,8 @@ absl::StatusOr<QuantizedWeights> QuantizedWeights::Make(const Layout& layout, Al
   q.group_bytes_ = QuantizedBytes(q.layout_.type, k * n) +
                    (scales_per_group + zp_count) * static_cast<int64_t>(sizeof(float));
   const bool factorable = ScalesFactorable(q.scale_.data(), static_cast<int64_t>(q.scale_.size()));
+  const int min_exponent =
+      ScalesMinExponent(q.scale_.data(), static_cast<int64_t>(q.scale_.size()));
   q.groups_.resize(static_cast<size_t>(g_count));
   for (int64_t g = 0; g < g_count; ++g) {
     QuantizedMatrix& m = q.groups_[static_cast<size_t>(g)];
@@ -164,6 +166,7 @@ absl::StatusOr<QuantizedWeights> QuantizedWeights::Make(const Layout& layout, Al
     m.scale_col_stride = col_stride;
     m.value_type = q.layout_.value_type;
     m.scales_factorable = factorable;
+    m.scales_min_exponent = min_exponent;
   }
   return q;
 }

@@ -133,12 +133,19 @@ TEST(QuantizedWeightsTest, DisagreementsAreRefusedByName) {
 
 TEST(QuantizedWeightsTest, EveryGroupSaysWhetherItsScalesCanLeaveTheSum) {
   const QuantizedWeights::Layout l = Layout(QuantizedType::kInt8, {2, 8, 4}, 2, 0, {4});
-  for (auto [scales, want] : {std::pair<std::vector<float>, bool>{{1, 2, 0, -3}, true},
-                              {{1, 2, 0x1p-127f, 3}, false},
-                              {{1, 0x1p101f, 2, 3}, false}}) {
-    absl::StatusOr<QuantizedWeights> q = QuantizedWeights::Make(l, Bytes(64), scales, {});
+  struct Case {
+    std::vector<float> scales;
+    bool factorable;
+    int min_exponent;  // the smallest nonzero scale's biased exponent
+  };
+  for (const Case& c : {Case{{1, 2, 0, -3}, true, 127}, Case{{1, 2, 0x1p-127f, 3}, false, 0},
+                        Case{{1, 0x1p101f, 0.75f, 3}, false, 126}, Case{{0, 0, 0, 0}, true, 255}}) {
+    absl::StatusOr<QuantizedWeights> q = QuantizedWeights::Make(l, Bytes(64), c.scales, {});
     ASSERT_TRUE(q.ok()) << q.status();
-    for (int64_t g = 0; g < 2; ++g) EXPECT_EQ(q->group(g).scales_factorable, want) << scales[1];
+    for (int64_t g = 0; g < 2; ++g) {
+      EXPECT_EQ(q->group(g).scales_factorable, c.factorable) << c.scales[1];
+      EXPECT_EQ(q->group(g).scales_min_exponent, c.min_exponent) << c.scales[1];
+    }
   }
 }
 

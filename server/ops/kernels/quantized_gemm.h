@@ -53,7 +53,15 @@ struct QuantizedMatrix {
   // ScalesFactorable of all the scales (set where they are held): FP32
   // values may then take the scale out of the sum (see the AVX-512 build).
   bool scales_factorable = false;
+  // ScalesMinExponent of all the scales (set where they are held; 0, as for
+  // a subnormal, when unknown): a lower bound of the exponents of W's
+  // nonzero values, since |q - z| >= 1 and rounding never lowers one.
+  int scales_min_exponent = 0;
 };
+
+// The smallest biased exponent (FP32's, which BF16 shares) of the nonzero
+// values among `count` scales, 255 if all are zero.
+int ScalesMinExponent(const float* scale, int64_t count);
 
 // With FP32 values, sum_r a_r (q_r - z) s, the scale applied once to the
 // sum, is DequantizeLinear-then-multiply up to one FP32 rounding per term
@@ -72,7 +80,22 @@ int64_t QuantizedBytes(QuantizedType type, int64_t elements);
 void QuantizedGemmAccumulate(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
                              int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc);
 
+// Rows [k_begin, k_end) and columns [j0, j0 + width) of W, dequantized and
+// rounded to BF16 (W's value type must be BF16), into Bf16PanelGemm's pair
+// panels over K = k_end - k_begin: Bf16PanelCount(width) panels of
+// Bf16PanelStride(k_end - k_begin) elements, columns past `width` and the
+// row padding K to even zero. The larger-M path: one block of the quantized
+// weights at a time, never the whole tensor, reused by every row of the
+// block (bf16_panel_gemm.h). Exact: DequantizeLinear's values, rounded to
+// BF16 to nearest even.
+void DequantizeBf16Panels(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end, int64_t j0,
+                          int64_t width, uint16_t* out);
+
 namespace streaming_internal {
+void DequantizeBf16PanelsGeneric(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end,
+                                 int64_t j0, int64_t width, uint16_t* out);
+void DequantizeBf16PanelsAvx512(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end,
+                                int64_t j0, int64_t width, uint16_t* out);
 // Both builds, for tests that compare them on any machine that has AVX-512
 // (defined beside the streaming kernel they share their loops with).
 void QuantizedGeneric(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/ops/kernels/bf16_panel_gemm.h"
 #include "server/ops/kernels/streaming_gemm.h"
 #include "server/tensor/half.h"
 
@@ -221,6 +222,81 @@ TEST(QuantizedGemmTest, TheDispatcherUsesABuildThatMatches) {
                     DataType::kFP32};
   QuantizedGemmAccumulate(1, 0, 64, a.data(), 64, w, c.data(), 16);
   for (int j = 0; j < 16; ++j) EXPECT_EQ(c[j], 64 * 0.5f * (j % 2 == 0 ? 7 : -7)) << j;
+}
+
+TEST(QuantizedGemmTest, PanelsHoldDequantizeLinearRoundedToBf16) {
+  std::vector<bool> builds = {false};
+  if (streaming_internal::HaveAvx512()) builds.push_back(true);
+  struct PanelCase {
+    int64_t k, n, block, j0, width, k_begin, k_end;
+  };
+  // K odd (a padding row) and even, tiles of part of a panel, of a panel
+  // and a half, at column 0 and past it; all of K and K blocks past row 0.
+  const PanelCase cases[] = {
+      {1, 2, 1, 0, 2, 0, 1},       {5, 34, 2, 0, 34, 0, 5},     {7, 96, 3, 32, 40, 0, 7},
+      {64, 64, 32, 0, 64, 0, 64},  {33, 70, 32, 32, 38, 0, 33}, {16, 48, 16, 0, 17, 0, 16},
+      {40, 64, 8, 32, 32, 16, 40}, {33, 70, 32, 0, 70, 32, 33}, {21, 34, 4, 0, 34, 5, 14}};
+  std::mt19937_64 rng(7);
+  for (bool avx512 : builds) {
+    for (const TypeRange& tr : kTypes) {
+      for (bool per_column : {true, false}) {
+        for (bool zp : {false, true}) {
+          for (const PanelCase& pc : cases) {
+            std::uniform_int_distribution<int> qdist(tr.lo, tr.hi);
+            std::vector<int> q(pc.k * pc.n);
+            for (int& v : q) v = qdist(rng);
+            const std::vector<uint8_t> bytes = Pack(tr.type, q, 0);
+            const int64_t blocks = (pc.k + pc.block - 1) / pc.block;
+            std::vector<float> scale(per_column ? blocks * pc.n : 1), zero(scale.size());
+            std::uniform_real_distribution<float> fdist(-1.0f, 1.0f);
+            for (float& v : scale) v = BFloat16ToFloat(FloatToBFloat16(std::ldexp(fdist(rng), -3)));
+            for (float& v : zero) v = static_cast<float>(qdist(rng));
+            QuantizedMatrix w{tr.type,
+                              bytes.data(),
+                              0,
+                              pc.k,
+                              pc.n,
+                              scale.data(),
+                              zp ? zero.data() : nullptr,
+                              per_column ? pc.block : pc.k,
+                              per_column ? pc.n : 0,
+                              per_column ? 1 : 0,
+                              DataType::kBF16};
+            const int64_t kb = pc.k_end - pc.k_begin;
+            const int64_t stride = Bf16PanelStride(kb), panels = Bf16PanelCount(pc.width);
+            std::vector<uint16_t> out(stride * panels, 0xdead);
+            if (avx512) {
+              streaming_internal::DequantizeBf16PanelsAvx512(w, pc.k_begin, pc.k_end, pc.j0,
+                                                             pc.width, out.data());
+            } else {
+              streaming_internal::DequantizeBf16PanelsGeneric(w, pc.k_begin, pc.k_end, pc.j0,
+                                                              pc.width, out.data());
+            }
+            for (int64_t p = 0; p < panels; ++p) {
+              for (int64_t rr = 0; rr < (kb + 1) / 2 * 2; ++rr) {
+                for (int64_t l = 0; l < kBf16PanelLanes; ++l) {
+                  const int64_t j = p * kBf16PanelLanes + l, col = pc.j0 + j, r = pc.k_begin + rr;
+                  uint16_t want = 0;
+                  if (rr < kb && j < pc.width) {
+                    const int64_t at = per_column ? (r / pc.block) * pc.n + col : 0;
+                    want = FloatToBFloat16(Dequantize(q[r * pc.n + col], zp ? zero[at] : 0.0,
+                                                      scale[at], DataType::kBF16));
+                  }
+                  const uint16_t got = out[p * stride + (rr / 2) * 64 + 2 * l + rr % 2];
+                  ASSERT_EQ(got, want)
+                      << tr.name << (avx512 ? " avx512" : " generic")
+                      << (per_column ? " blocked" : " per tensor") << (zp ? " zero points" : "")
+                      << " K " << pc.k << " N " << pc.n << " j0 " << pc.j0 << " width " << pc.width
+                      << " rows " << pc.k_begin << "-" << pc.k_end << " at row " << r << " column "
+                      << j;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(QuantizedGemmTest, ScalesLeaveTheSumOnlyWhereThatEqualsTheGraph) {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 
+#include "server/ops/kernels/bf16_panel_gemm.h"
 #include "server/ops/kernels/quantized_gemm.h"
 #include "server/ops/kernels/streaming_gemm.h"
 #include "server/tensor/half.h"
@@ -650,6 +651,66 @@ void AccumulateQuantizedAvx512(int64_t rows, int64_t k_begin, int64_t k_end, con
   }
 }
 
+// DequantizeBf16Panels: rows resolved once per chunk of kPanelChunkRows;
+// then panel by panel, per pair of rows and 16 columns, both rows dequantized
+// and rounded to BF16 in registers (Dequantize16, the decode kernel's
+// arithmetic), the BF16 halves joined into the pairs' 32-bit words (row 2q
+// in the low half) with one vpternlogd, and the 64 bytes stored whole. A
+// chunk's rows span kPanelChunkRows cache lines per 64 columns, so the
+// panels after the first read them from L1; each panel is written in
+// address order. Columns past the tile and the padding row are zero.
+constexpr int64_t kPanelChunkRows = 128;  // even
+
+template <QuantizedType kType, bool kPerColumn, bool kZero>
+void DequantizePanelsAs(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end, int64_t j0,
+                        int64_t width, uint16_t* out) {
+  const int64_t stride = Bf16PanelStride(k_end - k_begin), panels = Bf16PanelCount(width);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  QuantizedRow rows[kPanelChunkRows + 1];
+  for (int64_t c0 = k_begin; c0 < k_end; c0 += kPanelChunkRows) {
+    const int64_t count_rows = std::min(kPanelChunkRows, k_end - c0);
+    for (int64_t i = 0; i < count_rows; ++i) rows[i] = RowOf<kType>(w, c0 + i);
+    const int64_t pairs = (count_rows + 1) / 2, q0 = (c0 - k_begin) / 2;
+    for (int64_t p = 0; p < panels; ++p) {
+      for (int64_t half = 0; half < kBf16PanelLanes; half += 16) {
+        const int64_t j = p * kBf16PanelLanes + half;  // column within the tile
+        uint16_t* dst = out + p * stride + q0 * 2 * kBf16PanelLanes + 2 * half;
+        const int count = static_cast<int>(std::clamp<int64_t>(width - j, 0, 16));
+        if (count == 0) {
+          for (int64_t q = 0; q < pairs; ++q) {
+            _mm512_storeu_si512(dst + q * 2 * kBf16PanelLanes, _mm512_setzero_si512());
+          }
+          continue;
+        }
+        const __mmask16 mask = count == 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
+        for (int64_t q = 0; q < pairs; ++q) {
+          const __m512 v0 = Dequantize16<kType, kPerColumn, kZero, DataType::kBF16>(
+              rows[2 * q], j0 + j, mask, count);
+          const __m512 v1 = 2 * q + 1 < count_rows
+                                ? Dequantize16<kType, kPerColumn, kZero, DataType::kBF16>(
+                                      rows[2 * q + 1], j0 + j, mask, count)
+                                : _mm512_setzero_ps();
+          // (v1 & high) | (v0 >> 16): the rounded values' top halves.
+          const __m512i word = _mm512_ternarylogic_epi32(
+              _mm512_castps_si512(v1), high, _mm512_srli_epi32(_mm512_castps_si512(v0), 16), 0xea);
+          _mm512_storeu_si512(dst + q * 2 * kBf16PanelLanes, _mm512_maskz_mov_epi32(mask, word));
+        }
+      }
+    }
+  }
+}
+
+template <QuantizedType kType>
+void DequantizePanelsFor(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end, int64_t j0,
+                         int64_t width, uint16_t* out) {
+  const bool per_column = w.scale_col_stride != 0, zero = w.zero_point != nullptr;
+  if (per_column && zero)
+    return DequantizePanelsAs<kType, true, true>(w, k_begin, k_end, j0, width, out);
+  if (per_column) return DequantizePanelsAs<kType, true, false>(w, k_begin, k_end, j0, width, out);
+  if (zero) return DequantizePanelsAs<kType, false, true>(w, k_begin, k_end, j0, width, out);
+  return DequantizePanelsAs<kType, false, false>(w, k_begin, k_end, j0, width, out);
+}
+
 }  // namespace avx512
 }  // namespace
 
@@ -680,6 +741,25 @@ void AccumulateAvx512(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, c
 void QuantizedAvx512(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
                      const QuantizedMatrix& w, float* c, int64_t ldc) {
   avx512::AccumulateQuantizedAvx512(rows, k_begin, k_end, a, lda, w, c, ldc);
+}
+
+void DequantizeBf16PanelsAvx512(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end,
+                                int64_t j0, int64_t width, uint16_t* out) {
+  // 4-bit rows must start on a byte, and the tile on an even column.
+  if (!avx512::QuantizedFusedApplies(w) || j0 % 2 != 0) {
+    return DequantizeBf16PanelsGeneric(w, k_begin, k_end, j0, width, out);
+  }
+  using avx512::DequantizePanelsFor;
+  switch (w.type) {
+    case QuantizedType::kInt8:
+      return DequantizePanelsFor<QuantizedType::kInt8>(w, k_begin, k_end, j0, width, out);
+    case QuantizedType::kUint8:
+      return DequantizePanelsFor<QuantizedType::kUint8>(w, k_begin, k_end, j0, width, out);
+    case QuantizedType::kInt4:
+      return DequantizePanelsFor<QuantizedType::kInt4>(w, k_begin, k_end, j0, width, out);
+    case QuantizedType::kUint4:
+      return DequantizePanelsFor<QuantizedType::kUint4>(w, k_begin, k_end, j0, width, out);
+  }
 }
 
 void WidenAvx512(DataType type, const uint16_t* src, float* dst, int64_t n) {
