@@ -33,7 +33,9 @@
 //            [M, S] dimensions. Tag: 0 free (symbolic), 1 the weights' value,
 //            2 + v: fixed to v mod 9 (perhaps wrong).
 //   values   the weights (and bias): one byte each, signed / 16, or raw bits
-//   requests until the input ends, at most 6: a byte of mutation flags, then
+//   requests until the input ends, at most 6: a byte of mutation flags, a
+//            byte of M (mod 6; for quantized weights 5 is followed by a byte
+//            adding 0..27, so groups reach the BF16 panel path's rows), then
 //            the dimensions it picks, then values as for the weights
 #include <cstddef>
 #include <cstdint>
@@ -255,6 +257,7 @@ struct Built {
   Tensor weights;
   std::optional<Tensor> bias;
   bool raw_bits = false;
+  bool quantized = false;
   // What the loader must accept: the graph agrees with its weights.
   bool consistent = false;
 };
@@ -268,6 +271,7 @@ Built BuildModel(ByteReader& in, onnx::ModelProto* model) {
   b.index_type = flags & 32 ? DataType::kINT32 : DataType::kINT64;
   b.raw_bits = flags & 64;
   const bool quantized = flags & 128;
+  b.quantized = quantized;
   b.k = in.Small(8);
   b.n = in.Small(8);
   b.g = in.Small(4);
@@ -356,7 +360,10 @@ std::unique_ptr<Request> MakeRequest(ByteReader& in, const Built& b) {
   const uint8_t flags = in.Byte();
   const bool wrong_type = (flags & 7) == 7;
   const bool wrong_rank = ((flags >> 3) & 7) == 7;
-  const int64_t m = in.Small(5);
+  int64_t m = in.Small(5);
+  // Quantized weights with BF16 values take the panel path from
+  // kQuantizedPanelMinRows rows per group: up to 32 rows reach it.
+  if (b.quantized && m == 5) m += in.Small(27);
   if (!b.grouped) {
     Shape shape;
     for (size_t d = 0; d < b.a_sig.size(); ++d) {

@@ -1,0 +1,235 @@
+#!/usr/bin/python3
+"""Quantized experts (issue 17) against their targets, from one gemmserve-bench
+run: docs/performance.md's "quantized-benchmark" section and its plot.
+
+  scripts/quantized_benchmark.py [--build build] [--repetitions 5]
+  scripts/quantized_benchmark.py --from_json run.json   # re-render a run
+
+Cases: GroupedMatMul/resident_int8 and resident_int4 (olmoe's experts kept
+quantized, symmetric, in blocks of 32 rows of K) beside resident (the same
+experts in FP32 or BF16), values FP32 and BF16, M = 1, 64 and 256. Every
+figure is a ratio within the run:
+- M = 1: the time over the memory floor (the bytes the call reads, its
+  integers and FP32 scales, over the median Limit/read_bandwidth of the run's
+  checkpoints), and FP32 resident decode's time over this one;
+- M = 64 and 256: BF16 resident's time on the same shape over this one.
+Times are medians of the repetitions.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import doc_sections  # noqa: E402
+
+SECTION = "quantized-benchmark"
+FILTER = ("Limit/read_bandwidth|GroupedMatMul/(resident|resident_int8|resident_int4)/"
+          "(fp32|bf16)/olmoe/(1|64|256)$")
+KINDS = (("resident_int8", "INT8"), ("resident_int4", "INT4"))
+VALUES = ("fp32", "bf16")
+# The issue's targets.
+INT8_FLOOR_TARGET = 1.2   # INT8 decode at most this times its floor
+INT4_SPEEDUP_TARGET = 6.0  # INT4 decode at least this much faster than FP32
+LARGE_M_TARGET = 1.0      # M = 64, 256: at least BF16 resident's speed
+
+
+def _milliseconds(entry):
+    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[entry["time_unit"]]
+    return entry["real_time"] * scale
+
+
+def summarize(run):
+    """Medians per case and the run's bandwidth, from gemmserve-bench's JSON."""
+    times, touched, bandwidth = {}, {}, []
+    for b in run["benchmarks"]:
+        if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
+            continue
+        name = b["run_name"]
+        if name.startswith("Limit/read_bandwidth"):
+            bandwidth.append(b["GBps"])
+            continue
+        times.setdefault(name, []).append(_milliseconds(b))
+        if "bytes_touched" in b:
+            touched[name] = b["bytes_touched"]
+    if not bandwidth:
+        raise ValueError("the run has no Limit/read_bandwidth: no floor to judge by")
+    return ({n: statistics.median(v) for n, v in times.items()}, touched,
+            statistics.median(bandwidth), min(bandwidth), max(bandwidth))
+
+
+def results_from_run(run, meta):
+    times, touched, gbps, lo, hi = summarize(run)
+    cases = []
+    for kind, label in KINDS:
+        for value in VALUES:
+            case = {"bits": label, "values": value.upper()}
+            decode = f"GroupedMatMul/{kind}/{value}/olmoe/1"
+            fp32 = "GroupedMatMul/resident/fp32/olmoe/1"
+            if decode in times:
+                floor_ms = touched[decode] / (gbps * 1e9) * 1e3
+                case["decode_ms"] = times[decode]
+                case["floor_ratio"] = times[decode] / floor_ms
+                if fp32 in times:
+                    case["fp32_speedup"] = times[fp32] / times[decode]
+            for m in (64, 256):
+                mine = f"GroupedMatMul/{kind}/{value}/olmoe/{m}"
+                bf16 = f"GroupedMatMul/resident/bf16/olmoe/{m}"
+                if mine in times and bf16 in times:
+                    case[f"m{m}_ms"] = times[mine]
+                    case[f"m{m}_vs_bf16"] = times[bf16] / times[mine]
+            cases.append(case)
+    resident = {}
+    for value in VALUES:
+        name = f"GroupedMatMul/resident/{value}/olmoe/1"
+        if name in times:
+            resident[value] = times[name] / (touched[name] / (gbps * 1e9) * 1e3)
+    return dict(meta, bandwidth_gbps=gbps, bandwidth_range=[lo, hi], cases=cases,
+                resident_floor_ratio=resident)
+
+
+def _fmt(value, suffix=""):
+    return "-" if value is None else f"{value:.2f}{suffix}"
+
+
+def targets(results):
+    """(what, measured, target, met) for each of the issue's targets."""
+    out = []
+    for c in results["cases"]:
+        if c["values"] != "FP32":
+            continue
+        if c["bits"] == "INT8" and "floor_ratio" in c:
+            out.append(("INT8 decode, time / floor", c["floor_ratio"],
+                        f"<= {INT8_FLOOR_TARGET}", c["floor_ratio"] <= INT8_FLOOR_TARGET))
+        if c["bits"] == "INT4" and "fp32_speedup" in c:
+            out.append(("INT4 decode, FP32 time / INT4 time", c["fp32_speedup"],
+                        f">= {INT4_SPEEDUP_TARGET}", c["fp32_speedup"] >= INT4_SPEEDUP_TARGET))
+    for c in results["cases"]:
+        if c["values"] != "BF16":
+            continue
+        for m in (64, 256):
+            key = f"m{m}_vs_bf16"
+            if key in c:
+                out.append((f"{c['bits']} BF16 values, M = {m}, BF16 time / this", c[key],
+                            f">= {LARGE_M_TARGET}", c[key] >= LARGE_M_TARGET))
+    return out
+
+
+def render(results):
+    begin, _ = doc_sections.markers(SECTION)
+    lo, hi = results["bandwidth_range"]
+    lines = [
+        begin,
+        "## Quantized experts (issue 17)",
+        "",
+        "Written by `scripts/quantized_benchmark.py` from one `gemmserve-bench` run. The",
+        "weights are kept quantized (`resident_int8`, `resident_int4`): symmetric, in blocks",
+        "of 32 rows of K, one FP32 scale per block and column. Decode (M = 1) dequantizes in",
+        "registers in the fused kernel (`server/ops/kernels/quantized_gemm.h`). Problems",
+        "with BF16 values and at least 8 rows per expert dequantize a K block (128 rows) of a",
+        "column tile at a time into BF16 pair panels and run the vdpbf16ps kernel on them.",
+        "Each case is set beside `resident`, the same olmoe experts in FP32 or BF16.",
+        "",
+        f"Setup: {results.get('cpu', '?')}, {results.get('threads', '?')} threads, "
+        f"medians of {results.get('repetitions', '?')} repetitions, {results.get('date', '')}.",
+        "The memory floor is the bytes the call reads (the integers of the experts it uses,",
+        "plus their FP32 scales) over `Limit/read_bandwidth`, measured at every checkpoint",
+        f"of the same run: median {results['bandwidth_gbps']:.0f} GB/s, range {lo:.0f}-{hi:.0f}.",
+        "",
+        "| weights, values | M = 1: time / floor | M = 1: FP32 resident time / this "
+        "| M = 64: BF16 resident time / this | M = 256: BF16 resident time / this |",
+        "|---|---|---|---|---|",
+    ]
+    for c in results["cases"]:
+        lines.append(f"| {c['bits']}, {c['values']} | {_fmt(c.get('floor_ratio'))} | "
+                     f"{_fmt(c.get('fp32_speedup'), 'x')} | {_fmt(c.get('m64_vs_bf16'), 'x')} | "
+                     f"{_fmt(c.get('m256_vs_bf16'), 'x')} |")
+    res = results.get("resident_floor_ratio", {})
+    if res:
+        lines += ["", "In the same run, " + " and ".join(
+            f"{v.upper()} `resident` decodes at {r:.2f} of its floor" for v, r in res.items())
+            + "."]
+    lines += ["", "Against the issue's targets:", "", "| target | measured | wanted | met |",
+              "|---|---|---|---|"]
+    for what, got, want, met in targets(results):
+        lines.append(f"| {what} | {got:.2f} | {want} | {'yes' if met else '**no**'} |")
+    lines += ["", "![quantized experts against their targets](quantized-benchmark.png)", "",
+              "Reproduce: `scripts/quantized_benchmark.py --repetitions 5` (writes this section",
+              "and the plot; `--json run.json` keeps the run).", ""]
+    return doc_sections.finish(lines, SECTION, results.get("note", ""))
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fp32 = [c for c in results["cases"] if c["values"] == "FP32" and "floor_ratio" in c]
+    ax = axes[0]
+    ax.bar([c["bits"] for c in fp32], [c["floor_ratio"] for c in fp32], color="tab:blue")
+    ax.axhline(INT8_FLOOR_TARGET, color="red", linestyle="--", linewidth=0.8,
+               label="INT8 target")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_title("decode (M = 1), FP32 values: time / memory floor", fontsize=10)
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    bf16 = [c for c in results["cases"] if c["values"] == "BF16"]
+    width = 0.35
+    for j, m in enumerate((64, 256)):
+        ax.bar([i + (j - 0.5) * width for i in range(len(bf16))],
+               [c.get(f"m{m}_vs_bf16", 0) for c in bf16], width, label=f"M = {m}")
+    ax.axhline(LARGE_M_TARGET, color="red", linestyle="--", linewidth=0.8, label="target")
+    ax.set_xticks(range(len(bf16)))
+    ax.set_xticklabels([c["bits"] for c in bf16])
+    ax.set_title("BF16 values: BF16 resident time / this (higher is better)", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "quantized-benchmark.png"))
+    doc_sections.add_arguments(parser, ROOT)
+    args = parser.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            results = json.load(f)
+        results["note"] = args.note
+        doc_sections.write_section(args.doc, SECTION, render(results))
+        plot(results, args.plot)
+        return 0
+    out = args.json or "/tmp/gemmserve-quantized-bench.json"
+    raw = out + ".bench"
+    subprocess.run([os.path.join(args.build, "bin", "gemmserve-bench"), f"--threads={args.threads}",
+                    f"--benchmark_repetitions={args.repetitions}",
+                    f"--benchmark_filter={FILTER}", f"--benchmark_out={raw}",
+                    "--benchmark_out_format=json"], check=True, stdout=subprocess.DEVNULL)
+    with open(raw) as f:
+        run = json.load(f)
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), "?")
+    results = results_from_run(run, {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                     "cpu": cpu, "threads": args.threads,
+                                     "repetitions": args.repetitions, "note": args.note})
+    with open(out, "w") as f:
+        json.dump(results, f, indent=1)
+    doc_sections.write_section(args.doc, SECTION, render(results))
+    plot(results, args.plot)
+    for what, got, want, met in targets(results):
+        print(f"{what}: {got:.2f} (wanted {want}){'' if met else '  NOT MET'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
