@@ -397,8 +397,7 @@ bool PacksWeightsPerCall(const GemmProblem& p) {
 // kQuantizedPanelMinRows rows, where the tile's dequantization, paid once,
 // is shared by enough rows; fewer rows stream through the decode kernel.
 bool QuantizedOnPanels(const GemmProblem& p) {
-  return p.b_quantized != nullptr && p.type == DataType::kBF16 &&
-         p.b_quantized->value_type == DataType::kBF16 && p.m >= kQuantizedPanelMinRows &&
+  return p.b_quantized != nullptr && p.type == DataType::kBF16 && p.m >= kQuantizedPanelMinRows &&
          !g_force_blis_half.load(std::memory_order_relaxed) && Bf16PanelsPreferred();
 }
 
@@ -625,7 +624,8 @@ int64_t GemmWorkBytes(const GemmWorkShape& w, int threads) {
       const int64_t block = std::min(w.max_rows, kGatherBlockRows);
       int64_t lane = SaturatingAdd(PanelTokenBytes(w.type, block, w.k),
                                    SaturatingMul(SaturatingMul(block, PanelResultLd(w.n)), 8));
-      lane = SaturatingAdd(lane, Bf16PanelBytes(w.k, Bf16PanelCount(w.n)));
+      lane = SaturatingAdd(
+          lane, Bf16PanelBytes(std::min(w.k, kQuantizedPanelKBlock), Bf16PanelCount(w.n)));
       bytes = SaturatingAdd(bytes, SaturatingMul(lane, t));
     }
     return bytes;
