@@ -102,7 +102,8 @@ void ServedModel::RecordQueueDepth() const {
   if (metrics_ && batcher_) metrics_->SetQueueDepth(batcher_->queued());
 }
 
-void ServedModel::RecordBatch(int64_t requests, int64_t rows, absl::Time start, absl::Time end) {
+void ServedModel::RecordBatch(int64_t requests, int64_t rows, int64_t weight_bytes,
+                              absl::Time start, absl::Time end) {
   execution_count_.fetch_add(1, std::memory_order_relaxed);
   last_inference_ms_.store(static_cast<uint64_t>(absl::ToUnixMillis(end)));
   {
@@ -121,7 +122,10 @@ void ServedModel::RecordBatch(int64_t requests, int64_t rows, absl::Time start, 
           static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(end - start)));
     }
   }
-  if (metrics_) metrics_->RecordBatch(requests, rows, end - start);
+  if (metrics_) {
+    metrics_->RecordBatch(requests, rows, end - start);
+    metrics_->RecordWeightBytes(weight_bytes);
+  }
   RecordQueueDepth();
 }
 
@@ -641,8 +645,12 @@ absl::Time InferenceEngine::RunBatchOrThrow(ServedModel& served, PendingBatch& b
   }
   const absl::Time end = clock_->Now();
   int64_t rows = 0;
-  for (Pending* p : live) rows = SaturatingAdd(rows, p->rows());
-  served.RecordBatch(static_cast<int64_t>(live.size()), rows, start, end);
+  int64_t weight_bytes = 0;
+  for (Pending* p : live) {
+    rows = SaturatingAdd(rows, p->rows());
+    weight_bytes = SaturatingAdd(weight_bytes, p->prepared()->weight_bytes_read());
+  }
+  served.RecordBatch(static_cast<int64_t>(live.size()), rows, weight_bytes, start, end);
   const ModelMetadata& metadata = served.metadata();
   for (size_t i = 0; i < live.size(); ++i) {
     Pending& p = *live[i];

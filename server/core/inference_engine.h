@@ -141,7 +141,8 @@ class ServedModel {
   // Answered without compute (dropped, refused, or failed before its batch).
   void RecordFailure(absl::Duration since_arrival);
   // One kernel call of `requests` requests and `rows` rows.
-  void RecordBatch(int64_t requests, int64_t rows, absl::Time start, absl::Time end);
+  void RecordBatch(int64_t requests, int64_t rows, int64_t weight_bytes, absl::Time start,
+                   absl::Time end);
   // A request of the batch answered, `ok` or not: its queueing and compute.
   void RecordAnswer(absl::Time arrival, absl::Time start, absl::Time end, bool ok, int64_t rows,
                     DataType type, int64_t flops, int64_t input_bytes, int64_t output_bytes);

@@ -134,6 +134,16 @@ class PreparedInference {
   // Rows the request adds to a batch: tokens (M) of a GroupedMatMul, rows of
   // A (batch dimensions folded) of a MatMul.
   virtual int64_t rows() const = 0;
+
+  // Bytes of weights computing the request read (GemmWeightBytes of its
+  // problems), set by Model::RunBatch. A batch computed as one kernel call
+  // reads its resident weights once: the call's figure goes on one of its
+  // requests, so the engine's sum over the batch is what the call read.
+  int64_t weight_bytes_read() const { return weight_bytes_read_; }
+  void set_weight_bytes_read(int64_t bytes) { weight_bytes_read_ = bytes; }
+
+ private:
+  int64_t weight_bytes_read_ = 0;
 };
 
 using InferOutputs = absl::StatusOr<std::vector<NamedTensor>>;

@@ -72,6 +72,10 @@ void ModelMetrics::RecordBytes(int64_t in, int64_t out) {
   if (out > 0) bytes_out_->Increment(static_cast<double>(out));
 }
 
+void ModelMetrics::RecordWeightBytes(int64_t bytes) {
+  if (bytes > 0) weight_bytes_->Increment(static_cast<double>(bytes));
+}
+
 void ModelMetrics::RecordRejected(RejectReason reason) {
   rejected_[static_cast<int>(reason)]->Increment();
 }
@@ -109,6 +113,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>* bytes;
   prometheus::Family<prometheus::Counter>* rejected;
   prometheus::Family<prometheus::Counter>* admitted_bytes;
+  prometheus::Family<prometheus::Counter>* weight_bytes;
 };
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& bind_address,
@@ -182,6 +187,12 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& bind_
            .Help("Bytes accepted requests were counted at against --max_inflight_bytes "
                  "(inputs, outputs, bookkeeping and scratch).")
            .Register(r),
+      &prometheus::BuildCounter()
+           .Name("gemmserve_weight_bytes_total")
+           .Help("Bytes of weights the kernel calls used, each expert's (or B's) once per "
+                 "call as stored (quantized integers with their scales, panels, or row-major); "
+                 "its rate is the weights' share of memory bandwidth.")
+           .Register(r),
   });
   m->unknown_ = m->ForModel(kUnknownModelLabel);
   if (!bind_address.empty()) {
@@ -249,6 +260,7 @@ std::shared_ptr<ModelMetrics> Metrics::ForModel(absl::string_view model) {
     mm->rejected_[i] = &f.rejected->Add({{"model", name}, {"reason", kReasonNames[i]}});
   }
   mm->admitted_bytes_ = &f.admitted_bytes->Add({{"model", name}});
+  mm->weight_bytes_ = &f.weight_bytes->Add({{"model", name}});
   ModelMetrics* raw = mm.get();
   std::shared_ptr<ModelMetrics> shared(mm.release(), [this](ModelMetrics* p) { Release(p); });
   models_[raw->name_] = Entry{shared, raw};
@@ -274,6 +286,7 @@ void Metrics::Release(ModelMetrics* m) {
   f.bytes->Remove(m->bytes_out_);
   for (prometheus::Counter* c : m->rejected_) f.rejected->Remove(c);
   f.admitted_bytes->Remove(m->admitted_bytes_);
+  f.weight_bytes->Remove(m->weight_bytes_);
 }
 
 }  // namespace gemmserve

@@ -20,6 +20,8 @@
 //                                                  invalid, over_limit
 //   gemmserve_admitted_bytes_total{model}          counter, what accepted requests were
 //                                                  counted at against --max_inflight_bytes
+//   gemmserve_weight_bytes_total{model}            counter, weight bytes the kernel calls
+//                                                  used (each expert once per call)
 //   gemmserve_inflight_bytes                       gauge, bytes accepted requests hold now
 //   gemmserve_build_info{version}                  gauge, 1
 //
@@ -76,6 +78,7 @@ class ModelMetrics {
   void RecordRejected(RejectReason reason);
   void SetQueueDepth(int64_t depth);
   void RecordAdmitted(int64_t bytes);
+  void RecordWeightBytes(int64_t bytes);
 
  private:
   friend class Metrics;
@@ -95,6 +98,7 @@ class ModelMetrics {
   prometheus::Counter* bytes_out_ = nullptr;
   std::array<prometheus::Counter*, kReasons> rejected_{};
   prometheus::Counter* admitted_bytes_ = nullptr;
+  prometheus::Counter* weight_bytes_ = nullptr;
 };
 
 struct MetricsOptions {

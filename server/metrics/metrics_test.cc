@@ -92,6 +92,8 @@ TEST(MetricsTest, WhatIsRecordedIsWhatAScrapeShows) {
   a->RecordRejected(RejectReason::kQueueFull);
   a->SetQueueDepth(4);
   a->RecordAdmitted(4096);
+  a->RecordWeightBytes(3 << 20);
+  a->RecordWeightBytes(0);
   (*metrics)->AddInflight(1);
   (*metrics)->AddInflightBytes(300);
   EXPECT_EQ(Scraped(m, "gemmserve_requests_total", {{"model", "a"}, {"code", "OK"}}), 2);
@@ -106,6 +108,8 @@ TEST(MetricsTest, WhatIsRecordedIsWhatAScrapeShows) {
   EXPECT_EQ(Scraped(m, "gemmserve_rejected_total", {{"model", "a"}, {"reason", "queue_full"}}), 1);
   EXPECT_EQ(Scraped(m, "gemmserve_queue_depth", {{"model", "a"}}), 4);
   EXPECT_EQ(Scraped(m, "gemmserve_admitted_bytes_total", {{"model", "a"}}), 4096);
+  EXPECT_EQ(Scraped(m, "gemmserve_weight_bytes_total", {{"model", "a"}}), 3 << 20);
+  EXPECT_EQ(Scraped(m, "gemmserve_weight_bytes_total", {{"model", "b"}}), 0);
   EXPECT_EQ(Scraped(m, "gemmserve_inflight_requests", {}), 1);
   EXPECT_EQ(Scraped(m, "gemmserve_inflight_bytes", {}), 300);
   (*metrics)->AddInflight(-1);

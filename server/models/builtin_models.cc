@@ -75,6 +75,7 @@ std::vector<InferOutputs> RunStagedBatch(absl::Span<PreparedInference* const> ba
     } else if (!run.ok()) {
       results[i] = run;
     } else {
+      batch[i]->set_weight_bytes_read(GemmWeightBytes(staged[i].problems));
       results[i] = std::move(staged[i].outputs);
     }
   }

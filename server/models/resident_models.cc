@@ -222,6 +222,7 @@ class ResidentMatMulModel final : public Model {
     problem.c = y.raw_data();
     problem.ldc = n;
     GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems({problem}, threads));
+    batch[0]->set_weight_bytes_read(GemmWeightBytes({problem}));
     std::vector<std::pair<int64_t, Shape>> parts;
     for (PreparedInference* p : batch) {
       const auto* r = static_cast<const PreparedResidentMatMul*>(p);
@@ -437,6 +438,7 @@ class ResidentGroupedModel final : public Model {
         BuildGroupedMatMulWork(plan, input, weights(), idx, spec_.bias ? &*spec_.bias : nullptr,
                                &output));
     GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems(work.problems, threads));
+    batch[ran[0]]->set_weight_bytes_read(GemmWeightBytes(work.problems));
     std::vector<InferOutputs> computed(ran.size());
     GEMMSERVE_RETURN_IF_ERROR(
         SplitRows(std::move(output), s * n * es, parts, spec_.output_name, &computed));

@@ -15,6 +15,7 @@
 #include "server/ops/kernels/gemm.h"
 #include "server/ops/kernels/panel_gemm.h"
 #include "server/ops/kernels/streaming_gemm.h"
+#include "server/ops/packed_weights.h"
 #include "server/tensor/half.h"
 #include "server/tensor/shape.h"
 #include "server/tensor/tensor.h"
@@ -801,6 +802,31 @@ int64_t GemmScratchBytes(absl::Span<const GemmProblem> all, int threads) {
 namespace gemm_scheduler_internal {
 void ForceBlisHalf(bool force) { g_force_blis_half.store(force); }
 }  // namespace gemm_scheduler_internal
+
+int64_t GemmWeightBytes(absl::Span<const GemmProblem> problems) {
+  int64_t total = 0;
+  for (const GemmProblem& p : problems) {
+    int64_t bytes;
+    if (p.b_quantized != nullptr) {
+      const QuantizedMatrix& q = *p.b_quantized;
+      const int64_t blocks = q.scale_row_stride == 0 || q.block_rows <= 0
+                                 ? 1
+                                 : (q.k + q.block_rows - 1) / q.block_rows;
+      const int64_t columns = q.scale_col_stride == 0 ? 1 : q.n;
+      const int64_t per_scale = q.zero_point == nullptr ? 4 : 8;
+      bytes = SaturatingAdd(QuantizedBytes(q.type, SaturatingMul(q.k, q.n)),
+                            SaturatingMul(SaturatingMul(blocks, columns), per_scale));
+    } else if (p.b_panels != nullptr) {
+      const int64_t shape[2] = {p.k, p.n};
+      absl::StatusOr<int64_t> packed = PackedWeights::BytesFor(p.type, shape);
+      bytes = packed.ok() ? *packed : SaturatingBytes(SaturatingMul(p.k, p.n), p.type);
+    } else {
+      bytes = SaturatingBytes(SaturatingMul(p.k, p.n), p.type);
+    }
+    total = SaturatingAdd(total, bytes);
+  }
+  return total;
+}
 
 absl::Status RunGemmProblems(absl::Span<const GemmProblem> problems, int threads) {
   // The scheduler's lists are standard containers; nothing inside its

@@ -116,6 +116,14 @@ int64_t GemmWorkBytes(const GemmWorkShape& work, int threads);
 // GemmWorkBytes must bound (gemm_scheduler_test checks that it does).
 int64_t GemmScratchBytes(absl::Span<const GemmProblem> problems, int threads);
 
+// Bytes of weights (B) the problems use, each problem's B counted once as it
+// is stored: row-major K x N elements, packed panels, or the quantized
+// integers with their FP32 scales and zero points. Decode reads each exactly
+// once from memory, so this over a call's time is the weights' share of the
+// bandwidth (gemmserve_weight_bytes_total); larger batches may reread some
+// from cache. Saturates at INT64_MAX.
+int64_t GemmWeightBytes(absl::Span<const GemmProblem> problems);
+
 namespace gemm_scheduler_internal {
 // Sends half-type problems on row-major weights to BLIS (B widened in its
 // packing) instead of panels packed per call: the path of CPUs without

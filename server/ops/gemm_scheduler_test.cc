@@ -378,5 +378,37 @@ TEST(GemmWorkBytesTest, SaturatesInsteadOfWrapping) {
   EXPECT_EQ(GemmWorkBytes(w, 2), std::numeric_limits<int64_t>::max());
 }
 
+TEST(GemmWeightBytesTest, CountsEachProblemsWeightsAsStored) {
+  GemmProblem dense;
+  dense.type = DataType::kFP16;
+  dense.m = 9;
+  dense.k = 3;
+  dense.n = 5;
+  EXPECT_EQ(GemmWeightBytes({dense}), 3 * 5 * 2);  // however many rows read it
+  GemmProblem panels = dense;
+  panels.type = DataType::kBF16;
+  panels.b_panels = &panels;  // only its presence matters here
+  const int64_t shape[2] = {3, 5};
+  EXPECT_EQ(GemmWeightBytes({panels}), *PackedWeights::BytesFor(DataType::kBF16, shape));
+  // INT4, K = 7, N = 3, blocks of 2 rows (4 blocks) per column, zero points:
+  // 21 nibbles in 11 bytes, 12 scales and 12 zero points in FP32.
+  const float scales[12] = {}, zeros[12] = {};
+  QuantizedMatrix q{QuantizedType::kInt4, nullptr, 0, 7, 3, scales, zeros, 2, 3, 1};
+  GemmProblem quantized = dense;
+  quantized.b_quantized = &q;
+  EXPECT_EQ(GemmWeightBytes({quantized}), 11 + 12 * 8);
+  // INT8 with one scale for the whole matrix, no zero point.
+  QuantizedMatrix per_tensor{QuantizedType::kInt8, nullptr, 0, 7, 3, scales, nullptr, 7, 0, 0};
+  GemmProblem tensor_scaled = dense;
+  tensor_scaled.b_quantized = &per_tensor;
+  EXPECT_EQ(GemmWeightBytes({tensor_scaled}), 21 + 4);
+  // A list sums its problems (two requests' B are two reads).
+  EXPECT_EQ(GemmWeightBytes({dense, quantized, dense}), 30 + 107 + 30);
+  EXPECT_EQ(GemmWeightBytes({}), 0);
+  GemmProblem huge = dense;
+  huge.k = huge.n = int64_t{1} << 40;
+  EXPECT_EQ(GemmWeightBytes({huge, huge}), std::numeric_limits<int64_t>::max());
+}
+
 }  // namespace
 }  // namespace gemmserve

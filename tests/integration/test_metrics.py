@@ -55,7 +55,7 @@ class PrometheusCountsTest(GemmServeTestCase):
 
     def test_counters_histograms_and_quantile_match_what_the_client_saw(self):
         rng = np.random.default_rng(5)
-        latencies, flops, bytes_in, bytes_out = [], 0, 0, 0
+        latencies, flops, bytes_in, bytes_out, weight_bytes = [], 0, 0, 0, 0
         for i in range(20):  # sizes spread the latencies from ~0.1 to ~5 ms
             m, k, n = (int(rng.integers(64, 400)) for _ in range(3))
             a = rng.standard_normal((m, k)).astype(np.float32)
@@ -65,6 +65,7 @@ class PrometheusCountsTest(GemmServeTestCase):
             flops += 2 * m * n * k
             bytes_in += a.nbytes + b.nbytes
             bytes_out += m * n * 4
+            weight_bytes += b.nbytes  # the request's B, read once by its call
         for i in range(5):
             bad = make_infer_request("matmul", [("A", np.ones((2, 3), np.float32)),
                                                 ("B", np.ones((4, 5), np.float32))])
@@ -99,6 +100,7 @@ class PrometheusCountsTest(GemmServeTestCase):
             'gemmserve_flops_total{model="matmul",datatype="FP32"}': flops,
             'gemmserve_bytes_total{model="matmul",direction="in"}': bytes_in,
             'gemmserve_bytes_total{model="matmul",direction="out"}': bytes_out,
+            'gemmserve_weight_bytes_total{model="matmul"}': weight_bytes,
             "gemmserve_inflight_requests": 0,
             'gemmserve_build_info{version!=""}': 1,
         }

@@ -25,6 +25,7 @@ from gemmserve_client import decode_outputs, make_infer_request, pb2
 from gemmserve_client.http import HttpClient
 from gemmserve_testing.base import GemmServeTestCase
 from gemmserve_testing.onnx_models import grouped_graph, matmul_graph, model_bytes, write_model
+from gemmserve_testing.process import metric_sum
 from gemmserve_testing.references import (assert_grouped_matmul_result, assert_matmul_result,
                                           random_wire, to_wire)
 
@@ -153,6 +154,34 @@ class QuantizedModelsTest(GemmServeTestCase):
                 elements = G * K * N if name.startswith("moe") else K * N
                 self.assertLess(int(p["weights_bytes"]), elements * 4)
                 self.assertGreater(int(p["weight_bytes_per_group"]), 0)
+
+    def test_weight_bytes_metric_counts_each_used_expert_once_per_call(self):
+        """gemmserve_weight_bytes_total grows by what the call read: each expert the
+        tokens chose, once however many tokens chose it, at the bytes ModelConfig reports
+        (quantized integers, scales and zero points); a MatMul reads its B once."""
+        rng = np.random.default_rng(173)
+
+        def weight_bytes(name):
+            return metric_sum(self.server.metrics_url, "gemmserve_weight_bytes_total", model=name)
+
+        def per_group(name):
+            config = self.stub.ModelConfig(pb2.ModelConfigRequest(name=name), timeout=10).config
+            return int(config.parameters["weight_bytes_per_group"].string_value)
+
+        for name in ("moe_uint4_b5_fp32", "moe_int8_b16_bf16", "lin_uint8_b0_fp32"):
+            dt = MODELS[name][0]
+            with self.subTest(name):
+                before = weight_bytes(name)
+                if name.startswith("moe_"):
+                    idx = np.array([[0, 3], [3, 0], [0, 3], [4, 3]], dtype=np.int64)  # {0, 3, 4}
+                    self.infer(make_infer_request(
+                        name, [("tokens", random_wire(rng, dt, (4, K)), dt), ("routing", idx)]))
+                    self.assertEqual(weight_bytes(name) - before, 3 * per_group(name))
+                else:
+                    self.infer(make_infer_request(
+                        name, [("hidden", random_wire(rng, dt, (3, K)), dt)]))
+                    self.assertEqual(weight_bytes(name) - before, per_group(name))
+                self.assertLess(per_group(name), K * N * 4)  # held quantized, not as FP32
 
     def test_out_of_range_expert_is_refused_on_a_quantized_model(self):
         dt, _, _ = MODELS["moe_int8_b16_fp32"]
