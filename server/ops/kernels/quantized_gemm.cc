@@ -41,6 +41,8 @@ void QuantizedGemmAccumulate(int64_t rows, int64_t k_begin, int64_t k_end, const
                              int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc) {
   if (streaming_internal::HaveAvx512()) {
     streaming_internal::QuantizedAvx512(rows, k_begin, k_end, a, lda, w, c, ldc);
+  } else if (streaming_internal::HaveAvx2()) {
+    streaming_internal::QuantizedAvx2(rows, k_begin, k_end, a, lda, w, c, ldc);
   } else {
     streaming_internal::QuantizedGeneric(rows, k_begin, k_end, a, lda, w, c, ldc);
   }

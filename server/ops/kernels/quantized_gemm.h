@@ -102,6 +102,8 @@ void QuantizedGeneric(int64_t rows, int64_t k_begin, int64_t k_end, const float*
                       const QuantizedMatrix& w, float* c, int64_t ldc);
 void QuantizedAvx512(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
                      const QuantizedMatrix& w, float* c, int64_t ldc);
+void QuantizedAvx2(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
+                   const QuantizedMatrix& w, float* c, int64_t ldc);
 }  // namespace streaming_internal
 
 }  // namespace gemmserve

@@ -53,6 +53,29 @@ float Dequantize(int q, double zero, float scale, DataType t) {
 
 enum class Layout { kPerColumn, kBlocked, kPerRow, kPerTensor };
 
+enum class Build { kGeneric, kAvx2, kAvx512 };
+const char* BuildName(Build b) {
+  return b == Build::kAvx512 ? " avx512" : b == Build::kAvx2 ? " avx2" : " generic";
+}
+// The decode kernel's builds this CPU can run.
+std::vector<Build> Builds() {
+  std::vector<Build> builds = {Build::kGeneric};
+  if (streaming_internal::HaveAvx2()) builds.push_back(Build::kAvx2);
+  if (streaming_internal::HaveAvx512()) builds.push_back(Build::kAvx512);
+  return builds;
+}
+void RunBuild(Build build, int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
+              int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc) {
+  switch (build) {
+    case Build::kAvx512:
+      return streaming_internal::QuantizedAvx512(rows, k_begin, k_end, a, lda, w, c, ldc);
+    case Build::kAvx2:
+      return streaming_internal::QuantizedAvx2(rows, k_begin, k_end, a, lda, w, c, ldc);
+    case Build::kGeneric:
+      return streaming_internal::QuantizedGeneric(rows, k_begin, k_end, a, lda, w, c, ldc);
+  }
+}
+
 struct Case {
   int64_t rows, k, n, block;
 };
@@ -71,10 +94,13 @@ const Case kCases[] = {{1, 1, 1, 1},
                        // more rows than one register group (8), and 8-row steps
                        // that straddle blocks of 12
                        {12, 40, 34, 8},
-                       {9, 48, 32, 12}};
+                       {9, 48, 32, 12},
+                       // eight-column vectors (AVX2) with and without a tail
+                       {3, 24, 40, 8},
+                       {16, 17, 8, 9}};
 
 void Check(const TypeRange& tr, DataType value_type, Layout layout, bool zero_points,
-           const Case& cs, int64_t first, bool avx512, uint64_t seed) {
+           const Case& cs, int64_t first, Build build, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> qdist(tr.lo, tr.hi);
   std::uniform_real_distribution<float> fdist(-1.0f, 1.0f);
@@ -139,16 +165,12 @@ void Check(const TypeRange& tr, DataType value_type, Layout layout, bool zero_po
   // Two calls over K, as a caller splitting the work would make.
   const int64_t mid = cs.k / 2;
   for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, mid}, {mid, cs.k}}) {
-    if (avx512) {
-      streaming_internal::QuantizedAvx512(cs.rows, k0, k1, a.data(), cs.k, w, c.data(), cs.n);
-    } else {
-      streaming_internal::QuantizedGeneric(cs.rows, k0, k1, a.data(), cs.k, w, c.data(), cs.n);
-    }
+    RunBuild(build, cs.rows, k0, k1, a.data(), cs.k, w, c.data(), cs.n);
   }
   const std::string what =
       absl::StrCat(tr.name, " -> ", DataTypeName(value_type), " layout ", static_cast<int>(layout),
                    zero_points ? " zero points" : "", " rows ", cs.rows, " K ", cs.k, " N ", cs.n,
-                   " block ", cs.block, " first ", first, avx512 ? " avx512" : " generic");
+                   " block ", cs.block, " first ", first, BuildName(build));
   for (int64_t i = 0; i < cs.rows; ++i) {
     for (int64_t j = 0; j < cs.n; ++j) {
       double want = c0[i * cs.n + j], bound = std::fabs(want);
@@ -188,11 +210,9 @@ TEST(QuantizedGemmTest, ElementsReadAsOnnxPacksThem) {
   EXPECT_EQ(QuantizedBytes(QuantizedType::kUint8, 7), 7);
 }
 
-TEST(QuantizedGemmTest, BothBuildsEqualDequantizeThenMultiplyInDouble) {
-  std::vector<bool> builds = {false};
-  if (streaming_internal::HaveAvx512()) builds.push_back(true);
+TEST(QuantizedGemmTest, EveryBuildEqualsDequantizeThenMultiplyInDouble) {
   uint64_t seed = 1;
-  for (bool avx512 : builds) {
+  for (Build build : Builds()) {
     for (const TypeRange& tr : kTypes) {
       const bool four = tr.type == QuantizedType::kInt4 || tr.type == QuantizedType::kUint4;
       for (DataType vt : {DataType::kFP32, DataType::kFP16, DataType::kBF16}) {
@@ -201,7 +221,7 @@ TEST(QuantizedGemmTest, BothBuildsEqualDequantizeThenMultiplyInDouble) {
           for (bool zp : {false, true}) {
             for (const Case& cs : kCases) {
               for (int64_t first : four ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}) {
-                Check(tr, vt, layout, zp, cs, first, avx512, seed++);
+                Check(tr, vt, layout, zp, cs, first, build, seed++);
               }
             }
           }
@@ -214,8 +234,7 @@ TEST(QuantizedGemmTest, BothBuildsEqualDequantizeThenMultiplyInDouble) {
 TEST(QuantizedGemmTest, TheDispatcherUsesABuildThatMatches) {
   // Through the public entry point: INT4 blocked, BF16, 1 row (decode).
   const TypeRange tr = kTypes[2];
-  Check(tr, DataType::kBF16, Layout::kBlocked, true, {1, 128, 1024, 32}, 0,
-        streaming_internal::HaveAvx512(), 99);
+  Check(tr, DataType::kBF16, Layout::kBlocked, true, {1, 128, 1024, 32}, 0, Builds().back(), 99);
   std::vector<uint8_t> packed(64 * 16 / 2, 0x97);  // low nibble 7, high nibble -7
   std::vector<float> scale(16, 0.5f), a(64, 1.0f), c(16, 0.0f);
   QuantizedMatrix w{QuantizedType::kInt4, packed.data(), 0, 64, 16, scale.data(), nullptr, 64, 0, 1,
@@ -241,58 +260,63 @@ TEST(QuantizedGemmTest, PanelsHoldDequantizeLinearRoundedToBf16) {
     for (const TypeRange& tr : kTypes) {
       for (bool per_column : {true, false}) {
         for (bool zp : {false, true}) {
-          for (const PanelCase& pc : cases) {
-            std::uniform_int_distribution<int> qdist(tr.lo, tr.hi);
-            std::vector<int> q(pc.k * pc.n);
-            for (int& v : q) v = qdist(rng);
-            const std::vector<uint8_t> bytes = Pack(tr.type, q, 0);
-            const int64_t blocks = (pc.k + pc.block - 1) / pc.block;
-            std::vector<float> scale(per_column ? blocks * pc.n : 1), zero(scale.size());
-            std::uniform_real_distribution<float> fdist(-1.0f, 1.0f);
-            for (float& v : scale) v = BFloat16ToFloat(FloatToBFloat16(std::ldexp(fdist(rng), -3)));
-            for (float& v : zero) v = static_cast<float>(qdist(rng));
-            QuantizedMatrix w{tr.type,
-                              bytes.data(),
-                              0,
-                              pc.k,
-                              pc.n,
-                              scale.data(),
-                              zp ? zero.data() : nullptr,
-                              per_column ? pc.block : pc.k,
-                              per_column ? pc.n : 0,
-                              per_column ? 1 : 0,
-                              DataType::kBF16};
-            const int64_t kb = pc.k_end - pc.k_begin;
-            const int64_t stride = Bf16PanelStride(kb), panels = Bf16PanelCount(pc.width);
-            std::vector<uint16_t> out(stride * panels, 0xdead);
-            if (avx512) {
-              streaming_internal::DequantizeBf16PanelsAvx512(w, pc.k_begin, pc.k_end, pc.j0,
-                                                             pc.width, out.data());
-            } else {
-              streaming_internal::DequantizeBf16PanelsGeneric(w, pc.k_begin, pc.k_end, pc.j0,
-                                                              pc.width, out.data());
-            }
-            for (int64_t p = 0; p < panels; ++p) {
-              for (int64_t rr = 0; rr < (kb + 1) / 2 * 2; ++rr) {
-                for (int64_t l = 0; l < kBf16PanelLanes; ++l) {
-                  const int64_t j = p * kBf16PanelLanes + l, col = pc.j0 + j, r = pc.k_begin + rr;
-                  uint16_t want = 0;
-                  if (rr < kb && j < pc.width) {
-                    const int64_t at = per_column ? (r / pc.block) * pc.n + col : 0;
-                    want = FloatToBFloat16(Dequantize(q[r * pc.n + col], zp ? zero[at] : 0.0,
-                                                      scale[at], DataType::kBF16));
+          for (bool factorable : {false, true})
+            for (const PanelCase& pc : cases) {
+              std::uniform_int_distribution<int> qdist(tr.lo, tr.hi);
+              std::vector<int> q(pc.k * pc.n);
+              for (int& v : q) v = qdist(rng);
+              const std::vector<uint8_t> bytes = Pack(tr.type, q, 0);
+              const int64_t blocks = (pc.k + pc.block - 1) / pc.block;
+              std::vector<float> scale(per_column ? blocks * pc.n : 1), zero(scale.size());
+              std::uniform_real_distribution<float> fdist(-1.0f, 1.0f);
+              for (float& v : scale)
+                v = BFloat16ToFloat(FloatToBFloat16(std::ldexp(fdist(rng), -3)));
+              for (float& v : zero) v = static_cast<float>(qdist(rng));
+              QuantizedMatrix w{tr.type,
+                                bytes.data(),
+                                0,
+                                pc.k,
+                                pc.n,
+                                scale.data(),
+                                zp ? zero.data() : nullptr,
+                                per_column ? pc.block : pc.k,
+                                per_column ? pc.n : 0,
+                                per_column ? 1 : 0,
+                                DataType::kBF16};
+              // Both roundings of the AVX-512 build: vcvtne2ps2bf16 where the
+              // scales allow it (and the CPU has it), integer arithmetic where not.
+              w.scales_factorable = factorable && ScalesFactorable(scale.data(), scale.size());
+              const int64_t kb = pc.k_end - pc.k_begin;
+              const int64_t stride = Bf16PanelStride(kb), panels = Bf16PanelCount(pc.width);
+              std::vector<uint16_t> out(stride * panels, 0xdead);
+              if (avx512) {
+                streaming_internal::DequantizeBf16PanelsAvx512(w, pc.k_begin, pc.k_end, pc.j0,
+                                                               pc.width, out.data());
+              } else {
+                streaming_internal::DequantizeBf16PanelsGeneric(w, pc.k_begin, pc.k_end, pc.j0,
+                                                                pc.width, out.data());
+              }
+              for (int64_t p = 0; p < panels; ++p) {
+                for (int64_t rr = 0; rr < (kb + 1) / 2 * 2; ++rr) {
+                  for (int64_t l = 0; l < kBf16PanelLanes; ++l) {
+                    const int64_t j = p * kBf16PanelLanes + l, col = pc.j0 + j, r = pc.k_begin + rr;
+                    uint16_t want = 0;
+                    if (rr < kb && j < pc.width) {
+                      const int64_t at = per_column ? (r / pc.block) * pc.n + col : 0;
+                      want = FloatToBFloat16(Dequantize(q[r * pc.n + col], zp ? zero[at] : 0.0,
+                                                        scale[at], DataType::kBF16));
+                    }
+                    const uint16_t got = out[p * stride + (rr / 2) * 64 + 2 * l + rr % 2];
+                    ASSERT_EQ(got, want)
+                        << tr.name << (avx512 ? " avx512" : " generic")
+                        << (per_column ? " blocked" : " per tensor") << (zp ? " zero points" : "")
+                        << (w.scales_factorable ? " factorable" : "") << " K " << pc.k << " N "
+                        << pc.n << " j0 " << pc.j0 << " width " << pc.width << " rows "
+                        << pc.k_begin << "-" << pc.k_end << " at row " << r << " column " << j;
                   }
-                  const uint16_t got = out[p * stride + (rr / 2) * 64 + 2 * l + rr % 2];
-                  ASSERT_EQ(got, want)
-                      << tr.name << (avx512 ? " avx512" : " generic")
-                      << (per_column ? " blocked" : " per tensor") << (zp ? " zero points" : "")
-                      << " K " << pc.k << " N " << pc.n << " j0 " << pc.j0 << " width " << pc.width
-                      << " rows " << pc.k_begin << "-" << pc.k_end << " at row " << r << " column "
-                      << j;
                 }
               }
             }
-          }
         }
       }
     }
@@ -309,9 +333,7 @@ TEST(QuantizedGemmTest, ScalesLeaveTheSumOnlyWhereThatEqualsTheGraph) {
   // infinite. The scale may be taken out of the sum only when no such
   // a * (q - z) overflows, so these activations take the per-weight path
   // and the answer stays finite, on every build.
-  std::vector<bool> builds = {false};
-  if (streaming_internal::HaveAvx512()) builds.push_back(true);
-  for (bool avx512 : builds) {
+  for (Build build : Builds()) {
     for (int64_t k : {8, 16, 13}) {
       const int64_t n = 32;
       std::vector<uint8_t> q(k * n, 127);
@@ -321,15 +343,10 @@ TEST(QuantizedGemmTest, ScalesLeaveTheSumOnlyWhereThatEqualsTheGraph) {
                         DataType::kFP32};
       w.scales_factorable = ScalesFactorable(scale.data(), n);
       ASSERT_TRUE(w.scales_factorable);
-      if (avx512) {
-        streaming_internal::QuantizedAvx512(1, 0, k, a.data(), k, w, c.data(), n);
-      } else {
-        streaming_internal::QuantizedGeneric(1, 0, k, a.data(), k, w, c.data(), n);
-      }
+      RunBuild(build, 1, 0, k, a.data(), k, w, c.data(), n);
       const double wv = 127 * 0x1p-100, want = (1.0 + (k - 1) * std::ldexp(1.5, 126)) * wv;
       for (int64_t j = 0; j < n; ++j) {
-        ASSERT_TRUE(std::isfinite(c[j]))
-            << "K " << k << " column " << j << (avx512 ? " avx512" : "");
+        ASSERT_TRUE(std::isfinite(c[j])) << "K " << k << " column " << j << BuildName(build);
         ASSERT_NEAR(c[j], want, 4 * (k + 1) * 0x1p-24 * want) << "K " << k << " column " << j;
       }
     }

@@ -47,6 +47,12 @@ bool HaveAvx512() {
   return have;
 }
 
+bool HaveAvx2() {
+  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
+  return have;
+}
+
 }  // namespace streaming_internal
 
 void StreamingGemmAccumulate(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_end,
@@ -54,6 +60,8 @@ void StreamingGemmAccumulate(DataType b_type, int64_t rows, int64_t k_begin, int
                              float* c, int64_t ldc) {
   if (streaming_internal::HaveAvx512()) {
     streaming_internal::AccumulateAvx512(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
+  } else if (streaming_internal::HaveAvx2()) {
+    streaming_internal::AccumulateAvx2(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
   } else {
     streaming_internal::AccumulateGeneric(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
   }
@@ -64,6 +72,8 @@ void StreamingGemmAccumulate(int64_t rows, int64_t k_begin, int64_t k_end, int64
                              int64_t ldc) {
   if (streaming_internal::HaveAvx512()) {
     streaming_internal::AccumulateAvx512(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
+  } else if (streaming_internal::HaveAvx2()) {
+    streaming_internal::AccumulateAvx2(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
   } else {
     streaming_internal::AccumulateGeneric(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
   }
@@ -72,6 +82,8 @@ void StreamingGemmAccumulate(int64_t rows, int64_t k_begin, int64_t k_end, int64
 void WidenToFloat(DataType type, const uint16_t* src, float* dst, int64_t n) {
   if (streaming_internal::HaveAvx512()) {
     streaming_internal::WidenAvx512(type, src, dst, n);
+  } else if (streaming_internal::HaveAvx2()) {
+    streaming_internal::WidenAvx2(type, src, dst, n);
   } else if (type == DataType::kBF16) {
     streaming_internal::generic::WidenBf16Row(src, dst, n);
   } else {
@@ -79,6 +91,9 @@ void WidenToFloat(DataType type, const uint16_t* src, float* dst, int64_t n) {
   }
 }
 
-const char* StreamingGemmIsa() { return streaming_internal::HaveAvx512() ? "avx512" : "generic"; }
+const char* StreamingGemmIsa() {
+  if (streaming_internal::HaveAvx512()) return "avx512";
+  return streaming_internal::HaveAvx2() ? "avx2" : "generic";
+}
 
 }  // namespace gemmserve

@@ -11,8 +11,8 @@
 // cost half the bandwidth of FP32.
 //
 // A and C are FP32 (FP64 for FP64 B); B may be FP32, FP16 or BF16 bits, or
-// FP64. Runtime dispatch picks an AVX-512 build where the CPU has it, else a
-// portable build of the same code.
+// FP64. Runtime dispatch picks an AVX-512 build where the CPU has it, else an
+// AVX2 (with FMA and F16C) build, else a portable build of the same code.
 //
 //   std::vector<float> c(rows * n, 0.0f);
 //   StreamingGemmAccumulate(DataType::kBF16, rows, 0, k, n, a, k, b, n, c.data(), n);
@@ -36,11 +36,11 @@ void StreamingGemmAccumulate(int64_t rows, int64_t k_begin, int64_t k_end, int64
 // Widens `n` FP16 or BF16 values (bits) to FP32, exactly; vectorised.
 void WidenToFloat(DataType type, const uint16_t* src, float* dst, int64_t n);
 
-// Which build the dispatcher uses: "avx512" or "generic".
+// Which build the dispatcher uses: "avx512", "avx2" or "generic".
 const char* StreamingGemmIsa();
 
 namespace streaming_internal {
-// Both builds, for tests that compare them on any machine that has AVX-512.
+// Every build, for tests that compare them on any machine that has its features.
 void AccumulateGeneric(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_end, int64_t n,
                        const float* a, int64_t lda, const void* b, int64_t ldb, float* c,
                        int64_t ldc);
@@ -52,7 +52,14 @@ void AccumulateAvx512(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_
 void AccumulateAvx512(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, const double* a,
                       int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc);
 void WidenAvx512(DataType type, const uint16_t* src, float* dst, int64_t n);
+void AccumulateAvx2(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_end, int64_t n,
+                    const float* a, int64_t lda, const void* b, int64_t ldb, float* c, int64_t ldc);
+void AccumulateAvx2(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, const double* a,
+                    int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc);
+void WidenAvx2(DataType type, const uint16_t* src, float* dst, int64_t n);
 bool HaveAvx512();
+// AVX2, FMA and F16C: what streaming_gemm_avx2.cc is built for.
+bool HaveAvx2();
 }  // namespace streaming_internal
 
 }  // namespace gemmserve

@@ -700,15 +700,87 @@ void DequantizePanelsAs(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end
   }
 }
 
+// DequantizePanelsAs with the rounding to BF16 done by vcvtne2ps2bf16 (16
+// values of each row of a pair in one instruction) and the pairs
+// interleaved by one vpermw: about half the instructions per 32 values.
+// Only where the scales are ScalesFactorable: vcvtne2ps2bf16 reads
+// subnormal inputs as zero, and with every nonzero |scale| at least 2^-126
+// and |q - z| an integer, no (q - z) * scale is subnormal, so it rounds
+// exactly as the integer arithmetic does (nearest even; NaN is excluded by
+// the same check).
+template <QuantizedType kType, bool kPerColumn, bool kZero>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void DequantizePanelsNative(
+    const QuantizedMatrix& w, int64_t k_begin, int64_t k_end, int64_t j0, int64_t width,
+    uint16_t* out) {
+  const int64_t stride = Bf16PanelStride(k_end - k_begin), panels = Bf16PanelCount(width);
+  // Word l of a pair: row 2q's column l in its low half, row 2q + 1's in its high.
+  const __m512i interleave =
+      _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005,
+                        0x00160006, 0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b,
+                        0x001c000c, 0x001d000d, 0x001e000e, 0x001f000f);
+  QuantizedRow rows[kPanelChunkRows + 1];
+  for (int64_t c0 = k_begin; c0 < k_end; c0 += kPanelChunkRows) {
+    const int64_t count_rows = std::min(kPanelChunkRows, k_end - c0);
+    for (int64_t i = 0; i < count_rows; ++i) rows[i] = RowOf<kType>(w, c0 + i);
+    const int64_t pairs = (count_rows + 1) / 2, q0 = (c0 - k_begin) / 2;
+    for (int64_t p = 0; p < panels; ++p) {
+      for (int64_t half = 0; half < kBf16PanelLanes; half += 16) {
+        const int64_t j = p * kBf16PanelLanes + half;  // column within the tile
+        uint16_t* dst = out + p * stride + q0 * 2 * kBf16PanelLanes + 2 * half;
+        const int count = static_cast<int>(std::clamp<int64_t>(width - j, 0, 16));
+        if (count == 0) {
+          for (int64_t q = 0; q < pairs; ++q) {
+            _mm512_storeu_si512(dst + q * 2 * kBf16PanelLanes, _mm512_setzero_si512());
+          }
+          continue;
+        }
+        const __mmask16 mask = count == 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
+        for (int64_t q = 0; q < pairs; ++q) {
+          // FP32 values (no rounding yet): Dequantize16's (q - z) * scale.
+          __m512 v0 = Dequantize16<kType, kPerColumn, kZero, DataType::kFP32>(rows[2 * q], j0 + j,
+                                                                              mask, count);
+          __m512 v1 = 2 * q + 1 < count_rows
+                          ? Dequantize16<kType, kPerColumn, kZero, DataType::kFP32>(
+                                rows[2 * q + 1], j0 + j, mask, count)
+                          : _mm512_setzero_ps();
+          if (count < 16) {  // one scale or zero point fills every lane
+            v0 = _mm512_maskz_mov_ps(mask, v0);
+            v1 = _mm512_maskz_mov_ps(mask, v1);
+          }
+          // Lanes 0-15: row 2q's values, 16-31: row 2q + 1's; masked-off columns are zero.
+          const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v1, v0));
+          _mm512_storeu_si512(dst + q * 2 * kBf16PanelLanes,
+                              _mm512_permutexvar_epi16(interleave, both));
+        }
+      }
+    }
+  }
+}
+
+bool HaveAvx512Bf16() {
+  static const bool have = __builtin_cpu_supports("avx512bf16");
+  return have;
+}
+
+template <QuantizedType kType, bool kPerColumn, bool kZero>
+void DequantizePanelsPick(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end, int64_t j0,
+                          int64_t width, uint16_t* out) {
+  if (w.scales_factorable && HaveAvx512Bf16()) {
+    return DequantizePanelsNative<kType, kPerColumn, kZero>(w, k_begin, k_end, j0, width, out);
+  }
+  return DequantizePanelsAs<kType, kPerColumn, kZero>(w, k_begin, k_end, j0, width, out);
+}
+
 template <QuantizedType kType>
 void DequantizePanelsFor(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end, int64_t j0,
                          int64_t width, uint16_t* out) {
   const bool per_column = w.scale_col_stride != 0, zero = w.zero_point != nullptr;
   if (per_column && zero)
-    return DequantizePanelsAs<kType, true, true>(w, k_begin, k_end, j0, width, out);
-  if (per_column) return DequantizePanelsAs<kType, true, false>(w, k_begin, k_end, j0, width, out);
-  if (zero) return DequantizePanelsAs<kType, false, true>(w, k_begin, k_end, j0, width, out);
-  return DequantizePanelsAs<kType, false, false>(w, k_begin, k_end, j0, width, out);
+    return DequantizePanelsPick<kType, true, true>(w, k_begin, k_end, j0, width, out);
+  if (per_column)
+    return DequantizePanelsPick<kType, true, false>(w, k_begin, k_end, j0, width, out);
+  if (zero) return DequantizePanelsPick<kType, false, true>(w, k_begin, k_end, j0, width, out);
+  return DequantizePanelsPick<kType, false, false>(w, k_begin, k_end, j0, width, out);
 }
 
 }  // namespace avx512

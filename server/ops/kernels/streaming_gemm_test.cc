@@ -40,8 +40,20 @@ const Shape3 kShapes[] = {{1, 1, 1},
 
 // Accumulates over [k_begin, k_end) in two calls, onto C that starts nonzero,
 // and compares with a double reference of the same sum.
+enum class Build { kGeneric, kAvx2, kAvx512 };
+const char* BuildName(Build b) {
+  return b == Build::kAvx512 ? " avx512" : b == Build::kAvx2 ? " avx2" : " generic";
+}
+// The builds this CPU can run.
+std::vector<Build> Builds() {
+  std::vector<Build> builds = {Build::kGeneric};
+  if (streaming_internal::HaveAvx2()) builds.push_back(Build::kAvx2);
+  if (streaming_internal::HaveAvx512()) builds.push_back(Build::kAvx512);
+  return builds;
+}
+
 template <typename Widen>
-void CheckFloat(DataType b_type, const Shape3& s, Widen widen, bool use_avx512) {
+void CheckFloat(DataType b_type, const Shape3& s, Widen widen, Build build) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> a(s.rows * s.k), c(s.rows * s.n), c0;
@@ -58,9 +70,12 @@ void CheckFloat(DataType b_type, const Shape3& s, Widen widen, bool use_avx512) 
   const void* b = b_type == DataType::kFP32 ? static_cast<const void*>(b32.data()) : b16.data();
   const int64_t mid = s.k / 2;
   for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, mid}, {mid, s.k}}) {
-    if (use_avx512) {
+    if (build == Build::kAvx512) {
       streaming_internal::AccumulateAvx512(b_type, s.rows, k0, k1, s.n, a.data(), s.k, b, s.n,
                                            c.data(), s.n);
+    } else if (build == Build::kAvx2) {
+      streaming_internal::AccumulateAvx2(b_type, s.rows, k0, k1, s.n, a.data(), s.k, b, s.n,
+                                         c.data(), s.n);
     } else {
       streaming_internal::AccumulateGeneric(b_type, s.rows, k0, k1, s.n, a.data(), s.k, b, s.n,
                                             c.data(), s.n);
@@ -75,20 +90,18 @@ void CheckFloat(DataType b_type, const Shape3& s, Widen widen, bool use_avx512) 
       }
       ASSERT_NEAR(c[i * s.n + j], want, 4 * (s.k + 1) * 0x1p-24 * bound)
           << DataTypeName(b_type) << " rows=" << s.rows << " k=" << s.k << " n=" << s.n << " at "
-          << i << "," << j << (use_avx512 ? " avx512" : " generic");
+          << i << "," << j << BuildName(build);
     }
   }
 }
 
-TEST(StreamingGemmTest, BothBuildsMatchTheReferenceForEveryWeightType) {
-  std::vector<bool> builds = {false};
-  if (streaming_internal::HaveAvx512()) builds.push_back(true);
-  for (bool avx512 : builds) {
+TEST(StreamingGemmTest, EveryBuildMatchesTheReferenceForEveryWeightType) {
+  for (Build build : Builds()) {
     for (const Shape3& s : kShapes) {
       CheckFloat(
-          DataType::kFP32, s, [](uint16_t) { return 0.0f; }, avx512);
-      CheckFloat(DataType::kBF16, s, BFloat16ToFloat, avx512);
-      CheckFloat(DataType::kFP16, s, HalfToFloat, avx512);
+          DataType::kFP32, s, [](uint16_t) { return 0.0f; }, build);
+      CheckFloat(DataType::kBF16, s, BFloat16ToFloat, build);
+      CheckFloat(DataType::kFP16, s, HalfToFloat, build);
     }
   }
 }
@@ -97,12 +110,18 @@ TEST(StreamingGemmTest, DoublePrecisionMatchesTheReference) {
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<double> dist(-1.0, 1.0);
   for (const Shape3& s : kShapes) {
-    std::vector<double> a(s.rows * s.k), b(s.k * s.n), c(s.rows * s.n, 0.0), c2(c);
+    std::vector<double> a(s.rows * s.k), b(s.k * s.n), c(s.rows * s.n, 0.0), c2(c), c3(c);
     for (double& v : a) v = dist(rng);
     for (double& v : b) v = dist(rng);
     StreamingGemmAccumulate(s.rows, 0, s.k, s.n, a.data(), s.k, b.data(), s.n, c.data(), s.n);
     streaming_internal::AccumulateGeneric(s.rows, 0, s.k, s.n, a.data(), s.k, b.data(), s.n,
                                           c2.data(), s.n);
+    if (streaming_internal::HaveAvx2()) {
+      streaming_internal::AccumulateAvx2(s.rows, 0, s.k, s.n, a.data(), s.k, b.data(), s.n,
+                                         c3.data(), s.n);
+    } else {
+      c3 = c2;
+    }
     for (int64_t i = 0; i < s.rows; ++i)
       for (int64_t j = 0; j < s.n; ++j) {
         double want = 0, bound = 0;
@@ -112,6 +131,7 @@ TEST(StreamingGemmTest, DoublePrecisionMatchesTheReference) {
         }
         ASSERT_NEAR(c[i * s.n + j], want, 4 * s.k * 0x1p-53 * bound);
         ASSERT_NEAR(c2[i * s.n + j], want, 4 * s.k * 0x1p-53 * bound);
+        ASSERT_NEAR(c3[i * s.n + j], want, 4 * s.k * 0x1p-53 * bound);
       }
   }
 }
@@ -121,10 +141,19 @@ TEST(StreamingGemmTest, WidenToFloatIsExactForEveryPattern) {
   for (int i = 0; i < 65536; ++i) bits[i] = static_cast<uint16_t>(i);
   std::vector<float> out(65536);
   for (DataType t : {DataType::kFP16, DataType::kBF16}) {
-    WidenToFloat(t, bits.data(), out.data(), 65536);
-    for (int i = 0; i < 65536; ++i) {
-      const float want = t == DataType::kBF16 ? BFloat16ToFloat(bits[i]) : HalfToFloat(bits[i]);
-      ASSERT_EQ(FloatBits(out[i]), FloatBits(want)) << DataTypeName(t) << " pattern " << i;
+    for (int via = 0; via < 2; ++via) {  // the dispatcher, then the AVX2 build
+      if (via == 0) {
+        WidenToFloat(t, bits.data(), out.data(), 65536);
+      } else if (streaming_internal::HaveAvx2()) {
+        streaming_internal::WidenAvx2(t, bits.data(), out.data(), 65536);
+      } else {
+        continue;
+      }
+      for (int i = 0; i < 65536; ++i) {
+        const float want = t == DataType::kBF16 ? BFloat16ToFloat(bits[i]) : HalfToFloat(bits[i]);
+        ASSERT_EQ(FloatBits(out[i]), FloatBits(want))
+            << DataTypeName(t) << " pattern " << i << (via ? " avx2" : "");
+      }
     }
   }
 }
