@@ -207,89 +207,7 @@ void AccumulateAny(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, cons
   AccumulateFew<kKind>(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
 }
 
-// One row of a quantized matrix, resolved once per row: where its elements,
-// scales and zero points start.
-struct QuantizedRow {
-  const uint8_t* data;  // the row's first element (4-bit: its byte; rows start on one)
-  const float* scale;   // scale of column 0 (per column), or the row's one scale
-  const float* zero;    // likewise, or nullptr
-};
-
-template <QuantizedType kType>
-inline QuantizedRow RowOf(const QuantizedMatrix& w, int64_t r) {
-  constexpr bool kFour = kType == QuantizedType::kInt4 || kType == QuantizedType::kUint4;
-  const int64_t e = w.first + r * w.n;
-  const int64_t block = (r / w.block_rows) * w.scale_row_stride;
-  return {w.data + (kFour ? e >> 1 : e), w.scale + block,
-          w.zero_point == nullptr ? nullptr : w.zero_point + block};
-}
-
-// Sixteen integers of a row, j .. j + 15, as floats.
-template <QuantizedType kType>
-inline __m512 LoadIntegers16(const uint8_t* data, int64_t j, __mmask16 mask, int count) {
-  __m512i qi;
-  if constexpr (kType == QuantizedType::kInt8) {
-    qi = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, data + j));
-  } else if constexpr (kType == QuantizedType::kUint8) {
-    qi = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, data + j));
-  } else {
-    const __mmask16 bytes = static_cast<__mmask16>((1u << ((count + 1) / 2)) - 1);
-    const __m128i packed = _mm_maskz_loadu_epi8(bytes, data + (j >> 1));
-    const __m128i nibble = _mm_set1_epi8(0x0f);
-    const __m128i lo = _mm_and_si128(packed, nibble);
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nibble);
-    qi = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));  // element order: low, high, ...
-    if constexpr (kType == QuantizedType::kInt4) {
-      const __m512i eight = _mm512_set1_epi32(8);
-      qi = _mm512_sub_epi32(_mm512_xor_si512(qi, eight), eight);
-    }
-  }
-  return _mm512_cvtepi32_ps(qi);
-}
-
-// (q - zero) * scale, rounded to the value type as the generic build does.
-template <DataType kValue>
-inline __m512 ScaleAndRound(__m512 v, __m512 scale) {
-  v = _mm512_mul_ps(v, scale);
-  if constexpr (kValue == DataType::kBF16) {
-    // Round to nearest even at bit 16 (the values are finite).
-    const __m512i bits = _mm512_castps_si512(v);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    const __m512i rounded =
-        _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb);
-    v = _mm512_castsi512_ps(_mm512_and_si512(rounded, _mm512_set1_epi32(~0xffff)));
-  } else if constexpr (kValue == DataType::kFP16) {
-    v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-  }
-  return v;
-}
-
-template <QuantizedType kType, bool kZero, DataType kValue>
-inline __m512 DequantizeWith(const uint8_t* data, int64_t j, __mmask16 mask, int count,
-                             __m512 scale, __m512 zero) {
-  __m512 v = LoadIntegers16<kType>(data, j, mask, count);
-  if constexpr (kZero) v = _mm512_sub_ps(v, zero);
-  return ScaleAndRound<kValue>(v, scale);
-}
-
-// Sixteen columns j .. j + 15 of a row, dequantized in registers (ONNX
-// DequantizeLinear, rounded to the value type as the generic build does).
-template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue>
-inline __m512 Dequantize16(const QuantizedRow& row, int64_t j, __mmask16 mask, int count) {
-  const __m512 scale =
-      kPerColumn ? _mm512_maskz_loadu_ps(mask, row.scale + j) : _mm512_set1_ps(row.scale[0]);
-  __m512 zero = _mm512_setzero_ps();
-  if constexpr (kZero) {
-    zero = kPerColumn ? _mm512_maskz_loadu_ps(mask, row.zero + j) : _mm512_set1_ps(row.zero[0]);
-  }
-  return DequantizeWith<kType, kZero, kValue>(row.data, j, mask, count, scale, zero);
-}
-
-bool QuantizedFusedApplies(const QuantizedMatrix& w) {
-  const bool four = w.type == QuantizedType::kInt4 || w.type == QuantizedType::kUint4;
-  return (w.scale_col_stride == 0 || w.scale_col_stride == 1) &&
-         (!four || (w.first % 2 == 0 && w.n % 2 == 0));
-}
+#include "server/ops/kernels/quantized_avx512_impl.inc"
 
 // The quantized path with the dequantization in registers, the loop of
 // AccumulateHalfFused: per column block and four rows of W, each 16 columns
@@ -651,110 +569,17 @@ void AccumulateQuantizedAvx512(int64_t rows, int64_t k_begin, int64_t k_end, con
   }
 }
 
-// DequantizeBf16Panels: rows resolved once per chunk of kPanelChunkRows;
-// then panel by panel, per pair of rows and 16 columns, both rows dequantized
-// and rounded to BF16 in registers (Dequantize16, the decode kernel's
-// arithmetic), the BF16 halves joined into the pairs' 32-bit words (row 2q
-// in the low half) with one vpternlogd, and the 64 bytes stored whole. A
-// chunk's rows span kPanelChunkRows cache lines per 64 columns, so the
-// panels after the first read them from L1; each panel is written in
-// address order. Columns past the tile and the padding row are zero.
-constexpr int64_t kPanelChunkRows = 128;  // even
-
 template <QuantizedType kType, bool kPerColumn, bool kZero>
 void DequantizePanelsAs(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end, int64_t j0,
                         int64_t width, uint16_t* out) {
-  const int64_t stride = Bf16PanelStride(k_end - k_begin), panels = Bf16PanelCount(width);
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  QuantizedRow rows[kPanelChunkRows + 1];
-  for (int64_t c0 = k_begin; c0 < k_end; c0 += kPanelChunkRows) {
-    const int64_t count_rows = std::min(kPanelChunkRows, k_end - c0);
-    for (int64_t i = 0; i < count_rows; ++i) rows[i] = RowOf<kType>(w, c0 + i);
-    const int64_t pairs = (count_rows + 1) / 2, q0 = (c0 - k_begin) / 2;
-    for (int64_t p = 0; p < panels; ++p) {
-      for (int64_t half = 0; half < kBf16PanelLanes; half += 16) {
-        const int64_t j = p * kBf16PanelLanes + half;  // column within the tile
-        uint16_t* dst = out + p * stride + q0 * 2 * kBf16PanelLanes + 2 * half;
-        const int count = static_cast<int>(std::clamp<int64_t>(width - j, 0, 16));
-        if (count == 0) {
-          for (int64_t q = 0; q < pairs; ++q) {
-            _mm512_storeu_si512(dst + q * 2 * kBf16PanelLanes, _mm512_setzero_si512());
-          }
-          continue;
-        }
-        const __mmask16 mask = count == 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
-        for (int64_t q = 0; q < pairs; ++q) {
-          const __m512 v0 = Dequantize16<kType, kPerColumn, kZero, DataType::kBF16>(
-              rows[2 * q], j0 + j, mask, count);
-          const __m512 v1 = 2 * q + 1 < count_rows
-                                ? Dequantize16<kType, kPerColumn, kZero, DataType::kBF16>(
-                                      rows[2 * q + 1], j0 + j, mask, count)
-                                : _mm512_setzero_ps();
-          // (v1 & high) | (v0 >> 16): the rounded values' top halves.
-          const __m512i word = _mm512_ternarylogic_epi32(
-              _mm512_castps_si512(v1), high, _mm512_srli_epi32(_mm512_castps_si512(v0), 16), 0xea);
-          _mm512_storeu_si512(dst + q * 2 * kBf16PanelLanes, _mm512_maskz_mov_epi32(mask, word));
-        }
-      }
-    }
-  }
-}
-
-// DequantizePanelsAs with the rounding to BF16 done by vcvtne2ps2bf16 (16
-// values of each row of a pair in one instruction) and the pairs
-// interleaved by one vpermw: about half the instructions per 32 values.
-// Only where the scales are ScalesFactorable: vcvtne2ps2bf16 reads
-// subnormal inputs as zero, and with every nonzero |scale| at least 2^-126
-// and |q - z| an integer, no (q - z) * scale is subnormal, so it rounds
-// exactly as the integer arithmetic does (nearest even; NaN is excluded by
-// the same check).
-template <QuantizedType kType, bool kPerColumn, bool kZero>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void DequantizePanelsNative(
-    const QuantizedMatrix& w, int64_t k_begin, int64_t k_end, int64_t j0, int64_t width,
-    uint16_t* out) {
-  const int64_t stride = Bf16PanelStride(k_end - k_begin), panels = Bf16PanelCount(width);
-  // Word l of a pair: row 2q's column l in its low half, row 2q + 1's in its high.
-  const __m512i interleave =
-      _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005,
-                        0x00160006, 0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b,
-                        0x001c000c, 0x001d000d, 0x001e000e, 0x001f000f);
-  QuantizedRow rows[kPanelChunkRows + 1];
-  for (int64_t c0 = k_begin; c0 < k_end; c0 += kPanelChunkRows) {
-    const int64_t count_rows = std::min(kPanelChunkRows, k_end - c0);
-    for (int64_t i = 0; i < count_rows; ++i) rows[i] = RowOf<kType>(w, c0 + i);
-    const int64_t pairs = (count_rows + 1) / 2, q0 = (c0 - k_begin) / 2;
-    for (int64_t p = 0; p < panels; ++p) {
-      for (int64_t half = 0; half < kBf16PanelLanes; half += 16) {
-        const int64_t j = p * kBf16PanelLanes + half;  // column within the tile
-        uint16_t* dst = out + p * stride + q0 * 2 * kBf16PanelLanes + 2 * half;
-        const int count = static_cast<int>(std::clamp<int64_t>(width - j, 0, 16));
-        if (count == 0) {
-          for (int64_t q = 0; q < pairs; ++q) {
-            _mm512_storeu_si512(dst + q * 2 * kBf16PanelLanes, _mm512_setzero_si512());
-          }
-          continue;
-        }
-        const __mmask16 mask = count == 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
-        for (int64_t q = 0; q < pairs; ++q) {
-          // FP32 values (no rounding yet): Dequantize16's (q - z) * scale.
-          __m512 v0 = Dequantize16<kType, kPerColumn, kZero, DataType::kFP32>(rows[2 * q], j0 + j,
-                                                                              mask, count);
-          __m512 v1 = 2 * q + 1 < count_rows
-                          ? Dequantize16<kType, kPerColumn, kZero, DataType::kFP32>(
-                                rows[2 * q + 1], j0 + j, mask, count)
-                          : _mm512_setzero_ps();
-          if (count < 16) {  // one scale or zero point fills every lane
-            v0 = _mm512_maskz_mov_ps(mask, v0);
-            v1 = _mm512_maskz_mov_ps(mask, v1);
-          }
-          // Lanes 0-15: row 2q's values, 16-31: row 2q + 1's; masked-off columns are zero.
-          const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v1, v0));
-          _mm512_storeu_si512(dst + q * 2 * kBf16PanelLanes,
-                              _mm512_permutexvar_epi16(interleave, both));
-        }
-      }
-    }
-  }
+  DequantizePanelsWith<kType, kPerColumn, kZero, DataType::kBF16>(
+      w, k_begin, k_end, j0, width, out, [high](__m512 v0, __m512 v1, __mmask16 mask) {
+        // (v1 & high) | (v0 >> 16): the rounded values' top halves.
+        const __m512i word = _mm512_ternarylogic_epi32(
+            _mm512_castps_si512(v1), high, _mm512_srli_epi32(_mm512_castps_si512(v0), 16), 0xea);
+        return _mm512_maskz_mov_epi32(mask, word);
+      });
 }
 
 bool HaveAvx512Bf16() {
@@ -762,25 +587,15 @@ bool HaveAvx512Bf16() {
   return have;
 }
 
-template <QuantizedType kType, bool kPerColumn, bool kZero>
-void DequantizePanelsPick(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end, int64_t j0,
-                          int64_t width, uint16_t* out) {
-  if (w.scales_factorable && HaveAvx512Bf16()) {
-    return DequantizePanelsNative<kType, kPerColumn, kZero>(w, k_begin, k_end, j0, width, out);
-  }
-  return DequantizePanelsAs<kType, kPerColumn, kZero>(w, k_begin, k_end, j0, width, out);
-}
-
 template <QuantizedType kType>
 void DequantizePanelsFor(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end, int64_t j0,
                          int64_t width, uint16_t* out) {
   const bool per_column = w.scale_col_stride != 0, zero = w.zero_point != nullptr;
   if (per_column && zero)
-    return DequantizePanelsPick<kType, true, true>(w, k_begin, k_end, j0, width, out);
-  if (per_column)
-    return DequantizePanelsPick<kType, true, false>(w, k_begin, k_end, j0, width, out);
-  if (zero) return DequantizePanelsPick<kType, false, true>(w, k_begin, k_end, j0, width, out);
-  return DequantizePanelsPick<kType, false, false>(w, k_begin, k_end, j0, width, out);
+    return DequantizePanelsAs<kType, true, true>(w, k_begin, k_end, j0, width, out);
+  if (per_column) return DequantizePanelsAs<kType, true, false>(w, k_begin, k_end, j0, width, out);
+  if (zero) return DequantizePanelsAs<kType, false, true>(w, k_begin, k_end, j0, width, out);
+  return DequantizePanelsAs<kType, false, false>(w, k_begin, k_end, j0, width, out);
 }
 
 }  // namespace avx512
@@ -820,6 +635,9 @@ void DequantizeBf16PanelsAvx512(const QuantizedMatrix& w, int64_t k_begin, int64
   // 4-bit rows must start on a byte, and the tile on an even column.
   if (!avx512::QuantizedFusedApplies(w) || j0 % 2 != 0) {
     return DequantizeBf16PanelsGeneric(w, k_begin, k_end, j0, width, out);
+  }
+  if (w.scales_factorable && avx512::HaveAvx512Bf16()) {
+    return DequantizeBf16PanelsAvx512Bf16(w, k_begin, k_end, j0, width, out);
   }
   using avx512::DequantizePanelsFor;
   switch (w.type) {
