@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/ops/kernels/bf16_panel_gemm.h"
+#include "server/ops/kernels/kernel_builds_testing.h"
 #include "server/ops/kernels/streaming_gemm.h"
 #include "server/tensor/half.h"
 
@@ -53,17 +54,9 @@ float Dequantize(int q, double zero, float scale, DataType t) {
 
 enum class Layout { kPerColumn, kBlocked, kPerRow, kPerTensor };
 
-enum class Build { kGeneric, kAvx2, kAvx512 };
-const char* BuildName(Build b) {
-  return b == Build::kAvx512 ? " avx512" : b == Build::kAvx2 ? " avx2" : " generic";
-}
-// The decode kernel's builds this CPU can run.
-std::vector<Build> Builds() {
-  std::vector<Build> builds = {Build::kGeneric};
-  if (streaming_internal::HaveAvx2()) builds.push_back(Build::kAvx2);
-  if (streaming_internal::HaveAvx512()) builds.push_back(Build::kAvx512);
-  return builds;
-}
+using Build = KernelBuild;
+const auto BuildName = KernelBuildName;
+const auto Builds = KernelBuilds;
 void RunBuild(Build build, int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
               int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc) {
   switch (build) {

@@ -134,7 +134,7 @@ void AccumulateTail(int64_t rows, int64_t r0, int64_t r1, int64_t j0, const floa
 // One row r of W applied to every row of A, eight columns at a time: a step
 // across a block boundary, the last rows, and scales that change every row.
 template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue>
-void QuantizedRowOne(int64_t rows, const QuantizedMatrix& w, int64_t r, const float* a, int64_t lda,
+void QuantizedOneRow(int64_t rows, const QuantizedMatrix& w, int64_t r, const float* a, int64_t lda,
                      float* c, int64_t ldc) {
   const int64_t n8 = w.n & ~int64_t{7};
   const QuantizedRow row = RowOf<kType>(w, r);
@@ -163,8 +163,8 @@ void QuantizedRowOne(int64_t rows, const QuantizedMatrix& w, int64_t r, const fl
 // build explains.
 template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue, bool kFactor,
           int kRows>
-void QuantizedRowGroup(const QuantizedMatrix& w, int64_t k, int64_t k_end, const float* a,
-                       int64_t lda, float* c, int64_t ldc, bool prefetch) {
+void QuantizedRowGroupFor(const QuantizedMatrix& w, int64_t k, int64_t k_end, const float* a,
+                          int64_t lda, float* c, int64_t ldc, bool prefetch) {
   static_assert(!kFactor || kValue == DataType::kFP32);
   const int64_t n = w.n, n8 = n & ~int64_t{7};
   const int64_t row_bytes = kFourBit<kType> ? n / 2 : n;
@@ -207,68 +207,7 @@ void QuantizedRowGroup(const QuantizedMatrix& w, int64_t k, int64_t k_end, const
   if (n8 < n) AccumulateTail<kType, kValue>(kRows, k, k + kDepth, n8, a, lda, w, c, ldc);
 }
 
-template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue, bool kFactor>
-void QuantizedRowGroupAny(int rows, const QuantizedMatrix& w, int64_t k, int64_t k_end,
-                          const float* a, int64_t lda, float* c, int64_t ldc, bool prefetch) {
-  switch (rows) {
-#define GEMMSERVE_ROWS(R)                                                                          \
-  case R:                                                                                          \
-    return QuantizedRowGroup<kType, kPerColumn, kZero, kValue, kFactor, R>(w, k, k_end, a, lda, c, \
-                                                                           ldc, prefetch);
-    GEMMSERVE_ROWS(1)
-    GEMMSERVE_ROWS(2)
-    GEMMSERVE_ROWS(3)
-    GEMMSERVE_ROWS(4)
-    GEMMSERVE_ROWS(5)
-    GEMMSERVE_ROWS(6)
-    GEMMSERVE_ROWS(7)
-    GEMMSERVE_ROWS(8)
-#undef GEMMSERVE_ROWS
-    default: return;
-  }
-}
-
-// Every step of eight rows of W inside one K block takes the register
-// kernel, rows of A in groups of eight; a step across a block boundary, the
-// last rows, and scales per row go one row of W at a time.
-template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue, bool kFactor>
-void AccumulateQuantizedBlocks(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
-                               int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc) {
-  int64_t k = k_begin;
-  while (k < k_end) {
-    if (k + kDepth <= k_end && k / w.block_rows == (k + kDepth - 1) / w.block_rows) {
-      for (int64_t i0 = 0; i0 < rows; i0 += kGroupRows) {
-        const int group = static_cast<int>(std::min<int64_t>(kGroupRows, rows - i0));
-        QuantizedRowGroupAny<kType, kPerColumn, kZero, kValue, kFactor>(
-            group, w, k, k_end, a + i0 * lda, lda, c + i0 * ldc, ldc, /*prefetch=*/i0 == 0);
-      }
-      k += kDepth;
-    } else {
-      QuantizedRowOne<kType, kPerColumn, kZero, kValue>(rows, w, k, a, lda, c, ldc);
-      k += 1;
-    }
-  }
-}
-
-template <QuantizedType kType, bool kPerColumn, bool kZero>
-void BlocksForValue(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
-                    const QuantizedMatrix& w, float* c, int64_t ldc, bool factor) {
-  switch (w.value_type) {
-    case DataType::kBF16:
-      return AccumulateQuantizedBlocks<kType, kPerColumn, kZero, DataType::kBF16, false>(
-          rows, k_begin, k_end, a, lda, w, c, ldc);
-    case DataType::kFP16:
-      return AccumulateQuantizedBlocks<kType, kPerColumn, kZero, DataType::kFP16, false>(
-          rows, k_begin, k_end, a, lda, w, c, ldc);
-    default:
-      if (factor) {
-        return AccumulateQuantizedBlocks<kType, kPerColumn, kZero, DataType::kFP32, true>(
-            rows, k_begin, k_end, a, lda, w, c, ldc);
-      }
-      return AccumulateQuantizedBlocks<kType, kPerColumn, kZero, DataType::kFP32, false>(
-          rows, k_begin, k_end, a, lda, w, c, ldc);
-  }
-}
+#include "server/ops/kernels/quantized_blocks_impl.inc"
 
 template <QuantizedType kType>
 void FusedForType(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,

@@ -426,75 +426,29 @@ void Quantized4RowGroup(const QuantizedMatrix& w, int64_t k, int64_t k_end, cons
   }
 }
 
-template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue, bool kFactor>
-void QuantizedRowGroupAny(int rows, const QuantizedMatrix& w, int64_t k, int64_t k_end,
-                          const float* a, int64_t lda, float* c, int64_t ldc, bool prefetch) {
-  constexpr bool kFour = kType == QuantizedType::kInt4 || kType == QuantizedType::kUint4;
-  switch (rows) {
-#define GEMMSERVE_ROWS(R)                                                                          \
-  case R:                                                                                          \
-    if constexpr (kFour) {                                                                         \
-      return Quantized4RowGroup<kType, kPerColumn, kZero, kValue, kFactor, R>(w, k, k_end, a, lda, \
-                                                                              c, ldc, prefetch);   \
-    } else {                                                                                       \
-      return QuantizedRowGroup<kType, kPerColumn, kZero, kValue, kFactor, R>(w, k, k_end, a, lda,  \
-                                                                             c, ldc, prefetch);    \
-    }
-    GEMMSERVE_ROWS(1)
-    GEMMSERVE_ROWS(2)
-    GEMMSERVE_ROWS(3)
-    GEMMSERVE_ROWS(4)
-    GEMMSERVE_ROWS(5)
-    GEMMSERVE_ROWS(6)
-    GEMMSERVE_ROWS(7)
-    GEMMSERVE_ROWS(8)
-#undef GEMMSERVE_ROWS
-    default: return;
+// The register kernel for kRows rows of A and eight rows of W (4-bit:
+// Quantized4RowGroup), and one row of W for every row of A: what
+// quantized_blocks_impl.inc calls.
+template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue, bool kFactor,
+          int kRows>
+void QuantizedRowGroupFor(const QuantizedMatrix& w, int64_t k, int64_t k_end, const float* a,
+                          int64_t lda, float* c, int64_t ldc, bool prefetch) {
+  if constexpr (kType == QuantizedType::kInt4 || kType == QuantizedType::kUint4) {
+    Quantized4RowGroup<kType, kPerColumn, kZero, kValue, kFactor, kRows>(w, k, k_end, a, lda, c,
+                                                                         ldc, prefetch);
+  } else {
+    QuantizedRowGroup<kType, kPerColumn, kZero, kValue, kFactor, kRows>(w, k, k_end, a, lda, c, ldc,
+                                                                        prefetch);
   }
 }
 
-// Scales per column, blocked or one for the tensor: every step of eight rows
-// of W inside one K block takes the register kernel; a step across a block
-// boundary, and the last rows, go one row at a time through the general loop.
-template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue, bool kFactor>
-void AccumulateQuantizedBlocks(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
-                               int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc) {
-  int64_t k = k_begin;
-  while (k < k_end) {
-    if (k + kDepth <= k_end && k / w.block_rows == (k + kDepth - 1) / w.block_rows) {
-      for (int64_t i0 = 0; i0 < rows; i0 += kGroupRows) {
-        const int group = static_cast<int>(std::min<int64_t>(kGroupRows, rows - i0));
-        QuantizedRowGroupAny<kType, kPerColumn, kZero, kValue, kFactor>(
-            group, w, k, k_end, a + i0 * lda, lda, c + i0 * ldc, ldc,
-            /*prefetch=*/i0 == 0);
-      }
-      k += kDepth;
-    } else {
-      AccumulateQuantizedFused<kType, kPerColumn, kZero, kValue>(rows, k, k + 1, a, lda, w, c, ldc);
-      k += 1;
-    }
-  }
+template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue>
+void QuantizedOneRow(int64_t rows, const QuantizedMatrix& w, int64_t r, const float* a, int64_t lda,
+                     float* c, int64_t ldc) {
+  AccumulateQuantizedFused<kType, kPerColumn, kZero, kValue>(rows, r, r + 1, a, lda, w, c, ldc);
 }
 
-template <QuantizedType kType, bool kPerColumn, bool kZero>
-void BlocksForValue(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
-                    const QuantizedMatrix& w, float* c, int64_t ldc, bool factor) {
-  switch (w.value_type) {
-    case DataType::kBF16:
-      return AccumulateQuantizedBlocks<kType, kPerColumn, kZero, DataType::kBF16, false>(
-          rows, k_begin, k_end, a, lda, w, c, ldc);
-    case DataType::kFP16:
-      return AccumulateQuantizedBlocks<kType, kPerColumn, kZero, DataType::kFP16, false>(
-          rows, k_begin, k_end, a, lda, w, c, ldc);
-    default:
-      if (factor) {
-        return AccumulateQuantizedBlocks<kType, kPerColumn, kZero, DataType::kFP32, true>(
-            rows, k_begin, k_end, a, lda, w, c, ldc);
-      }
-      return AccumulateQuantizedBlocks<kType, kPerColumn, kZero, DataType::kFP32, false>(
-          rows, k_begin, k_end, a, lda, w, c, ldc);
-  }
-}
+#include "server/ops/kernels/quantized_blocks_impl.inc"
 
 // The template for the matrix's layout and value type.
 template <QuantizedType kType, bool kPerColumn, bool kZero>

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "server/ops/kernels/kernel_builds_testing.h"
 #include "server/tensor/half.h"
 
 namespace gemmserve {
@@ -40,17 +41,9 @@ const Shape3 kShapes[] = {{1, 1, 1},
 
 // Accumulates over [k_begin, k_end) in two calls, onto C that starts nonzero,
 // and compares with a double reference of the same sum.
-enum class Build { kGeneric, kAvx2, kAvx512 };
-const char* BuildName(Build b) {
-  return b == Build::kAvx512 ? " avx512" : b == Build::kAvx2 ? " avx2" : " generic";
-}
-// The builds this CPU can run.
-std::vector<Build> Builds() {
-  std::vector<Build> builds = {Build::kGeneric};
-  if (streaming_internal::HaveAvx2()) builds.push_back(Build::kAvx2);
-  if (streaming_internal::HaveAvx512()) builds.push_back(Build::kAvx512);
-  return builds;
-}
+using Build = KernelBuild;
+const auto BuildName = KernelBuildName;
+const auto Builds = KernelBuilds;
 
 template <typename Widen>
 void CheckFloat(DataType b_type, const Shape3& s, Widen widen, Build build) {
