@@ -6,7 +6,9 @@
 
 // GCC 12 flags the deliberately undefined register inside _mm512_cvtph_ps as
 // "maybe uninitialized" (a known false positive of its intrinsics header).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <algorithm>
 

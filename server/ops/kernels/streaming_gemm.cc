@@ -1,5 +1,7 @@
 #include "server/ops/kernels/streaming_gemm.h"
 
+#include <cpuid.h>
+
 #include <algorithm>
 
 #include "server/ops/kernels/quantized_gemm.h"
@@ -48,8 +50,13 @@ bool HaveAvx512() {
 }
 
 bool HaveAvx2() {
-  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports
+  // does not know "f16c".
+  static const bool have = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
   return have;
 }
 
