@@ -123,6 +123,8 @@ def render(results):
              "and fresh random routing in each). Kernel tokens/s: the rows of the kernel calls "
              "over their compute time, from ModelStatistics' batch_stats; rows per kernel call "
              "from inference_count / execution_count.", "",
+             "![tokens/s and p99 against concurrency, batching on and off]"
+             "(service-benchmark.png)", "",
              "| tokens | concurrency | batching | throughput (req/s) | tokens/s | p50 (us) | p99 (us) | rows per kernel call | batch compute (us) | kernel tokens/s | errors |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["batching"]:
@@ -145,6 +147,40 @@ def render(results):
     return doc_sections.finish(lines, SECTION, results.get("note"))
 
 
+def plot(results, path):
+    """Throughput and p99 against concurrency, batching on and off."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for tokens, marker in ((1, "o"), (4, "s")):
+        for batching, style in ((True, "-"), (False, "--")):
+            rows = sorted((r for r in results["batching"]
+                           if r["tokens"] == tokens and r["batching"] == batching),
+                          key=lambda r: r["concurrency"])
+            if not rows:
+                continue
+            label = f"{tokens} tok, batching {'on' if batching else 'off'}"
+            xs = [r["concurrency"] for r in rows]
+            axes[0].plot(xs, [r["throughput"] * tokens for r in rows], style, marker=marker,
+                         label=label)
+            axes[1].plot(xs, [r["p99_us"] / 1000 for r in rows], style, marker=marker,
+                         label=label)
+    for ax, title in ((axes[0], "tokens/s (higher is better)"),
+                      (axes[1], "p99 latency, ms (lower is better)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([1, 8, 32, 64])
+        ax.set_xticklabels(["1", "8", "32", "64"])
+        ax.set_xlabel("concurrency")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"resident olmoe ({results['dtype'].upper()}), "
+                 f"{results['compute_threads']} compute threads", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -154,6 +190,8 @@ def main():
     parser.add_argument("--request_pool", type=int, default=64,
                         help="distinct requests per perf run (fresh routing and values)")
     parser.add_argument("--compute_threads", type=int, default=os.cpu_count())
+    parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "service-benchmark.png"),
+                        help="where the throughput and p99 plot goes ('' for none)")
     doc_sections.add_arguments(parser, ROOT)
     args = parser.parse_args()
     if doc_sections.rerender(args, SECTION, render):
@@ -240,6 +278,8 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+    if args.plot:
+        plot(results, args.plot)
     doc_sections.write_section(args.doc, SECTION, render(results))
     for t in results["targets"]:
         print(f"{'PASS' if t['pass'] else 'FAIL'}  {t['what']}: {t['measured']} ({t['required']})")

@@ -12,6 +12,7 @@ about a second each (against gemmserve, and against `gemmserve-cli
 noop-server` started the same way) and check its JSON report.
 """
 
+import csv
 import json
 import os
 import re
@@ -315,7 +316,7 @@ class CliTest(unittest.TestCase):
         self.assertAlmostEqual(report["throughput"], report["ok"] / report["duration_s"],
                                delta=1e-3)
         self.assertRegex(stdout, r"(?m)^  requests \d+ ok, 0 errors; throughput [\d.]+ infer/s$")
-        self.assertRegex(stdout, r"(?m)^  latency p50 \d+ us, p90 \d+ us, p99 \d+ us, max \d+ us")
+        self.assertRegex(stdout, r"(?m)^  latency p50 \d+ us, p90 \d+ us, p95 \d+ us, p99 \d+ us, max \d+ us")
         self.assertNotIn("errors:", stdout)
 
     def test_perf_closed_loop_matmul(self):
@@ -350,6 +351,89 @@ class CliTest(unittest.TestCase):
         self.assertGreaterEqual(report["ok"], 100, stdout)
         self.assertLessEqual(report["ok"], 300, stdout)
         self.assertIn("dropped by the client", stdout)
+
+    PERF_CSV_COLUMNS = [
+        "Concurrency", "Inferences/Second", "Client Send", "Network+Server Send/Recv",
+        "Server Queue", "Server Compute Input", "Server Compute Infer", "Server Compute Output",
+        "Client Recv", "p50 latency", "p90 latency", "p95 latency", "p99 latency"]
+
+    def read_csv(self, path):
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            return reader.fieldnames, list(reader)
+
+    def assert_levels(self, rows, report, stdout):
+        """Each CSV row against its level of the JSON report."""
+        self.assertEqual(len(rows), len(report), stdout)
+        for row, level in zip(rows, report):
+            values = {k: float(v) for k, v in row.items()}
+            self.assertGreater(values["Inferences/Second"], 0, stdout)
+            self.assertAlmostEqual(values["Inferences/Second"], level["throughput"], delta=0.01)
+            self.assertLessEqual(values["p50 latency"], values["p90 latency"])
+            self.assertLessEqual(values["p90 latency"], values["p95 latency"])
+            self.assertLessEqual(values["p95 latency"], values["p99 latency"])
+            self.assertEqual((values["p50 latency"], values["p95 latency"]),
+                             (level["p50_us"], level["p95_us"]))
+            # The server's own statistics: requests it answered and a real
+            # compute time per request, which the CSV rounds to microseconds.
+            server = level["server"]
+            self.assertGreater(server["requests"], 0, stdout)
+            self.assertGreater(server["compute_infer_us"], 0, stdout)
+            self.assertLessEqual(abs(values["Server Compute Infer"] - server["compute_infer_us"]),
+                                 0.5 + 1e-3)
+            self.assertLessEqual(abs(values["Server Queue"] - server["queue_us"]), 0.5 + 1e-3)
+            self.assertEqual((values["Client Send"], values["Client Recv"]), (0, 0))
+
+    def test_perf_concurrency_range_writes_perf_analyzers_csv(self):
+        out = self.path("levels.csv")
+        report, stdout = self.perf("--model=matmul", "--concurrency_range=1:3:2",
+                                   "--shape=A:16,32", "--shape=B:32,16", "-f", out)
+        columns, rows = self.read_csv(out)
+        self.assertEqual(columns, self.PERF_CSV_COLUMNS)
+        self.assertEqual([r["Concurrency"] for r in rows], ["1", "3"])
+        # The JSON report holds a level each.
+        self.assertEqual([r["concurrency"] for r in report], [1, 3])
+        self.assert_levels(rows, report, stdout)
+        self.assertEqual(len(re.findall(r"(?m)^  server: queue \d+ us, compute infer \d+ us "
+                                        r"per request; \d+ requests answered$", stdout)), 2,
+                         stdout)
+
+    def test_perf_request_rate_range_names_its_column(self):
+        out = self.path("rates.csv")
+        report, stdout = self.perf("--model=matmul", "--request_rate_range=100:200:100",
+                                   "--shape=A:2,3", "--shape=B:3,4", f"-f={out}")
+        columns, rows = self.read_csv(out)
+        self.assertEqual(columns, ["Request Rate"] + self.PERF_CSV_COLUMNS[1:])
+        self.assertEqual([r["Request Rate"] for r in rows], ["100", "200"])
+        self.assert_levels(rows, report, stdout)
+        self.assertEqual([(r["mode"], r["rate"], r["concurrency"]) for r in report],
+                         [("open_loop", 100, 64), ("open_loop", 200, 64)])
+
+    def test_perf_zero_input_data_sends_one_request(self):
+        report, stdout = self.perf(
+            "--model", "grouped_matmul", "--concurrency=2", "--input_data=zero",
+            "--shape=input:16,8", "--shape=weights:5,8,4", "--shape=group_indices:16,2")
+        self.assert_clean_run(report, stdout)
+        self.assertEqual(report["distinct_requests"], 1)
+        self.assertIn("1 request throughout", stdout)
+        result = self.cli("perf", "--model=matmul", *self.PERF_FLAGS, "--input_data=data.json")
+        self.assert_exit(result, 2)
+        self.assertIn("--input_data 'data.json'", result.stderr)
+
+    def test_perf_bad_ranges_are_usage_errors(self):
+        out = self.path("never.csv")
+        for flags, message in [
+                (["--concurrency_range=4:2"], "END is below START"),
+                (["--concurrency_range=0:4"], "levels must be positive"),
+                (["--concurrency_range=1:4:0"], "STEP must be positive"),
+                (["--concurrency_range=1:20000:1"], "levels"),
+                (["--concurrency_range=1:2", "--concurrency=3"], "replaces --concurrency"),
+                (["--concurrency_range=1:2", "--request_rate_range=1:2"], "alternatives"),
+                (["--request_rate_range=10:20:5", "--rate=3"], "replaces --rate")]:
+            result = self.cli("perf", "--model=matmul", *self.PERF_FLAGS, f"-f={out}", *flags)
+            self.assert_exit(result, 2)
+            self.assertIn(message, result.stderr, flags)
+            self.assertFalse(os.path.exists(out), flags)
 
     def test_perf_against_noop_server(self):
         noop = subprocess.Popen([CLI, "noop-server", "--port=0", "--host=127.0.0.1"],

@@ -408,13 +408,29 @@ int RunInfer(const Client& client, const std::vector<std::string>& args, absl::D
   return kExitOk;
 }
 
-int RunPerf(const Client& client, const PerfOptions& options, const std::string& json_out) {
+int RunPerf(const Client& client, const PerfOptions& options, const PerfPlan& plan) {
   if (absl::Status s = CheckPerfOptions(options); !s.ok()) return Usage(s.message());
-  // The JSON file is created first, so that a bad path fails before the
+  std::vector<PerfOptions> levels;
+  for (int c : plan.concurrency_levels) {
+    levels.push_back(options);
+    levels.back().concurrency = c;
+  }
+  for (double r : plan.rate_levels) {
+    levels.push_back(options);
+    levels.back().rate = r;
+  }
+  if (levels.empty()) levels.push_back(options);
+  for (const PerfOptions& level : levels) {
+    if (absl::Status s = CheckPerfOptions(level); !s.ok()) return Usage(s.message());
+  }
+  // The report files are created first, so that a bad path fails before the
   // run, and removed again if the run fails.
-  OutputFile json_file;
-  if (!json_out.empty()) {
-    if (absl::Status s = json_file.Create(json_out); !s.ok()) return Fail(s);
+  OutputFile json_file, csv_file;
+  if (!plan.json_out.empty()) {
+    if (absl::Status s = json_file.Create(plan.json_out); !s.ok()) return Fail(s);
+  }
+  if (!plan.csv_out.empty()) {
+    if (absl::Status s = csv_file.Create(plan.csv_out); !s.ok()) return Fail(s);
   }
   // The set-up RPCs get a deadline of their own: one long enough to connect
   // even when the calls have a tight one, and one at all when they have none,
@@ -438,16 +454,42 @@ int RunPerf(const Client& client, const PerfOptions& options, const std::string&
     }
     return Fail(inputs.status());
   }
-  absl::StatusOr<PerfResult> result = RunLoadPool(client.channel(), *std::move(inputs), options);
-  if (!result.ok()) {
-    if (result.status().code() == absl::StatusCode::kInvalidArgument) {
-      return Usage(result.status().message());
+  std::vector<PerfResult> results;
+  for (const PerfOptions& level : levels) {
+    // The server's statistics around the run; a server without the RPC (or
+    // a failing one) gives a report without the breakdown.
+    absl::StatusOr<inference::ModelStatistics> before =
+        client.ModelStatistics(options.model, setup_timeout);
+    absl::StatusOr<PerfResult> result = RunLoadPool(client.channel(), *inputs, level);
+    if (!result.ok()) {
+      if (result.status().code() == absl::StatusCode::kInvalidArgument) {
+        return Usage(result.status().message());
+      }
+      return Fail(result.status());
     }
-    return Fail(result.status());
+    absl::StatusOr<inference::ModelStatistics> after =
+        before.ok() ? client.ModelStatistics(options.model, setup_timeout) : before;
+    if (before.ok() && after.ok()) result->server = ServerBreakdownBetween(*before, *after);
+    std::cout << FormatPerfReport(*result) << std::flush;
+    results.push_back(*std::move(result));
   }
-  std::cout << FormatPerfReport(*result) << std::flush;
-  if (!json_out.empty()) {
-    if (absl::Status s = json_file.Commit(PerfResultJson(*result)); !s.ok()) return Fail(s);
+  if (!plan.json_out.empty()) {
+    std::string json;
+    if (results.size() == 1) {
+      json = PerfResultJson(results[0]);
+    } else {
+      std::vector<std::string> objects;
+      for (const PerfResult& r : results) {
+        std::string one = PerfResultJson(r);
+        if (!one.empty() && one.back() == '\n') one.pop_back();
+        objects.push_back(std::move(one));
+      }
+      json = absl::StrCat("[", absl::StrJoin(objects, ",\n"), "]\n");
+    }
+    if (absl::Status s = json_file.Commit(json); !s.ok()) return Fail(s);
+  }
+  if (!plan.csv_out.empty()) {
+    if (absl::Status s = csv_file.Commit(PerfCsv(results)); !s.ok()) return Fail(s);
   }
   return kExitOk;
 }

@@ -52,13 +52,24 @@ struct InferOptions {
 int RunInfer(const Client& client, const std::vector<std::string>& args, absl::Duration timeout,
              const InferOptions& options);
 
+// What `perf` runs besides its PerfOptions: the levels of
+// --concurrency_range or --request_rate_range (empty: the options' own
+// single level) and where its reports go.
+struct PerfPlan {
+  std::vector<int> concurrency_levels;  // closed loop, a run each
+  std::vector<double> rate_levels;      // open loop, a run each
+  std::string json_out;                 // one object, or an array for several levels
+  std::string csv_out;                  // -f: perf_analyzer's CSV
+};
+
 // perf: the load generator (perf.h). Reads the model's metadata and config
-// (each RPC bounded by options.timeout, or 30 s without one), runs the load,
-// prints the report and, unless `json_out` is empty, writes the JSON report
-// there. 0 when the load ran, server errors included; 1 when the server is
-// unreachable, the metadata fails or the JSON file cannot be written; 2 for
-// bad options.
-int RunPerf(const Client& client, const PerfOptions& options, const std::string& json_out);
+// (each RPC bounded by options.timeout, or 30 s without one), then runs each
+// level in turn: reads the model's statistics, runs the load, reads them
+// again, and prints the level's report with the server's breakdown. Writes
+// the JSON and CSV reports unless their paths are empty. 0 when the load
+// ran, server errors included; 1 when the server is unreachable, the
+// metadata fails or a report cannot be written; 2 for bad options.
+int RunPerf(const Client& client, const PerfOptions& options, const PerfPlan& plan);
 
 // noop-server: serves NoopServer on host:port, prints
 // "noop-server listening on HOST:PORT" on stdout, and returns 0 after SIGTERM

@@ -51,6 +51,13 @@ ABSL_FLAG(std::string, json_out, "", "perf: also write the results as JSON to th
 ABSL_FLAG(int32_t, request_pool, 64,
           "perf: distinct requests made before the run (fresh values and group indices each, "
           "up to 256 MiB of them), sent in turn; 1 sends one request throughout");
+ABSL_FLAG(std::string, concurrency_range, "",
+          "perf: closed-loop levels START:END:STEP, a run each (instead of --concurrency)");
+ABSL_FLAG(std::string, request_rate_range, "",
+          "perf: open-loop rates START:END:STEP in requests/s, a run each (instead of --rate)");
+ABSL_FLAG(std::string, input_data, "random",
+          "perf: random (fresh values per request) or zero (all zeros, one request)");
+ABSL_FLAG(std::string, f, "", "perf: also write perf_analyzer's CSV, a row per level");
 ABSL_FLAG(std::string, host, "127.0.0.1", "noop-server: address to listen on");
 ABSL_FLAG(int32_t, port, 0, "noop-server: port; 0 picks a free one");
 
@@ -58,10 +65,27 @@ namespace gemmserve::client {
 namespace {
 
 // The flags this program accepts, in the order --help lists them.
-constexpr absl::string_view kFlagNames[] = {
-    "url",         "url_file", "timeout_ms",   "output",   "output_dir", "seed",
-    "u2_datatype", "model",    "concurrency",  "duration", "warmup",     "rate",
-    "rows",        "json_out", "request_pool", "host",     "port"};
+constexpr absl::string_view kFlagNames[] = {"url",
+                                            "url_file",
+                                            "timeout_ms",
+                                            "output",
+                                            "output_dir",
+                                            "seed",
+                                            "u2_datatype",
+                                            "model",
+                                            "concurrency",
+                                            "duration",
+                                            "warmup",
+                                            "rate",
+                                            "rows",
+                                            "json_out",
+                                            "request_pool",
+                                            "concurrency_range",
+                                            "request_rate_range",
+                                            "input_data",
+                                            "f",
+                                            "host",
+                                            "port"};
 
 // The address to call: --url_file's (what the server wrote once it was
 // listening, so a container's health check follows the port the server was
@@ -130,6 +154,14 @@ commands:
     consecutive calls route to different experts as a server's clients do
     (at most 256 MiB of them; 1 sends one request throughout). Exit status 0
     once the load ran, even with server errors.
+      --concurrency_range=S:E:T     one closed-loop run per level S, S+T, ... E
+      --request_rate_range=S:E:T    one open-loop run per rate (capped by
+                                    --concurrency, default 64)
+      -f FILE.csv                   perf_analyzer's CSV, a row per level
+      --input_data=zero             all-zero inputs (one request throughout)
+                                    instead of random ones
+    Each level's report adds the server's mean queue and compute time per
+    request, from ModelStatistics read before and after the level.
   noop-server               serves a model "matmul" like gemmserve's (inputs A,
                             B, output Y) whose ModelInfer computes nothing: it
                             returns a zero Y of shape [rows of A, columns of B].
@@ -254,6 +286,13 @@ absl::StatusOr<PerfOptions> PerfOptionsFromFlags(const CommandLine& line,
   options.timeout = timeout;
   options.seed = absl::GetFlag(FLAGS_seed);
   options.request_pool = absl::GetFlag(FLAGS_request_pool);
+  const std::string input_data = absl::GetFlag(FLAGS_input_data);
+  if (input_data != "random" && input_data != "zero") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--input_data '", input_data,
+                     "': expected random or zero (perf_analyzer's JSON files are not read yet)"));
+  }
+  options.zero_data = input_data == "zero";
   for (const std::string& text : line.shapes) {
     absl::StatusOr<ShapeOverride> shape = ParseShapeOverride(text);
     if (!shape.ok()) return shape.status();
@@ -262,6 +301,45 @@ absl::StatusOr<PerfOptions> PerfOptionsFromFlags(const CommandLine& line,
   absl::Status valid = CheckPerfOptions(options);
   if (!valid.ok()) return valid;
   return options;
+}
+
+// The levels and report files of perf from the flags.
+absl::StatusOr<PerfPlan> PerfPlanFromFlags() {
+  PerfPlan plan;
+  plan.json_out = absl::GetFlag(FLAGS_json_out);
+  plan.csv_out = absl::GetFlag(FLAGS_f);
+  const std::string concurrency = absl::GetFlag(FLAGS_concurrency_range);
+  const std::string rates = absl::GetFlag(FLAGS_request_rate_range);
+  if (!concurrency.empty() && !rates.empty()) {
+    return absl::InvalidArgumentError(
+        "--concurrency_range and --request_rate_range are alternatives; give one");
+  }
+  if (!concurrency.empty()) {
+    if (absl::GetFlag(FLAGS_concurrency) != 0 || absl::GetFlag(FLAGS_rate) != 0) {
+      return absl::InvalidArgumentError(
+          "--concurrency_range replaces --concurrency and closes the loop: drop those flags");
+    }
+    absl::StatusOr<std::vector<double>> levels =
+        ParsePerfRange("concurrency_range", concurrency, /*integral=*/true);
+    if (!levels.ok()) return levels.status();
+    for (double c : *levels) {
+      if (c > kPerfMaxConcurrency) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--concurrency_range '", concurrency, "' goes over ", kPerfMaxConcurrency, " callers"));
+      }
+      plan.concurrency_levels.push_back(static_cast<int>(c));
+    }
+  }
+  if (!rates.empty()) {
+    if (absl::GetFlag(FLAGS_rate) != 0) {
+      return absl::InvalidArgumentError("--request_rate_range replaces --rate: drop it");
+    }
+    absl::StatusOr<std::vector<double>> levels =
+        ParsePerfRange("request_rate_range", rates, /*integral=*/false);
+    if (!levels.ok()) return levels.status();
+    plan.rate_levels = *std::move(levels);
+  }
+  return plan;
 }
 
 int Main(int argc, char** argv) {
@@ -294,9 +372,14 @@ int Main(int argc, char** argv) {
   if (command == "health") return RunHealth(*client, args, timeout);
   if (command == "metadata") return RunMetadata(*client, args, timeout);
   if (command == "perf") {
+    absl::StatusOr<PerfPlan> plan = PerfPlanFromFlags();
+    if (!plan.ok()) return Usage(plan.status().message());
     absl::StatusOr<PerfOptions> options = PerfOptionsFromFlags(*line, args, timeout);
     if (!options.ok()) return Usage(options.status().message());
-    return RunPerf(*client, *options, absl::GetFlag(FLAGS_json_out));
+    if (!plan->rate_levels.empty() && absl::GetFlag(FLAGS_concurrency) == 0) {
+      options->concurrency = kOpenLoopDefaultConcurrency;
+    }
+    return RunPerf(*client, *options, *plan);
   }
   InferOptions options;
   options.output = absl::GetFlag(FLAGS_output);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <atomic>
 #include <random>
 #include <thread>
@@ -39,7 +40,6 @@ constexpr char kGroupsParameter[] = "groups";
 // spares the server a burst of cancellations.
 constexpr absl::Duration kDrainGrace = absl::Seconds(2);
 
-constexpr int kMaxConcurrency = 10000;
 constexpr double kMaxRate = 1e6;
 constexpr absl::Duration kMaxDuration = absl::Hours(24);
 
@@ -297,9 +297,9 @@ absl::StatusOr<ShapeOverride> ParseShapeOverride(absl::string_view text) {
 
 absl::Status CheckPerfOptions(const PerfOptions& options) {
   if (options.model.empty()) return absl::InvalidArgumentError("perf needs --model");
-  if (options.concurrency < 1 || options.concurrency > kMaxConcurrency) {
-    return absl::InvalidArgumentError(absl::StrCat("--concurrency must be in [1, ", kMaxConcurrency,
-                                                   "], got ", options.concurrency));
+  if (options.concurrency < 1 || options.concurrency > kPerfMaxConcurrency) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--concurrency must be in [1, ", kPerfMaxConcurrency, "], got ", options.concurrency));
   }
   if (options.duration <= absl::ZeroDuration() || options.duration > kMaxDuration) {
     return absl::InvalidArgumentError("--duration must be in (0, 86400] seconds");
@@ -395,6 +395,8 @@ absl::StatusOr<std::vector<HostTensor>> MakePerfInputs(
       return absl::InvalidArgumentError(
           absl::StrCat(tensor.status().message(), " (see --shape and --rows)"));
     }
+    // Zero bytes are a zero of every datatype and a valid group index.
+    if (options.zero_data) std::fill(tensor->bytes.begin(), tensor->bytes.end(), '\0');
     inputs.push_back(*std::move(tensor));
   }
   return inputs;
@@ -411,6 +413,7 @@ std::optional<LatencySummary> SummarizeLatencies(std::vector<int64_t> latencies_
   LatencySummary summary;
   summary.p50_us = percentile(50);
   summary.p90_us = percentile(90);
+  summary.p95_us = percentile(95);
   summary.p99_us = percentile(99);
   summary.max_us = latencies_us.back();
   double sum = 0;
@@ -467,7 +470,9 @@ absl::StatusOr<std::vector<std::vector<HostTensor>>> MakePerfInputPool(
     const PerfOptions& options) {
   std::vector<std::vector<HostTensor>> pool;
   int64_t bytes = 0;
-  for (int i = 0; i < std::max(options.request_pool, 1); ++i) {
+  // Zero data makes every request the same: one is enough.
+  const int distinct = options.zero_data ? 1 : std::max(options.request_pool, 1);
+  for (int i = 0; i < distinct; ++i) {
     PerfOptions one = options;
     one.seed = options.seed + static_cast<uint64_t>(i);
     GEMMSERVE_ASSIGN_OR_RETURN(std::vector<HostTensor> inputs,
@@ -541,11 +546,21 @@ std::string FormatPerfReport(const PerfResult& result) {
   if (result.latency) {
     const LatencySummary& l = *result.latency;
     absl::StrAppendFormat(&text,
-                          "  latency p50 %d us, p90 %d us, p99 %d us, max %d us, "
+                          "  latency p50 %d us, p90 %d us, p95 %d us, p99 %d us, max %d us, "
                           "mean %.0f us\n",
-                          l.p50_us, l.p90_us, l.p99_us, l.max_us, l.mean_us);
+                          l.p50_us, l.p90_us, l.p95_us, l.p99_us, l.max_us, l.mean_us);
   } else {
     text += "  latency: no successful requests\n";
+  }
+  if (result.server) {
+    const ServerBreakdown& b = *result.server;
+    absl::StrAppendFormat(&text, "  server: queue %.0f us, compute infer %.0f us per request",
+                          b.queue_us, b.compute_infer_us);
+    if (b.compute_input_us > 0 || b.compute_output_us > 0) {
+      absl::StrAppendFormat(&text, " (input %.0f us, output %.0f us)", b.compute_input_us,
+                            b.compute_output_us);
+    }
+    absl::StrAppendFormat(&text, "; %d requests answered\n", b.requests);
   }
   if (!result.errors.empty()) {
     std::vector<std::string> parts;
@@ -571,19 +586,116 @@ std::string PerfResultJson(const PerfResult& result) {
                                      JsonString(input.name), JsonString(input.datatype),
                                      absl::StrJoin(input.shape, ", ")));
   }
+  const std::string server =
+      result.server
+          ? absl::StrFormat(
+                "{\"requests\": %d, \"queue_us\": %.3f, \"compute_input_us\": %.3f, "
+                "\"compute_infer_us\": %.3f, \"compute_output_us\": %.3f}",
+                result.server->requests, result.server->queue_us, result.server->compute_input_us,
+                result.server->compute_infer_us, result.server->compute_output_us)
+          : std::string("null");
   return absl::StrFormat(
       "{\"model\": %s, \"inputs\": {%s}, \"distinct_requests\": %d, \"mode\": \"%s\", "
       "\"concurrency\": %d, \"rate\": %s, "
       "\"duration_s\": %.10g, \"ok\": %d, \"errors\": {%s}, \"client_dropped\": %d, "
-      "\"throughput\": %.3f, \"p50_us\": %s, \"p90_us\": %s, \"p99_us\": %s, "
-      "\"max_us\": %s, \"mean_us\": %s}\n",
+      "\"throughput\": %.3f, \"p50_us\": %s, \"p90_us\": %s, \"p95_us\": %s, \"p99_us\": %s, "
+      "\"max_us\": %s, \"mean_us\": %s, \"server\": %s}\n",
       JsonString(result.model), absl::StrJoin(inputs, ", "), result.distinct_requests,
       result.open_loop ? "open_loop" : "closed_loop", result.concurrency,
       result.open_loop ? absl::StrFormat("%.10g", result.rate) : "null", result.duration_s,
       result.ok, absl::StrJoin(errors, ", "), result.client_dropped, result.throughput,
       latency(&LatencySummary::p50_us), latency(&LatencySummary::p90_us),
-      latency(&LatencySummary::p99_us), latency(&LatencySummary::max_us),
-      result.latency ? absl::StrFormat("%.3f", result.latency->mean_us) : "null");
+      latency(&LatencySummary::p95_us), latency(&LatencySummary::p99_us),
+      latency(&LatencySummary::max_us),
+      result.latency ? absl::StrFormat("%.3f", result.latency->mean_us) : "null", server);
+}
+
+std::optional<ServerBreakdown> ServerBreakdownBetween(const inference::ModelStatistics& before,
+                                                      const inference::ModelStatistics& after) {
+  const inference::InferStatistics& a = before.inference_stats();
+  const inference::InferStatistics& b = after.inference_stats();
+  if (b.success().count() <= a.success().count()) return std::nullopt;
+  const auto diff = [](const inference::StatisticDuration& x, const inference::StatisticDuration& y,
+                       double* out) {
+    if (y.ns() < x.ns()) return false;
+    *out = static_cast<double>(y.ns() - x.ns());
+    return true;
+  };
+  ServerBreakdown breakdown;
+  breakdown.requests = static_cast<int64_t>(b.success().count() - a.success().count());
+  double queue, input, infer, output;
+  if (!diff(a.queue(), b.queue(), &queue) || !diff(a.compute_input(), b.compute_input(), &input) ||
+      !diff(a.compute_infer(), b.compute_infer(), &infer) ||
+      !diff(a.compute_output(), b.compute_output(), &output)) {
+    return std::nullopt;
+  }
+  const double per_request_us = 1e3 * static_cast<double>(breakdown.requests);
+  breakdown.queue_us = queue / per_request_us;
+  breakdown.compute_input_us = input / per_request_us;
+  breakdown.compute_infer_us = infer / per_request_us;
+  breakdown.compute_output_us = output / per_request_us;
+  return breakdown;
+}
+
+absl::StatusOr<std::vector<double>> ParsePerfRange(absl::string_view flag, absl::string_view text,
+                                                   bool integral) {
+  const auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " '", text, "': ", why, " (expected START[:END[:STEP]])"));
+  };
+  std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
+  if (parts.size() > 3) return bad("too many parts");
+  double values[3] = {0, 0, 1};
+  for (size_t i = 0; i < parts.size(); ++i) {
+    double v = 0;
+    int64_t n = 0;
+    if (integral ? !absl::SimpleAtoi(parts[i], &n) : !absl::SimpleAtod(parts[i], &v)) {
+      return bad(absl::StrCat("'", parts[i], "' is not ", integral ? "an integer" : "a number"));
+    }
+    if (integral) v = static_cast<double>(n);
+    if (!std::isfinite(v)) return bad("not a finite number");
+    values[i] = v;
+  }
+  if (parts.size() == 1) values[1] = values[0];
+  const double start = values[0], end = values[1], step = values[2];
+  if (start <= 0) return bad("levels must be positive");
+  if (end < start) return bad("END is below START");
+  if (step <= 0) return bad("STEP must be positive");
+  if ((end - start) / step >= kPerfMaxLevels) {
+    return bad(absl::StrCat("more than ", kPerfMaxLevels, " levels"));
+  }
+  std::vector<double> levels;
+  // Levels by multiplication, not repeated addition, so that 0.1 steps do
+  // not drift; a tolerance keeps END itself in when it is on the grid.
+  for (int i = 0;; ++i) {
+    const double level = start + step * i;
+    if (level > end + step * 1e-9) break;
+    levels.push_back(level);
+  }
+  return levels;
+}
+
+std::string PerfCsv(const std::vector<PerfResult>& results) {
+  const bool rates = !results.empty() && results.front().open_loop;
+  std::string csv =
+      absl::StrCat(rates ? "Request Rate" : "Concurrency",
+                   ",Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"
+                   "Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,"
+                   "p50 latency,p90 latency,p95 latency,p99 latency\n");
+  for (const PerfResult& r : results) {
+    const ServerBreakdown b = r.server.value_or(ServerBreakdown{});
+    const LatencySummary l = r.latency.value_or(LatencySummary{});
+    const double server_us =
+        b.queue_us + b.compute_input_us + b.compute_infer_us + b.compute_output_us;
+    const auto us = [](double v) { return static_cast<int64_t>(std::llround(v)); };
+    absl::StrAppend(&csv, rates ? absl::StrFormat("%g", r.rate) : absl::StrCat(r.concurrency), ",",
+                    absl::StrFormat("%.2f", r.throughput), ",0,",
+                    r.latency ? us(std::max(0.0, l.mean_us - server_us)) : 0, ",", us(b.queue_us),
+                    ",", us(b.compute_input_us), ",", us(b.compute_infer_us), ",",
+                    us(b.compute_output_us), ",0,", l.p50_us, ",", l.p90_us, ",", l.p95_us, ",",
+                    l.p99_us, "\n");
+  }
+  return csv;
 }
 
 }  // namespace gemmserve::client

@@ -77,8 +77,12 @@ struct PerfOptions {
   absl::Duration timeout = absl::InfiniteDuration();  // deadline of each call
   uint64_t seed = 0;                                  // input values and open-loop arrivals
   int request_pool = 64;  // distinct requests, taken in turn; 1 sends one request throughout
+  // `--input_data zero`: every input all zeros (indices 0), one request
+  // throughout; else random values (`--input_data random`, the default).
+  bool zero_data = false;
 };
 
+inline constexpr int kPerfMaxConcurrency = 10000;
 inline constexpr int64_t kPerfPoolMaxBytes = int64_t{256} << 20;
 
 // Parses "NAME:d1,d2,..." ("NAME:" is a scalar). INVALID_ARGUMENT otherwise.
@@ -112,9 +116,9 @@ absl::StatusOr<std::vector<HostTensor>> MakePerfInputs(
     const inference::ModelMetadataResponse& metadata, const inference::ModelConfig* config,
     const PerfOptions& options);
 
-// The requests of a run: options.request_pool sets of MakePerfInputs, the
-// i-th made with seed options.seed + i, as many as fit in kPerfPoolMaxBytes
-// (at least one). Errors as MakePerfInputs.
+// The requests of a run (one with options.zero_data): options.request_pool sets of MakePerfInputs,
+// the i-th made with seed options.seed + i, as many as fit in kPerfPoolMaxBytes (at least one).
+// Errors as MakePerfInputs.
 absl::StatusOr<std::vector<std::vector<HostTensor>>> MakePerfInputPool(
     const inference::ModelMetadataResponse& metadata, const inference::ModelConfig* config,
     const PerfOptions& options);
@@ -123,6 +127,7 @@ absl::StatusOr<std::vector<std::vector<HostTensor>>> MakePerfInputPool(
 struct LatencySummary {
   int64_t p50_us = 0;
   int64_t p90_us = 0;
+  int64_t p95_us = 0;
   int64_t p99_us = 0;
   int64_t max_us = 0;
   double mean_us = 0;
@@ -139,6 +144,24 @@ struct PerfInput {
   std::vector<int64_t> shape;
 };
 
+// The server's side of a level, from the model's ModelStatistics read just
+// before and just after the level's run (warm-up included): the requests it
+// answered successfully meanwhile and, per such request, the mean time they
+// spent queued and in each compute phase, in microseconds.
+struct ServerBreakdown {
+  int64_t requests = 0;
+  double queue_us = 0;
+  double compute_input_us = 0;
+  double compute_infer_us = 0;
+  double compute_output_us = 0;
+};
+
+// The difference `after` - `before` of one model's statistics; nullopt when
+// no request succeeded in between or the counters went backwards (the model
+// was reloaded).
+std::optional<ServerBreakdown> ServerBreakdownBetween(const inference::ModelStatistics& before,
+                                                      const inference::ModelStatistics& after);
+
 struct PerfResult {
   std::string model;
   std::vector<PerfInput> inputs;
@@ -152,7 +175,18 @@ struct PerfResult {
   int64_t client_dropped = 0;             // open loop only
   double throughput = 0;                  // successful calls per second
   std::optional<LatencySummary> latency;  // nullopt without successful calls
+  std::optional<ServerBreakdown> server;  // nullopt without server statistics
 };
+
+// The levels of `--concurrency_range` or `--request_rate_range` (`flag`
+// names it in messages): "START", "START:END" or "START:END:STEP", giving
+// START, START + STEP, ... while at most END (STEP defaults to 1). With
+// `integral` every part must be an integer. INVALID_ARGUMENT for text that
+// is not a range, START > END, a step that is not positive, a level that is
+// not positive, or more than kPerfMaxLevels levels.
+inline constexpr int kPerfMaxLevels = 1000;
+absl::StatusOr<std::vector<double>> ParsePerfRange(absl::string_view flag, absl::string_view text,
+                                                   bool integral);
 
 // Runs the load on `channel` (a server error is a result, not a failure).
 // INVALID_ARGUMENT for bad options, as CheckPerfOptions.
@@ -168,7 +202,8 @@ absl::StatusOr<PerfResult> RunLoadPool(std::shared_ptr<grpc::Channel> channel,
 //   model matmul, closed loop, concurrency 4, 10.0 s
 //     inputs A FP32 [2,3], B FP32 [3,4]; 64 distinct requests
 //     requests 12345 ok, 0 errors; throughput 1234.5 infer/s
-//     latency p50 812 us, p90 1203 us, p99 2101 us, max 3100 us, mean 850 us
+//     latency p50 812 us, p90 1203 us, p95 1500 us, p99 2101 us, max 3100 us, mean 850 us
+//     server: queue 120 us, compute infer 610 us per request    (with a ServerBreakdown)
 //     errors: UNAVAILABLE 3, DEADLINE_EXCEEDED 1          (only with errors)
 // Open loop names the rate and the cap in the first line and adds a line with
 // the client's drops.
@@ -177,9 +212,23 @@ std::string FormatPerfReport(const PerfResult& result);
 // {"model", "inputs": {"NAME": {"datatype", "shape"}}, "distinct_requests",
 // "mode" ("closed_loop" / "open_loop"),
 // "concurrency", "rate" (null in closed loop), "duration_s", "ok", "errors": {"CODE": n},
-// "client_dropped", "throughput", "p50_us", "p90_us", "p99_us", "max_us", "mean_us"} — the
-// latencies are null without successful calls.
+// "client_dropped", "throughput", "p50_us", "p90_us", "p95_us", "p99_us", "max_us", "mean_us"} —
+// the latencies are null without successful calls; "server": {"requests", "queue_us",
+// "compute_input_us", "compute_infer_us", "compute_output_us"} or null.
 std::string PerfResultJson(const PerfResult& result);
+
+// perf_analyzer's CSV (`-f FILE`): a header, then a row per level, in
+// microseconds:
+//   Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,
+//   Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,
+//   p50 latency,p90 latency,p95 latency,p99 latency
+// The first column is "Request Rate" when the levels are open-loop rates.
+// Client Send and Client Recv are 0: requests are serialized before the run
+// and answers are not parsed. Network+Server Send/Recv is the mean latency
+// less the server's queue and compute times (at least 0); the server columns
+// are 0 for a level without a ServerBreakdown, the latencies 0 without
+// successful calls.
+std::string PerfCsv(const std::vector<PerfResult>& results);
 
 }  // namespace gemmserve::client
 

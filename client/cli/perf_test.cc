@@ -22,6 +22,7 @@
 namespace gemmserve::client {
 namespace {
 
+using ::testing::DoubleEq;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -232,6 +233,24 @@ TEST(MakePerfInputPoolTest, EachRequestRoutesAnewWithTheSameShapes) {
   EXPECT_EQ(inputs.size(), 8u) << "every request has its own values";
 }
 
+TEST(MakePerfInputPoolTest, ZeroDataIsOneAllZeroRequest) {
+  PerfOptions options;
+  options.shapes = {{"input", {64, 8}}, {"weights", {16, 8, 5}}, {"group_indices", {64, 2}}};
+  options.request_pool = 8;
+  options.zero_data = true;
+  const inference::ModelConfig config = BiasOptionalConfig();
+  absl::StatusOr<std::vector<std::vector<HostTensor>>> pool =
+      MakePerfInputPool(GroupedMatMulMetadata(), &config, options);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_EQ(pool->size(), 1u);
+  ASSERT_EQ((*pool)[0].size(), 3u);
+  for (const HostTensor& t : (*pool)[0]) {
+    EXPECT_FALSE(t.bytes.empty()) << t.name;
+    EXPECT_EQ(t.bytes, std::string(t.bytes.size(), '\0')) << t.name;
+  }
+  EXPECT_EQ((*pool)[0][0].shape, (std::vector<int64_t>{64, 8}));
+}
+
 TEST(MakePerfInputPoolTest, PoolStopsAtItsByteLimitButHoldsOneRequest) {
   PerfOptions options;
   options.shapes = {{"A", {4096, 4096}}, {"B", {4096, 1}}};  // 64 MiB + 16 KiB per request
@@ -316,6 +335,7 @@ TEST(SummarizeLatenciesTest, NearestRankPercentiles) {
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(s->p50_us, 50);
   EXPECT_EQ(s->p90_us, 90);
+  EXPECT_EQ(s->p95_us, 95);
   EXPECT_EQ(s->p99_us, 99);
   EXPECT_EQ(s->max_us, 100);
   EXPECT_DOUBLE_EQ(s->mean_us, 50.5);
@@ -339,7 +359,7 @@ PerfResult SampleResult() {
   result.duration_s = 10;
   result.ok = 12345;
   result.throughput = 1234.5;
-  result.latency = LatencySummary{812, 1203, 2101, 3100, 850.25};
+  result.latency = LatencySummary{812, 1203, 1500, 2101, 3100, 850.25};
   return result;
 }
 
@@ -348,7 +368,16 @@ TEST(FormatPerfReportTest, ClosedLoopWithoutErrors) {
             "model grouped_matmul, closed loop, concurrency 8, 10.0 s\n"
             "  inputs A FP32 [2,3]; 1 request throughout\n"
             "  requests 12345 ok, 0 errors; throughput 1234.5 infer/s\n"
-            "  latency p50 812 us, p90 1203 us, p99 2101 us, max 3100 us, mean 850 us\n");
+            "  latency p50 812 us, p90 1203 us, p95 1500 us, p99 2101 us, max 3100 us, "
+            "mean 850 us\n");
+}
+
+TEST(FormatPerfReportTest, ServerBreakdownHasItsLine) {
+  PerfResult result = SampleResult();
+  result.server = ServerBreakdown{12000, 120.4, 0, 610.6, 0};
+  EXPECT_THAT(FormatPerfReport(result),
+              HasSubstr("\n  server: queue 120 us, compute infer 611 us per request; 12000 "
+                        "requests answered\n"));
 }
 
 TEST(FormatPerfReportTest, OpenLoopNamesDropsAndErrorsMostFrequentFirst) {
@@ -373,7 +402,88 @@ TEST(PerfResultJsonTest, HasEveryField) {
             "\"concurrency\": 8, \"rate\": null, "
             "\"duration_s\": 10, \"ok\": 12345, \"errors\": {\"UNAVAILABLE\": 3}, "
             "\"client_dropped\": 0, \"throughput\": 1234.500, \"p50_us\": 812, \"p90_us\": 1203, "
-            "\"p99_us\": 2101, \"max_us\": 3100, \"mean_us\": 850.250}\n");
+            "\"p95_us\": 1500, \"p99_us\": 2101, \"max_us\": 3100, \"mean_us\": 850.250, "
+            "\"server\": null}\n");
+}
+
+TEST(PerfResultJsonTest, ServerBreakdownIsAnObject) {
+  PerfResult result = SampleResult();
+  result.server = ServerBreakdown{10, 1.5, 0, 2.25, 0};
+  EXPECT_THAT(PerfResultJson(result),
+              HasSubstr("\"server\": {\"requests\": 10, \"queue_us\": 1.500, "
+                        "\"compute_input_us\": 0.000, \"compute_infer_us\": 2.250, "
+                        "\"compute_output_us\": 0.000}}\n"));
+}
+
+inference::ModelStatistics Stats(uint64_t success, uint64_t queue_ns, uint64_t infer_ns) {
+  inference::ModelStatistics s;
+  s.mutable_inference_stats()->mutable_success()->set_count(success);
+  s.mutable_inference_stats()->mutable_queue()->set_ns(queue_ns);
+  s.mutable_inference_stats()->mutable_compute_infer()->set_ns(infer_ns);
+  return s;
+}
+
+TEST(ServerBreakdownBetweenTest, MeansPerRequestAnsweredInBetween) {
+  std::optional<ServerBreakdown> b =
+      ServerBreakdownBetween(Stats(5, 1000, 9000), Stats(9, 1000 + 4 * 3000, 9000 + 4 * 250000));
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->requests, 4);
+  EXPECT_DOUBLE_EQ(b->queue_us, 3);
+  EXPECT_DOUBLE_EQ(b->compute_infer_us, 250);
+  EXPECT_DOUBLE_EQ(b->compute_input_us, 0);
+}
+
+TEST(ServerBreakdownBetweenTest, NoneWithoutNewRequestsOrWhenCountersGoBack) {
+  EXPECT_FALSE(ServerBreakdownBetween(Stats(5, 10, 10), Stats(5, 20, 20)).has_value());
+  EXPECT_FALSE(ServerBreakdownBetween(Stats(5, 10, 10), Stats(3, 20, 20)).has_value());
+  // A reload resets the times while the count grew past the old one.
+  EXPECT_FALSE(ServerBreakdownBetween(Stats(5, 5000, 10), Stats(9, 100, 20)).has_value());
+}
+
+TEST(ParsePerfRangeTest, LevelsFromStartToEndByStep) {
+  EXPECT_THAT(*ParsePerfRange("concurrency_range", "1:8:2", true), ElementsAre(1, 3, 5, 7));
+  EXPECT_THAT(*ParsePerfRange("concurrency_range", "4", true), ElementsAre(4));
+  EXPECT_THAT(*ParsePerfRange("concurrency_range", "2:4", true), ElementsAre(2, 3, 4));
+  EXPECT_THAT(*ParsePerfRange("request_rate_range", "0.1:0.3:0.1", false),
+              ElementsAre(DoubleEq(0.1), DoubleEq(0.2), DoubleEq(0.3)));
+  EXPECT_THAT(*ParsePerfRange("request_rate_range", "100:1000:300", false),
+              ElementsAre(100, 400, 700, 1000));
+}
+
+TEST(ParsePerfRangeTest, RejectsWhatIsNotARange) {
+  for (const char* text : {"", "0", "-1:4", "4:2", "1:4:0", "1:4:-1", "1:2:3:4", "a", "1.5",
+                           "1:1000000", "nan", "1:inf"}) {
+    absl::StatusOr<std::vector<double>> levels = ParsePerfRange("concurrency_range", text, true);
+    EXPECT_EQ(levels.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    if (!levels.ok()) EXPECT_THAT(levels.status().message(), HasSubstr("--concurrency_range"));
+  }
+  for (const char* text : {"0", "nan", "1:inf", "2:1", "1:2:0", "x"}) {
+    EXPECT_FALSE(ParsePerfRange("request_rate_range", text, false).ok()) << text;
+  }
+}
+
+TEST(PerfCsvTest, PerfAnalyzerColumnsARowPerLevel) {
+  PerfResult one = SampleResult();
+  one.concurrency = 1;
+  one.server = ServerBreakdown{100, 120, 0, 600, 0};
+  PerfResult two = SampleResult();
+  two.concurrency = 2;
+  two.latency.reset();
+  EXPECT_EQ(PerfCsv({one, two}),
+            "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"
+            "Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,"
+            "p50 latency,p90 latency,p95 latency,p99 latency\n"
+            "1,1234.50,0,130,120,0,600,0,0,812,1203,1500,2101\n"
+            "2,1234.50,0,0,0,0,0,0,0,0,0,0,0\n");
+}
+
+TEST(PerfCsvTest, RatesNameTheirColumn) {
+  PerfResult r = SampleResult();
+  r.open_loop = true;
+  r.rate = 250.5;
+  const std::string csv = PerfCsv({r});
+  EXPECT_EQ(csv.substr(0, csv.find(',')), "Request Rate");
+  EXPECT_THAT(csv, HasSubstr("\n250.5,1234.50,"));
 }
 
 TEST(PerfResultJsonTest, NoSuccessfulCallsGiveNullLatencies) {
@@ -383,7 +493,7 @@ TEST(PerfResultJsonTest, NoSuccessfulCallsGiveNullLatencies) {
   const std::string json = PerfResultJson(result);
   EXPECT_THAT(json, HasSubstr("\"model\": \"a\\\"b\""));
   EXPECT_THAT(json, HasSubstr("\"p50_us\": null"));
-  EXPECT_THAT(json, HasSubstr("\"mean_us\": null}"));
+  EXPECT_THAT(json, HasSubstr("\"mean_us\": null, \"server\": null}"));
 }
 
 // --------------------------------------------------------------- load

@@ -158,6 +158,21 @@ absl::StatusOr<inference::ModelConfig> Client::ModelConfig(absl::string_view mod
   return std::move(*response.mutable_config());
 }
 
+absl::StatusOr<inference::ModelStatistics> Client::ModelStatistics(absl::string_view model,
+                                                                   absl::Duration timeout) const {
+  grpc::ClientContext context;
+  SetTimeout(timeout, &context);
+  inference::ModelStatisticsRequest request;
+  request.set_name(std::string(model));
+  inference::ModelStatisticsResponse response;
+  GEMMSERVE_RETURN_IF_ERROR(FromGrpcStatus(stub_->ModelStatistics(&context, request, &response)));
+  if (response.model_stats_size() != 1) {
+    return absl::InternalError(absl::StrCat("ModelStatistics for one model answered ",
+                                            response.model_stats_size(), " entries"));
+  }
+  return std::move(*response.mutable_model_stats(0));
+}
+
 absl::StatusOr<std::vector<HostTensor>> Client::Infer(absl::string_view model,
                                                       std::vector<HostTensor> inputs,
                                                       absl::Duration timeout) const {

@@ -75,6 +75,11 @@ class Client {
   absl::StatusOr<inference::ModelConfig> ModelConfig(
       absl::string_view model, absl::Duration timeout = absl::InfiniteDuration()) const;
 
+  // Triton's ModelStatistics RPC for one model (its only version): the
+  // server's counts and cumulative queue and compute times.
+  absl::StatusOr<inference::ModelStatistics> ModelStatistics(
+      absl::string_view model, absl::Duration timeout = absl::InfiniteDuration()) const;
+
   // Runs `model` on `inputs` (moved into the request to spare a copy of large
   // tensors) and returns all its outputs. The server's answer is checked, not
   // trusted: INTERNAL if it lacks raw contents for an output, or if an
