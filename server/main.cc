@@ -100,6 +100,13 @@ ABSL_FLAG(int64_t, builtin_max_queue_size, kBuiltin.max_queue_size,
           "Dynamic batching of the built-in models: queued requests beyond this get "
           "UNAVAILABLE (0: no limit).");
 
+ABSL_FLAG(bool, allow_client_shm, kDefaults.serving.shm.allow_client_shm,
+          "Let clients register POSIX shared-memory regions and send tensors through them "
+          "(Triton's system shared memory). The server opens the objects with its own rights: "
+          "allow it only for trusted local clients.");
+ABSL_FLAG(int64_t, max_client_shm_bytes, kDefaults.serving.shm.max_registered_bytes,
+          "Most bytes of client shared memory registered at once, all clients together.");
+
 ABSL_FLAG(std::string, bf16_panels, "auto",
           "BF16 weights on pair panels for the vdpbf16ps kernel: auto (where vdpbf16ps is "
           "measured at start to do 1.25x FP32 FMA's flops), on, or off (row-major, BLIS on "
@@ -127,6 +134,8 @@ int main(int argc, char** argv) {
   serving.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   serving.model_repository = absl::GetFlag(FLAGS_model_repository);
   serving.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  serving.shm.allow_client_shm = absl::GetFlag(FLAGS_allow_client_shm);
+  serving.shm.max_registered_bytes = absl::GetFlag(FLAGS_max_client_shm_bytes);
   engine.compute_threads = absl::GetFlag(FLAGS_compute_threads);
   engine.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   engine.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);

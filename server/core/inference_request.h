@@ -7,6 +7,7 @@
 #define GEMMSERVE_SERVER_CORE_INFERENCE_REQUEST_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include "absl/strings/string_view.h"
 #include <vector>
@@ -37,6 +38,15 @@ enum class ContentsKind {
 // The protocol's name for a contents kind: "raw_input_contents", "fp32_contents", ...
 absl::string_view ContentsKindName(ContentsKind kind);
 
+// Triton's shared-memory parameters of a tensor: a window of a region the
+// caller registered (shared_memory_region, shared_memory_offset,
+// shared_memory_byte_size).
+struct SharedMemoryRef {
+  absl::string_view region;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+
 struct InputTensorView {
   absl::string_view name;
   absl::string_view datatype;  // as sent, e.g. "FP32"
@@ -44,6 +54,16 @@ struct InputTensorView {
   ContentsKind contents = ContentsKind::kNone;
   const void* data = nullptr;  // first byte (raw) or first element (typed)
   int64_t count = 0;           // bytes for kRaw, elements otherwise
+  // Set when the input's bytes are in client shared memory: the front end
+  // leaves `contents` kNone, and Serving reads the window and makes the view
+  // kRaw before the engine sees it.
+  std::optional<SharedMemoryRef> shm;
+};
+
+// A requested output that goes to client shared memory.
+struct OutputShmView {
+  absl::string_view name;
+  SharedMemoryRef ref;
 };
 
 struct InferRequestView {
@@ -52,6 +72,7 @@ struct InferRequestView {
   absl::string_view id;             // echoed in the response
   std::vector<InputTensorView> inputs;
   std::vector<absl::string_view> requested_outputs;  // empty: all outputs
+  std::vector<OutputShmView> output_shm;             // outputs written to shared memory
   // Triton's request parameters: `priority` (0: the model's default level)
   // and `timeout` in microseconds (0: the model's default), both for models
   // with dynamic batching.
@@ -72,9 +93,18 @@ struct InferRequestView {
   bool outputs_as_text = false;
 };
 
+// Where an output went when it was written to client shared memory; the
+// front end then sends no bytes for it, only these parameters.
+struct SharedMemoryWritten {
+  std::string region;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;  // the bytes written
+};
+
 struct NamedTensor {
   std::string name;
   Tensor tensor;
+  std::optional<SharedMemoryWritten> shm;
 };
 
 struct InferResult {

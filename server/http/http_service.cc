@@ -125,9 +125,50 @@ void HttpService::Handle(HttpCall call, Reply reply) {
   }
   if (p.size() == 1) {
     if (!get) return method_not_allowed("GET");
-    return ok(ServerMetadataJson(
-        kServerName, kServerVersion,
-        {"binary_tensor_data", "model_repository", "statistics", "model_configuration"}));
+    std::vector<std::string> extensions = {"binary_tensor_data", "model_repository", "statistics",
+                                           "model_configuration"};
+    if (serving_->shm().enabled()) extensions.push_back("system_shared_memory");
+    return ok(ServerMetadataJson(kServerName, kServerVersion, extensions));
+  }
+  if (p[1] == "cudasharedmemory") {
+    return std::move(reply)(Error(
+        absl::UnimplementedError("CUDA shared memory is not served; use system shared memory")));
+  }
+  if (p[1] == "systemsharedmemory") {
+    // Triton's routes: [region/{r}/]status (GET), region/{r}/register,
+    // [region/{r}/]unregister (POST).
+    const std::string owner = serving_->ShmOwner(call.authorization);
+    std::string region;
+    std::string action;
+    if (p.size() == 3) {
+      action = p[2];
+    } else if (p.size() == 5 && p[2] == "region") {
+      region = p[3];
+      action = p[4];
+      if (region.empty()) {
+        return std::move(reply)(
+            Error(absl::InvalidArgumentError("shared memory region name is empty")));
+      }
+    }
+    if (action == "status") {
+      if (!get) return method_not_allowed("GET");
+      auto regions = serving_->shm().Status(owner, region);
+      if (!regions.ok()) return std::move(reply)(Error(regions.status()));
+      return ok(ShmStatusJson(*regions));
+    }
+    if (action == "unregister") {
+      if (!post) return method_not_allowed("POST");
+      absl::Status s = serving_->shm().Unregister(owner, region);
+      return std::move(reply)(s.ok() ? Json("{}") : Error(s));
+    }
+    if (action == "register" && !region.empty()) {
+      if (!post) return method_not_allowed("POST");
+      absl::StatusOr<ShmRegisterBody> body = ParseShmRegisterRequest(call.body);
+      if (!body.ok()) return std::move(reply)(Error(body.status()));
+      absl::Status s =
+          serving_->shm().Register(owner, region, body->key, body->offset, body->byte_size);
+      return std::move(reply)(s.ok() ? Json("{}") : Error(s));
+    }
   }
   if (p[1] == "repository") {
     if (p.size() == 3 && p[2] == "index") {

@@ -228,6 +228,47 @@ absl::StatusOr<rapidjson::Document> ParseObject(absl::string_view body, const ch
 
 }  // namespace
 
+absl::StatusOr<ShmRegisterBody> ParseShmRegisterRequest(absl::string_view body) {
+  absl::StatusOr<rapidjson::Document> doc = ParseObject(body, "shared memory register");
+  if (!doc.ok()) return doc.status();
+  ShmRegisterBody out;
+  bool has_key = false, has_size = false;
+  for (auto it = doc->MemberBegin(); it != doc->MemberEnd(); ++it) {
+    const absl::string_view key(it->name.GetString(), it->name.GetStringLength());
+    if (key == "key") {
+      if (!it->value.IsString()) return absl::InvalidArgumentError("'key' must be a string");
+      out.key.assign(it->value.GetString(), it->value.GetStringLength());
+      has_key = true;
+    } else if (key == "offset" || key == "byte_size") {
+      if (!it->value.IsUint64()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("'", key, "' must be a non-negative integer"));
+      }
+      (key == "offset" ? out.offset : out.byte_size) = it->value.GetUint64();
+      if (key == "byte_size") has_size = true;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown field '", ClientText(key),
+                       "' in the shared memory register body; expected key, offset, byte_size"));
+    }
+  }
+  if (!has_key || !has_size) {
+    return absl::InvalidArgumentError(
+        "the shared memory register body needs 'key' and 'byte_size'");
+  }
+  return out;
+}
+
+std::string ShmStatusJson(const std::vector<SharedMemoryRegionStatus>& regions) {
+  Json j;
+  j.Open('[');
+  for (const SharedMemoryRegionStatus& r : regions) {
+    j.Open('{').Field("name", r.name).Field("key", r.key);
+    j.NumField("offset", r.offset).NumField("byte_size", r.byte_size).Close('}');
+  }
+  return j.Close(']').Take();
+}
+
 absl::StatusOr<bool> ParseRepositoryIndexRequest(absl::string_view body) {
   if (body.empty()) return false;
   absl::StatusOr<rapidjson::Document> doc = ParseObject(body, "repository index");

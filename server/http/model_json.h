@@ -13,6 +13,7 @@
 #include "server/core/inference_engine.h"
 #include "server/core/model.h"
 #include "server/repository/model_repository.h"
+#include "server/shm/shared_memory_manager.h"
 
 namespace gemmserve {
 
@@ -25,6 +26,17 @@ std::string ModelConfigJson(const ServedModel& served);
 std::string ModelStatisticsJson(const std::vector<ModelStatistics>& stats);
 std::string RepositoryIndexJson(const std::vector<ModelStatus>& index);
 std::string ErrorJson(absl::string_view message);
+
+// Triton's system shared memory over HTTP: the register body
+// {"key": "/name", "offset": n, "byte_size": n} (offset optional), and the
+// status answer [{"name", "key", "offset", "byte_size"}, ...].
+struct ShmRegisterBody {
+  std::string key;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+absl::StatusOr<ShmRegisterBody> ParseShmRegisterRequest(absl::string_view body);
+std::string ShmStatusJson(const std::vector<SharedMemoryRegionStatus>& regions);
 
 // The body of POST /v2/repository/index: `{"ready": bool}` or empty.
 absl::StatusOr<bool> ParseRepositoryIndexRequest(absl::string_view body);

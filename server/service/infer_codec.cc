@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/common/allocation.h"
 #include "server/common/client_text.h"
+#include "server/common/status_macros.h"
 
 namespace gemmserve {
 namespace {
@@ -57,6 +58,57 @@ absl::Status UnsignedParameter(const inference::ModelInferRequest& request, cons
       absl::StrCat("parameter '", name, "': expected a non-negative integer (int64 or uint64)"));
 }
 
+using Parameters = google::protobuf::Map<std::string, inference::InferParameter>;
+
+// A non-negative integer parameter, sent as int64 or uint64.
+absl::Status UnsignedOf(const inference::InferParameter& p, absl::string_view what,
+                        absl::string_view name, uint64_t* out) {
+  if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+    *out = p.uint64_param();
+    return absl::OkStatus();
+  }
+  if (p.parameter_choice_case() == inference::InferParameter::kInt64Param && p.int64_param() >= 0) {
+    *out = static_cast<uint64_t>(p.int64_param());
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, ": parameter '", name, "' must be a non-negative integer (int64 or uint64)"));
+}
+
+// Triton's shared-memory parameters of a tensor (`what` names it in
+// messages); nullopt when it has none. shared_memory_region and
+// shared_memory_byte_size come together; shared_memory_offset is optional.
+absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryParameters(const Parameters& params,
+                                                                      absl::string_view what) {
+  auto region = params.find("shared_memory_region");
+  auto size = params.find("shared_memory_byte_size");
+  auto offset = params.find("shared_memory_offset");
+  if (region == params.end() && size == params.end()) {
+    if (offset != params.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " has shared_memory_offset without shared_memory_region and byte size"));
+    }
+    return std::nullopt;
+  }
+  if (region == params.end() || size == params.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " needs both shared_memory_region and shared_memory_byte_size"));
+  }
+  if (region->second.parameter_choice_case() != inference::InferParameter::kStringParam) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": parameter 'shared_memory_region' must be a string"));
+  }
+  SharedMemoryRef ref;
+  ref.region = region->second.string_param();
+  GEMMSERVE_RETURN_IF_ERROR(
+      UnsignedOf(size->second, what, "shared_memory_byte_size", &ref.byte_size));
+  if (offset != params.end()) {
+    GEMMSERVE_RETURN_IF_ERROR(
+        UnsignedOf(offset->second, what, "shared_memory_offset", &ref.offset));
+  }
+  return std::optional<SharedMemoryRef>(ref);
+}
+
 absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferRequest& request) {
   InferRequestView view;
   view.model_name = request.model_name();
@@ -64,13 +116,25 @@ absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferReques
   view.id = request.id();
   if (absl::Status s = UnsignedParameter(request, "priority", &view.priority); !s.ok()) return s;
   if (absl::Status s = UnsignedParameter(request, "timeout", &view.timeout_us); !s.ok()) return s;
+  // As Triton's: raw_input_contents pair one to one with the inputs not in
+  // shared memory.
+  std::vector<std::optional<SharedMemoryRef>> shm(request.inputs_size());
+  int in_memory = 0;
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        shm[i],
+        SharedMemoryParameters(request.inputs(i).parameters(),
+                               absl::StrCat("input '", ClientText(request.inputs(i).name()), "'")));
+    if (!shm[i]) ++in_memory;
+  }
   const int raw_count = request.raw_input_contents_size();
-  if (raw_count > 0 && raw_count != request.inputs_size()) {
+  if (raw_count > 0 && raw_count != in_memory) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the request has ", request.inputs_size(), " inputs but ", raw_count,
+        absl::StrCat("the request has ", in_memory, " inputs outside shared memory but ", raw_count,
                      " raw_input_contents entries; they must pair one to one"));
   }
   view.inputs.reserve(request.inputs_size());
+  int raw_index = 0;
   for (int i = 0; i < request.inputs_size(); ++i) {
     const inference::ModelInferRequest::InferInputTensor& input = request.inputs(i);
     InputTensorView tensor;
@@ -79,13 +143,20 @@ absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferReques
     tensor.shape = absl::MakeConstSpan(input.shape().data(), input.shape_size());
     std::vector<TypedField> typed;
     if (input.has_contents()) typed = NonEmptyTypedFields(input.contents());
-    if (raw_count > 0) {
+    if (shm[i]) {
+      if (!typed.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", ClientText(input.name()), "' has ", ContentsKindName(typed[0].kind),
+            " and shared memory parameters; send its bytes one way"));
+      }
+      tensor.shm = shm[i];
+    } else if (raw_count > 0) {
       if (!typed.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "input '", ClientText(input.name()), "' has ", ContentsKindName(typed[0].kind),
             " while the request uses raw_input_contents; send all inputs one way"));
       }
-      const std::string& raw = request.raw_input_contents(i);
+      const std::string& raw = request.raw_input_contents(raw_index++);
       tensor.contents = ContentsKind::kRaw;
       tensor.data = raw.data();
       tensor.count = static_cast<int64_t>(raw.size());
@@ -103,7 +174,14 @@ absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferReques
     view.inputs.push_back(tensor);
   }
   view.requested_outputs.reserve(request.outputs_size());
-  for (const auto& output : request.outputs()) view.requested_outputs.push_back(output.name());
+  for (const auto& output : request.outputs()) {
+    view.requested_outputs.push_back(output.name());
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        std::optional<SharedMemoryRef> ref,
+        SharedMemoryParameters(output.parameters(),
+                               absl::StrCat("output '", ClientText(output.name()), "'")));
+    if (ref) view.output_shm.push_back({output.name(), *ref});
+  }
   return view;
 }
 
@@ -148,6 +226,17 @@ void EncodeInto(const InferResult& result, const std::string& id,
     tensor->set_name(output.name);
     tensor->set_datatype(std::string(DataTypeName(output.tensor.type())));
     for (int64_t d : output.tensor.shape()) tensor->add_shape(d);
+    if (output.shm) {
+      // Written to the client's region: an empty entry keeps raw contents
+      // paired with the outputs, and the parameters say where the bytes are.
+      response->add_raw_output_contents();
+      auto& params = *tensor->mutable_parameters();
+      params["shared_memory_region"].set_string_param(output.shm->region);
+      params["shared_memory_byte_size"].set_int64_param(
+          static_cast<int64_t>(output.shm->byte_size));
+      params["shared_memory_offset"].set_int64_param(static_cast<int64_t>(output.shm->offset));
+      continue;
+    }
     const auto bytes = output.tensor.bytes();
     response->add_raw_output_contents()->assign(reinterpret_cast<const char*>(bytes.data()),
                                                 bytes.size());

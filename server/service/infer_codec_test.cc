@@ -65,6 +65,74 @@ TEST(DecodeInferRequestTest, RawInputsAreViewedNotCopied) {
   EXPECT_THAT(view->requested_outputs, IsEmpty());
 }
 
+void SetShm(google::protobuf::Map<std::string, inference::InferParameter>* params,
+            const std::string& region, int64_t size, int64_t offset = -1) {
+  (*params)["shared_memory_region"].set_string_param(region);
+  (*params)["shared_memory_byte_size"].set_int64_param(size);
+  if (offset >= 0) (*params)["shared_memory_offset"].set_uint64_param(offset);
+}
+
+TEST(DecodeInferRequestTest, SharedMemoryInputsAndOutputsAreReferences) {
+  inference::ModelInferRequest request;
+  SetShm(AddInput(&request, "A", "FP32", {2, 3})->mutable_parameters(), "in", 24, 8);
+  AddInput(&request, "B", "FP32", {3});
+  request.add_raw_input_contents(std::string(12, 'b'));  // pairs with B, the one not in shm
+  auto* y = request.add_outputs();
+  y->set_name("Y");
+  SetShm(y->mutable_parameters(), "out", 100);
+  absl::StatusOr<InferRequestView> view = DecodeInferRequest(request);
+  ASSERT_TRUE(view.ok()) << view.status();
+  const InputTensorView& a = view->inputs[0];
+  EXPECT_EQ(a.contents, ContentsKind::kNone);
+  ASSERT_TRUE(a.shm.has_value());
+  EXPECT_EQ(a.shm->region, "in");
+  EXPECT_EQ(a.shm->byte_size, 24u);
+  EXPECT_EQ(a.shm->offset, 8u);
+  EXPECT_EQ(view->inputs[1].data, request.raw_input_contents(0).data());
+  EXPECT_EQ(view->message_bytes, 12);
+  ASSERT_EQ(view->output_shm.size(), 1u);
+  EXPECT_EQ(view->output_shm[0].name, "Y");
+  EXPECT_EQ(view->output_shm[0].ref.region, "out");
+  EXPECT_EQ(view->output_shm[0].ref.byte_size, 100u);
+  EXPECT_EQ(view->output_shm[0].ref.offset, 0u);
+  EXPECT_THAT(view->requested_outputs, ElementsAre("Y"));
+}
+
+TEST(DecodeInferRequestTest, SharedMemoryParametersMustBeWhole) {
+  auto decode = [](auto edit) {
+    inference::ModelInferRequest request;
+    InputTensor* a = AddInput(&request, "A", "FP32", {1});
+    SetShm(a->mutable_parameters(), "r", 4);
+    edit(request, *a->mutable_parameters());
+    return DecodeError(request);
+  };
+  using Params = google::protobuf::Map<std::string, inference::InferParameter>;
+  EXPECT_THAT(decode([](auto&, Params& p) { p.erase("shared_memory_byte_size"); }),
+              HasSubstr("needs both"));
+  EXPECT_THAT(decode([](auto&, Params& p) { p.erase("shared_memory_region"); }),
+              HasSubstr("needs both"));
+  EXPECT_THAT(decode([](auto&, Params& p) {
+                p.erase("shared_memory_region");
+                p.erase("shared_memory_byte_size");
+                p["shared_memory_offset"].set_int64_param(0);
+              }),
+              HasSubstr("without shared_memory_region"));
+  EXPECT_THAT(decode([](auto&, Params& p) { p["shared_memory_region"].set_int64_param(1); }),
+              HasSubstr("must be a string"));
+  EXPECT_THAT(decode([](auto&, Params& p) { p["shared_memory_byte_size"].set_int64_param(-1); }),
+              HasSubstr("non-negative integer"));
+  EXPECT_THAT(decode([](auto&, Params& p) { p["shared_memory_offset"].set_bool_param(true); }),
+              HasSubstr("non-negative integer"));
+  EXPECT_THAT(decode([](inference::ModelInferRequest& r, Params&) {
+                r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1);
+              }),
+              HasSubstr("send its bytes one way"));
+  EXPECT_THAT(decode([](inference::ModelInferRequest& r, Params&) {
+                r.add_raw_input_contents(std::string(4, '\0'));
+              }),
+              HasSubstr("0 inputs outside shared memory"));
+}
+
 TEST(DecodeInferRequestTest, EmptyRequestDecodesToNoInputs) {
   inference::ModelInferRequest request;
   absl::StatusOr<InferRequestView> view = DecodeInferRequest(request);

@@ -185,4 +185,40 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
   return FinishNow(context, ToGrpcStatus(serving_->repository().Unload(request->model_name())));
 }
 
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
+    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
+    inference::SystemSharedMemoryStatusResponse* response) {
+  GEMMSERVE_AUTHENTICATE(context);
+  auto regions =
+      serving_->shm().Status(serving_->ShmOwner(Authorization(*context)), request->name());
+  if (!regions.ok()) return FinishNow(context, ToGrpcStatus(regions.status()));
+  for (const SharedMemoryRegionStatus& r : *regions) {
+    auto& out = (*response->mutable_regions())[r.name];
+    out.set_name(r.name);
+    out.set_key(r.key);
+    out.set_offset(r.offset);
+    out.set_byte_size(r.byte_size);
+  }
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryRegisterRequest* request,
+    inference::SystemSharedMemoryRegisterResponse*) {
+  GEMMSERVE_AUTHENTICATE(context);
+  return FinishNow(context, ToGrpcStatus(serving_->shm().Register(
+                                serving_->ShmOwner(Authorization(*context)), request->name(),
+                                request->key(), request->offset(), request->byte_size())));
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryUnregisterRequest* request,
+    inference::SystemSharedMemoryUnregisterResponse*) {
+  GEMMSERVE_AUTHENTICATE(context);
+  return FinishNow(context, ToGrpcStatus(serving_->shm().Unregister(
+                                serving_->ShmOwner(Authorization(*context)), request->name())));
+}
+
 }  // namespace gemmserve

@@ -1,5 +1,6 @@
 #include "server/serving/serving.h"
 
+#include <algorithm>
 #include <limits>
 #include <new>
 #include <utility>
@@ -8,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/allocation.h"
+#include "server/common/client_text.h"
 #include "server/common/status_macros.h"
 #include "server/core/overload.h"
 #include "server/models/builtin_models.h"
@@ -24,6 +26,9 @@ absl::Status Validate(const ServingOptions& o) {
   }
   if (e.max_message_bytes <= 0) {
     return absl::InvalidArgumentError("--max_message_bytes must be positive");
+  }
+  if (o.shm.max_registered_bytes < 0) {
+    return absl::InvalidArgumentError("--max_client_shm_bytes must not be negative");
   }
   if (e.max_inflight_bytes <= 0) {
     return absl::InvalidArgumentError("--max_inflight_bytes must be positive");
@@ -57,9 +62,48 @@ struct Serving::Call {
   std::shared_ptr<ModelMetrics> model_metrics;
   absl::Time arrival;
   InferDone done;
+  // Client shared memory: the regions the call holds until it is answered
+  // (so none is unregistered under it), the inputs read out of them, and the
+  // outputs to write there, each with the index of its lease.
+  std::vector<SharedMemoryLease> leases;
+  std::vector<std::unique_ptr<char[]>> shm_inputs;
+  std::vector<std::pair<OutputShmView, size_t>> shm_outputs;
+
+  // Writes the outputs that go to shared memory; an error replaces the result.
+  absl::Status WriteShmOutputs(InferResult& result) {
+    for (const auto& output_and_lease : shm_outputs) {
+      // Named, not a structured binding: clang 14 cannot capture those.
+      const OutputShmView& target = output_and_lease.first;
+      const size_t lease = output_and_lease.second;
+      auto it = std::find_if(result.outputs.begin(), result.outputs.end(),
+                             [&](const NamedTensor& t) { return t.name == target.name; });
+      if (it == result.outputs.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("output '", ClientText(target.name),
+                         "' has shared memory parameters but the model ", "did not produce it"));
+      }
+      const auto bytes = it->tensor.bytes();
+      if (bytes.size() > target.ref.byte_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("output '", ClientText(target.name), "' is ", bytes.size(),
+                         " bytes, over its shared_memory_byte_size of ", target.ref.byte_size));
+      }
+      GEMMSERVE_RETURN_IF_ERROR(leases[lease].Write(
+          target.ref.offset,
+          absl::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size())));
+      it->shm = SharedMemoryWritten{std::string(target.ref.region), target.ref.offset,
+                                    static_cast<uint64_t>(bytes.size())};
+    }
+    return absl::OkStatus();
+  }
 
   void Finish(absl::StatusOr<InferResult> result) {
+    if (result.ok() && !shm_outputs.empty()) {
+      if (absl::Status s = WriteShmOutputs(*result); !s.ok()) result = s;
+    }
     const absl::Status status = std::move(done)(std::move(result));
+    leases.clear();  // answered: the regions may be unregistered
+    shm_inputs.clear();
     serving->metrics_->AddInflight(-1);
     if (model_metrics) {
       model_metrics->RecordResponse(status.code(), absl::Now() - arrival);
@@ -88,6 +132,8 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(ServingOptions options) 
   if (!options.auth_token_file.empty()) {
     GEMMSERVE_ASSIGN_OR_RETURN(s->auth_, TokenAuthenticator::FromFile(options.auth_token_file));
   }
+  s->shm_ = std::make_unique<SharedMemoryManager>(options.shm);
+  s->max_message_bytes_ = options.engine.max_message_bytes;
   options.engine.metrics = s->metrics_.get();
   s->engine_ = std::make_unique<InferenceEngine>(options.engine);
   // The built-in models merge concurrent requests' problem lists into one
@@ -106,6 +152,62 @@ Serving::~Serving() = default;
 std::string Serving::metrics_address() const {
   if (metrics_->port() == 0) return "";
   return absl::StrCat(metrics_host_, ":", metrics_->port());
+}
+
+std::string Serving::ShmOwner(std::optional<absl::string_view> authorization) const {
+  return auth_ == nullptr ? std::string() : std::string(authorization.value_or(""));
+}
+
+absl::Status Serving::ResolveSharedMemory(const InferCall& call, InferRequestView& request,
+                                          Call& state) {
+  bool any = !request.output_shm.empty();
+  uint64_t input_bytes = 0;
+  for (const InputTensorView& input : request.inputs) {
+    if (!input.shm) continue;
+    any = true;
+    input_bytes = input.shm->byte_size > std::numeric_limits<uint64_t>::max() - input_bytes
+                      ? std::numeric_limits<uint64_t>::max()
+                      : input_bytes + input.shm->byte_size;
+  }
+  if (!any) return absl::OkStatus();
+  // The inputs are copied out of the regions before the engine counts the
+  // request: they are bounded as a message on the socket would be.
+  if (input_bytes > static_cast<uint64_t>(max_message_bytes_)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the request's shared memory inputs are ", input_bytes,
+                     " bytes, over the message limit of ", max_message_bytes_,
+                     " (raise it with --max_message_bytes)"));
+  }
+  const std::string owner = ShmOwner(call.authorization);
+  for (InputTensorView& input : request.inputs) {
+    if (!input.shm) continue;
+    GEMMSERVE_ASSIGN_OR_RETURN(SharedMemoryLease lease, shm_->Acquire(owner, input.shm->region));
+    std::unique_ptr<char[]> bytes(new char[std::max<uint64_t>(input.shm->byte_size, 1)]);
+    absl::Status read = lease.Read(input.shm->offset, input.shm->byte_size, bytes.get());
+    if (!read.ok()) {
+      return absl::Status(read.code(),
+                          absl::StrCat("input '", ClientText(input.name), "': ", read.message()));
+    }
+    input.contents = ContentsKind::kRaw;
+    input.data = bytes.get();
+    input.count = static_cast<int64_t>(input.shm->byte_size);
+    request.message_bytes += input.count;
+    state.shm_inputs.push_back(std::move(bytes));
+    state.leases.push_back(std::move(lease));
+  }
+  for (const OutputShmView& output : request.output_shm) {
+    GEMMSERVE_ASSIGN_OR_RETURN(SharedMemoryLease lease, shm_->Acquire(owner, output.ref.region));
+    if (output.ref.offset > lease.byte_size() ||
+        output.ref.byte_size > lease.byte_size() - output.ref.offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output '", ClientText(output.name), "': shared memory region '",
+          ClientText(output.ref.region), "' holds ", lease.byte_size(), " bytes; offset ",
+          output.ref.offset, " and byte size ", output.ref.byte_size, " pass its end"));
+    }
+    state.shm_outputs.emplace_back(output, state.leases.size());
+    state.leases.push_back(std::move(lease));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Serving::Authenticate(std::optional<absl::string_view> authorization) const {
@@ -138,6 +240,11 @@ void Serving::Infer(InferCall call, InferDone done) {
   // An error here means the engine never took `finish` (Submit's contract).
   absl::Status refused = Authenticate(call.authorization);
   if (refused.ok()) refused = call.request.status();
+  if (refused.ok()) {
+    refused = CatchAllocationFailure("the shared memory inputs", [&] {
+      return ResolveSharedMemory(call, *call.request, *state);
+    });
+  }
   if (refused.ok()) {
     refused = CatchAllocationFailure("the request", [&] {
       return engine_->Submit(*std::move(call.request), std::move(call.is_cancelled), finish);

@@ -40,6 +40,7 @@
 #include "server/metrics/metrics.h"
 #include "server/repository/model_repository.h"
 #include "server/serving/token_authenticator.h"
+#include "server/shm/shared_memory_manager.h"
 
 namespace gemmserve {
 
@@ -62,6 +63,7 @@ struct ServingOptions {
   int metrics_port = 8002;
   std::string model_repository;  // empty: built-in models only
   std::string auth_token_file;   // empty: no token needed
+  SharedMemoryOptions shm;       // --allow_client_shm, --max_client_shm_bytes
 };
 
 class Serving {
@@ -75,6 +77,10 @@ class Serving {
   InferenceEngine& engine() { return *engine_; }
   ModelRepository& repository() { return *repository_; }
   Metrics& metrics() { return *metrics_; }
+  SharedMemoryManager& shm() { return *shm_; }
+  // Whose shared-memory regions a call may use: its credentials when tokens
+  // are configured (the `authorization` value as sent), else "" (everyone's).
+  std::string ShmOwner(std::optional<absl::string_view> authorization) const;
   // "host:port" of /metrics, or empty when it is not served.
   std::string metrics_address() const;
 
@@ -110,11 +116,18 @@ class Serving {
  private:
   Serving() = default;
   struct Call;
+  // Reads the inputs in client shared memory into `state` and points their
+  // views there, and takes the regions the outputs go to; errors are the
+  // request's (INVALID_ARGUMENT, also for a region its owner truncated;
+  // PERMISSION_DENIED when off; RESOURCE_EXHAUSTED over --max_message_bytes).
+  absl::Status ResolveSharedMemory(const InferCall& call, InferRequestView& request, Call& state);
 
   std::unique_ptr<Metrics> metrics_;  // outlives everything that records
   std::unique_ptr<InferenceEngine> engine_;
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<TokenAuthenticator> auth_;
+  std::unique_ptr<SharedMemoryManager> shm_;
+  int64_t max_message_bytes_ = 0;
   std::string metrics_host_;
   mutable absl::Mutex drain_mu_;
   bool draining_ ABSL_GUARDED_BY(drain_mu_) = false;

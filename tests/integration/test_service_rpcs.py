@@ -82,10 +82,15 @@ class ServiceRpcsTest(GemmServeTestCase):
                                        pb2.ModelMetadataRequest(name=name, version=version))
                 self.assertEqual(error.code(), grpc.StatusCode.NOT_FOUND, error.details())
 
-    def test_shared_memory_rpcs_are_unimplemented(self):
+    def test_cuda_shared_memory_is_unimplemented_and_system_shared_memory_off(self):
+        error = self.rpc_error(self.stub.CudaSharedMemoryStatus,
+                               pb2.CudaSharedMemoryStatusRequest())
+        self.assertEqual(error.code(), grpc.StatusCode.UNIMPLEMENTED, error.details())
+        # System shared memory exists but is off without --allow_client_shm.
         error = self.rpc_error(self.stub.SystemSharedMemoryStatus,
                                pb2.SystemSharedMemoryStatusRequest())
-        self.assertEqual(error.code(), grpc.StatusCode.UNIMPLEMENTED, error.details())
+        self.assertEqual(error.code(), grpc.StatusCode.PERMISSION_DENIED, error.details())
+        self.assertIn("--allow_client_shm", error.details())
         self.assertTrue(self.stub.ServerLive(pb2.ServerLiveRequest(), timeout=10).live)
 
     def test_repository_index_lists_the_built_in_models_ready(self):
