@@ -6,13 +6,15 @@
 //
 //   1 byte   config length C (mod 256), then C bytes of config.pbtxt text
 //   1 byte   external data length E (times 16), then E bytes of 1/weights.bin
+//            (also uploaded as warmup/data.bin, a model_warmup input_data_file)
 //   the rest model.onnx
 //
 // What must hold: no crash, no sanitizer report, no allocation the input did
 // not ask for in bytes it holds (libFuzzer's -malloc_limit_mb would report
 // one); the status is OK, INVALID_ARGUMENT, NOT_FOUND or RESOURCE_EXHAUSTED,
 // with no control character in its message (client text is escaped); a
-// loaded model has a valid name and batching within the config limits; and
+// loaded model has a valid name and batching within the config limits, and
+// its statistics count exactly the warmup runs its config asked for; and
 // after the unload the repository's index and the engine hold nothing of it.
 // Seeds: real one-node models and configs (fuzz/make_seeds.py).
 #include <cstddef>
@@ -30,8 +32,15 @@ namespace gemmserve {
 namespace fuzz {
 namespace {
 
+EngineOptions Options() {
+  EngineOptions options;
+  // Bounds what model_warmup samples may hold (their data is allocated).
+  options.max_message_bytes = int64_t{1} << 20;
+  return options;
+}
+
 struct Server {
-  InferenceEngine engine{EngineOptions{}};
+  InferenceEngine engine{Options()};
   ModelRepository repository{"", &engine, {"matmul", "grouped_matmul"}};
 };
 
@@ -71,7 +80,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   request.config = take(config_length);
   const size_t weights_length = at < size ? size_t{data[at++]} * 16 : 0;
   std::string weights = take(weights_length);
-  if (!weights.empty()) request.files["1/weights.bin"] = std::move(weights);
+  if (!weights.empty()) {
+    request.files["warmup/data.bin"] = weights;
+    request.files["1/weights.bin"] = std::move(weights);
+  }
   request.files["1/model.onnx"] = take(size);
 
   Server& server = TheServer();
@@ -95,6 +107,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                      b.max_batch_rows >= 0,
                  "batching options out of range");
     }
+    uint64_t runs = 0;
+    for (const WarmupSample& sample : (*served)->warmup()) {
+      runs += sample.count;
+      for (const WarmupInput& input : sample.inputs) {
+        FUZZ_CHECK(input.bytes.empty(), "warmup data kept after the load");
+      }
+    }
+    const ModelStatistics stats = (*served)->statistics();
+    FUZZ_CHECK(stats.execution_count == runs && stats.success.count == runs,
+               "%llu warmup runs, but the statistics count %llu",
+               static_cast<unsigned long long>(runs),
+               static_cast<unsigned long long>(stats.execution_count));
   }
   const absl::Status unloaded = server.repository.Unload("fuzzed");
   FUZZ_CHECK(unloaded.ok(), "Unload after a load that %s: %s", status.ok() ? "worked" : "failed",

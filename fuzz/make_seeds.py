@@ -314,6 +314,18 @@ def model_loader_seeds():
         "matmul_priority_huge": case(b"dynamic_batching { priority_levels: 2147483647 }", matmul),
         "external_weights": case(b"", external.SerializeToString(), raw),
         "bad_config": case(b"dynamic_batching { bogus: 1 }", matmul),
+        "grouped_warmup": case(
+            b'model_warmup{name:"w" count:3 inputs{key:"tokens" value{data_type:TYPE_FP32 '
+            b'dims:[2,4] random_data:true}} inputs{key:"routing" value{data_type:TYPE_INT64 '
+            b'dims:[2,2] zero_data:true}}}', grouped),
+        "grouped_warmup_file": case(
+            b'model_warmup{name:"f" inputs{key:"tokens" value{data_type:TYPE_FP32 dims:[1,4] '
+            b'input_data_file:"data.bin"}} inputs{key:"routing" value{data_type:TYPE_INT64 '
+            b'dims:[1,2] zero_data:true}}}', grouped, b"\0" * 16),
+        "matmul_warmup_batching": case(
+            b'dynamic_batching{max_queue_delay_microseconds:50} model_warmup{name:"m" '
+            b'inputs{key:"hidden" value{data_type:TYPE_FP64 dims:[3,4] random_data:true}}}',
+            matmul),
         "bad_model": case(b"", b"\x08\x08garbage"),
     }
 

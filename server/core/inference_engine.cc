@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "server/common/allocation.h"
 #include "server/common/client_text.h"
 #include "server/common/logging.h"
@@ -290,6 +291,13 @@ InferenceEngine::~InferenceEngine() {
 
 void InferenceEngine::Install(std::unique_ptr<Model> model,
                               std::optional<BatchingOptions> batching) {
+  absl::Status installed = Install(std::move(model), batching, {});
+  (void)installed;  // without warmup, always OK
+}
+
+absl::Status InferenceEngine::Install(std::unique_ptr<Model> model,
+                                      std::optional<BatchingOptions> batching,
+                                      std::vector<WarmupSample> warmup) {
   std::shared_ptr<ModelMetrics> metrics =
       options_.metrics ? options_.metrics->ForModel(model->metadata().name) : nullptr;
   auto served = std::make_shared<ServedModel>(std::move(model), batching, std::move(metrics));
@@ -303,6 +311,16 @@ void InferenceEngine::Install(std::unique_ptr<Model> model,
     timer_.Register(batcher);
     served->set_batcher(std::move(batcher));
   }
+  if (!warmup.empty()) {
+    if (absl::Status warmed = Warm(served, warmup); !warmed.ok()) {
+      CloseQueue(served.get());
+      return warmed;
+    }
+    for (WarmupSample& sample : warmup) {
+      for (WarmupInput& input : sample.inputs) std::string().swap(input.bytes);
+    }
+    served->set_warmup(std::move(warmup));
+  }
   std::shared_ptr<ServedModel> old;
   {
     absl::MutexLock lock(&mu_);
@@ -313,6 +331,67 @@ void InferenceEngine::Install(std::unique_ptr<Model> model,
     entry.served = std::move(served);
   }
   if (old) CloseQueue(old.get());  // its queue still runs, on the old weights
+  return absl::OkStatus();
+}
+
+absl::Status InferenceEngine::Warm(const std::shared_ptr<ServedModel>& served,
+                                   const std::vector<WarmupSample>& samples) {
+  const ModelMetadata& metadata = served->metadata();
+  // Every resident byte first: the samples' data may leave weights unread
+  // (a group index of 0 reads one expert).
+  served->model().TouchResident();
+  for (const WarmupSample& sample : samples) {
+    auto failed = [&](const absl::Status& s) {
+      const std::string message =
+          absl::StrCat("model_warmup '", ClientText(sample.name), "': ", s.message());
+      // The sample is the config's; only a server short of memory is not.
+      if (absl::IsResourceExhausted(s)) return absl::ResourceExhaustedError(message);
+      if (absl::IsUnavailable(s)) return absl::UnavailableError(message);
+      return absl::InvalidArgumentError(message);
+    };
+    std::vector<InputTensorView> inputs;
+    for (const WarmupInput& input : sample.inputs) {
+      InputTensorView view;
+      view.name = input.name;
+      view.datatype = DataTypeName(input.type);
+      view.shape = input.shape;
+      view.contents = ContentsKind::kRaw;
+      view.data = input.bytes.data();
+      view.count = static_cast<int64_t>(input.bytes.size());
+      inputs.push_back(view);
+    }
+    for (uint32_t run = 0; run < std::max<uint32_t>(1, sample.count); ++run) {
+      auto request = std::make_unique<InferRequestView>();
+      request->model_name = metadata.name;
+      request->inputs = inputs;
+      request->timeout_us = uint64_t{1} << 62;  // never timed out in the queue
+      absl::Notification answered;
+      absl::StatusOr<InferResult> result;
+      DoneCallback done = [&](absl::StatusOr<InferResult> r) {
+        result = std::move(r);
+        answered.Notify();
+      };
+      std::shared_ptr<ServedModel> admitted;
+      std::unique_ptr<Pending> pending;
+      absl::Status status = CatchAllocationFailure("a warmup request", [&] {
+        return AdmitTo(served, clock_->Now(), std::move(request), nullptr, done, &admitted,
+                       &pending);
+      });
+      if (status.ok()) {
+        try {
+          status = Dispatch(served, pending);
+        } catch (const std::exception& e) {
+          // Whatever held the request was destroyed, and so answered it.
+          GEMMSERVE_LOG(ERROR) << "a warmup request failed: " << e.what();
+        }
+        if (!status.ok()) pending->Disarm();
+      }
+      if (!status.ok()) return failed(status);
+      answered.WaitForNotification();
+      if (!result.ok()) return failed(result.status());
+    }
+  }
+  return absl::OkStatus();
 }
 
 void InferenceEngine::CloseQueue(ServedModel* served) {
@@ -470,6 +549,15 @@ absl::Status InferenceEngine::Admit(std::unique_ptr<InferRequestView> request,
   const absl::Time arrival = clock_->Now();
   GEMMSERVE_ASSIGN_OR_RETURN(std::shared_ptr<ServedModel> served,
                              Find(request->model_name, request->model_version));
+  return AdmitTo(std::move(served), arrival, std::move(request), std::move(is_cancelled), done,
+                 served_out, pending);
+}
+
+absl::Status InferenceEngine::AdmitTo(std::shared_ptr<ServedModel> served, absl::Time arrival,
+                                      std::unique_ptr<InferRequestView> request,
+                                      std::function<bool()> is_cancelled, DoneCallback& done,
+                                      std::shared_ptr<ServedModel>* served_out,
+                                      std::unique_ptr<Pending>* pending) {
   const ModelMetadata& metadata = served->metadata();
   for (absl::string_view wanted : request->requested_outputs) {
     bool known = std::any_of(metadata.outputs.begin(), metadata.outputs.end(),

@@ -57,6 +57,7 @@
 #include "server/core/dynamic_batcher.h"
 #include "server/core/inference_request.h"
 #include "server/core/model.h"
+#include "server/core/model_warmup.h"
 #include "server/core/worker_pool.h"
 #include "server/metrics/metrics.h"
 
@@ -135,6 +136,9 @@ class ServedModel {
   // The batcher, once the engine gave it one; null for a model without batching.
   DynamicBatcher* batcher() const { return batcher_.get(); }
   void set_batcher(std::shared_ptr<DynamicBatcher> batcher) { batcher_ = std::move(batcher); }
+  // The samples it ran at load (their bytes emptied), for ModelConfig.
+  const std::vector<WarmupSample>& warmup() const { return warmup_; }
+  void set_warmup(std::vector<WarmupSample> warmup) { warmup_ = std::move(warmup); }
 
   // What the engine records as requests go by.
   void RecordAdmitted(int64_t cost) const;
@@ -159,6 +163,7 @@ class ServedModel {
   std::optional<BatchingOptions> batching_;
   std::shared_ptr<DynamicBatcher> batcher_;
   std::shared_ptr<ModelMetrics> metrics_;  // null when the engine records none
+  std::vector<WarmupSample> warmup_;
   std::atomic<uint64_t> last_inference_ms_{0}, inference_count_{0}, execution_count_{0};
   Stat success_, fail_, queue_, compute_infer_;
   mutable absl::Mutex batch_stats_mu_;
@@ -180,6 +185,15 @@ class InferenceEngine {
   // (kReady). With `batching`, concurrent requests are merged by a
   // DynamicBatcher.
   void Install(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching);
+  // The same, after running every `warmup` sample through the model, one
+  // request at a time, on the path a client's request takes (so its
+  // statistics count them); meanwhile the name stays as it was (a model
+  // already served serves on). A sample the model answers with an error is
+  // not served: the error, naming the sample, is returned (INVALID_ARGUMENT,
+  // or RESOURCE_EXHAUSTED / UNAVAILABLE when the server lacked the memory),
+  // and nothing is installed.
+  absl::Status Install(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching,
+                       std::vector<WarmupSample> warmup);
   // The name stays known but serves no more (kUnloaded). NOT_FOUND for a
   // name not known.
   absl::Status Remove(absl::string_view name);
@@ -220,6 +234,14 @@ class InferenceEngine {
   absl::Status Admit(std::unique_ptr<InferRequestView> request, std::function<bool()> is_cancelled,
                      DoneCallback& done, std::shared_ptr<ServedModel>* served,
                      std::unique_ptr<Pending>* pending);
+  // Admit, to `served` (found, or not yet published).
+  absl::Status AdmitTo(std::shared_ptr<ServedModel> served, absl::Time arrival,
+                       std::unique_ptr<InferRequestView> request,
+                       std::function<bool()> is_cancelled, DoneCallback& done,
+                       std::shared_ptr<ServedModel>* served_out, std::unique_ptr<Pending>* pending);
+  // Runs the warmup samples on `served`, not yet published; the first error.
+  absl::Status Warm(const std::shared_ptr<ServedModel>& served,
+                    const std::vector<WarmupSample>& samples);
   // Runs it inline, queues it or schedules it, taking `pending`; an error
   // only when the batcher refused it, which leaves `pending` with the caller.
   absl::Status Dispatch(const std::shared_ptr<ServedModel>& served,

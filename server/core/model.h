@@ -168,6 +168,9 @@ class Model {
   // the shared call (memory denied) fails the whole batch.
   virtual std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
                                              int threads) const = 0;
+  // Reads what the model keeps resident (weights), at warmup before it turns
+  // READY, so that the first request finds it as later ones do.
+  virtual void TouchResident() const {}
   // Model-specific facts for the ModelConfig RPC (e.g. "groups" of a
   // resident GroupedMatMul, which clients need to send valid indices).
   virtual std::vector<std::pair<std::string, std::string>> parameters() const { return {}; }

@@ -169,6 +169,24 @@ std::string ModelConfigJson(const ServedModel& served) {
     }
     j.Close('}').Close('}');
   }
+  j.Key("model_warmup").Open('[');
+  for (const WarmupSample& sample : served.warmup()) {
+    j.Open('{').Field("name", sample.name).NumField("batch_size", sample.batch_size);
+    j.NumField("count", sample.count).Key("inputs").Open('{');
+    for (const WarmupInput& input : sample.inputs) {
+      j.Key(input.name).Open('{');
+      j.Field("data_type", absl::StrCat("TYPE_", DataTypeName(input.type)));
+      j.Dims("dims", input.shape);
+      switch (input.data) {
+        case WarmupInput::Data::kZero: j.Key("zero_data").Bool(true); break;
+        case WarmupInput::Data::kRandom: j.Key("random_data").Bool(true); break;
+        case WarmupInput::Data::kFile: j.Field("input_data_file", input.file); break;
+      }
+      j.Close('}');
+    }
+    j.Close('}').Close('}');
+  }
+  j.Close(']');
   return j.Close('}').Take();
 }
 

@@ -231,6 +231,14 @@ class ResidentMatMulModel final : public Model {
     return SplitRows(std::move(y), n * es, parts, spec_.output_name, results);
   }
 
+  void TouchResident() const override {
+    TouchMemory(spec_.b.raw_data(), spec_.b.byte_size());
+    if (packed_) TouchMemory(packed_->data(), packed_->bytes());
+    if (spec_.b_quantized) {
+      TouchMemory(spec_.b_quantized->data().data(), spec_.b_quantized->data().size());
+    }
+  }
+
   ResidentMatMulSpec spec_;
   DataType type_;
   Shape b_shape_;  // [K, N]
@@ -449,6 +457,15 @@ class ResidentGroupedModel final : public Model {
   GroupedWeights weights() const {
     if (spec_.weights_quantized) return GroupedWeights(*spec_.weights_quantized);
     return packed_ ? GroupedWeights(*packed_) : GroupedWeights(spec_.weights);
+  }
+
+  void TouchResident() const override {
+    TouchMemory(spec_.weights.raw_data(), spec_.weights.byte_size());
+    if (spec_.bias) TouchMemory(spec_.bias->raw_data(), spec_.bias->byte_size());
+    if (packed_) TouchMemory(packed_->data(), packed_->bytes());
+    if (spec_.weights_quantized) {
+      TouchMemory(spec_.weights_quantized->data().data(), spec_.weights_quantized->data().size());
+    }
   }
 
   ResidentGroupedMatMulSpec spec_;  // weights dropped when packed_ holds them

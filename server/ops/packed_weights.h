@@ -49,6 +49,7 @@ class PackedWeights {
   const Shape& shape() const { return shape_; }  // as given: [G, K, N] or [K, N]
   int64_t groups() const { return shape_.size() == 3 ? shape_[0] : 1; }
   int64_t bytes() const { return buffer_.size(); }
+  const void* data() const { return buffer_.data(); }
   // The panels of group g, in [0, groups()).
   const void* group(int64_t g) const {
     return static_cast<const uint8_t*>(buffer_.data()) + g * group_bytes_;

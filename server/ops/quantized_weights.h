@@ -72,6 +72,8 @@ class QuantizedWeights {
   int64_t group_bytes() const { return group_bytes_; }
   // Bytes held: the integers, and the scales and zero points as FP32.
   int64_t bytes() const;
+  // The integers, held.
+  const AlignedBuffer& data() const { return data_; }
 
  private:
   Layout layout_;

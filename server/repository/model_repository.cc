@@ -18,6 +18,7 @@
 #include "server/common/status_macros.h"
 #include "server/repository/model_files.h"
 #include "server/repository/onnx_model_loader.h"
+#include "server/repository/warmup_config.h"
 
 namespace gemmserve {
 namespace {
@@ -216,10 +217,13 @@ absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles
         absl::StrCat("model '", name, "': no numeric version directory holds ", ClientText(file)));
   }
   const std::string version_name = absl::StrCat(*version);
+  GEMMSERVE_ASSIGN_OR_RETURN(std::vector<WarmupSample> warmup,
+                             WarmupFromConfig(config, files, engine_->options().max_message_bytes));
   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                              LoadOnnxModel(name, version_name, files, file));
-  engine_->Install(std::move(model), batching);
-  return absl::OkStatus();
+  // READY only once every warmup sample ran (the previous version serves
+  // meanwhile); a sample the model refuses fails the load.
+  return engine_->Install(std::move(model), batching, std::move(warmup));
 }
 
 absl::Status ModelRepository::LoadOrThrow(const std::string& name,

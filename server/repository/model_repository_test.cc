@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <tuple>
@@ -20,6 +21,7 @@
 #include "server/common/client_text.h"
 #include "server/core/input_binding.h"
 #include "server/repository/onnx_model_loader.h"
+#include "server/repository/warmup_config.h"
 
 namespace gemmserve {
 namespace {
@@ -670,6 +672,220 @@ TEST(ModelRepositoryTest, UploadedFilesNeedAConfigAndSafePaths) {
   EXPECT_EQ(repo.Load("up4", upload).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(repo.Unload("matmul").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(repo.Load("matmul", {}).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A grouped model (2 groups, K 3, N 4, one index per token) uploaded with
+// `config`; `extra` adds files beside it.
+ModelLoadRequest GroupedUpload(const std::string& config,
+                               std::map<std::string, std::string> extra = {}) {
+  ModelLoadRequest upload;
+  upload.config = config;
+  upload.files = std::move(extra);
+  EXPECT_TRUE(GroupedModel(2, 3, 4, 1, Iota(24)).SerializeToString(&upload.files["1/model.onnx"]));
+  return upload;
+}
+
+constexpr char kTwoSamples[] = R"pb(
+  model_warmup {
+    name: "random_tokens"
+    count: 3
+    inputs {
+      key: "x"
+      value {
+        data_type: TYPE_FP32
+        dims: [ 5, 3 ]
+        random_data: true
+      }
+    }
+    inputs {
+      key: "route"
+      value {
+        data_type: TYPE_INT64
+        dims: [ 5, 1 ]
+        zero_data: true
+      }
+    }
+  }
+  model_warmup {
+    name: "from_files"
+    inputs {
+      key: "x"
+      value {
+        data_type: TYPE_FP32
+        dims: [ 2, 3 ]
+        input_data_file: "x.bin"
+      }
+    }
+    inputs {
+      key: "route"
+      value {
+        data_type: TYPE_INT64
+        dims: [ 2, 1 ]
+        input_data_file: "r.bin"
+      }
+    }
+  }
+)pb";
+
+std::map<std::string, std::string> WarmupFiles(int64_t route) {
+  const std::vector<float> x = Iota(6);
+  const int64_t r[2] = {route, 0};
+  return {{"warmup/x.bin", std::string(reinterpret_cast<const char*>(x.data()), 24)},
+          {"warmup/r.bin", std::string(reinterpret_cast<const char*>(r), 16)}};
+}
+
+TEST(ModelWarmupTest, SamplesRunBeforeReadyAndTheStatisticsCountThem) {
+  TempDir dir;
+  for (const std::string batching :
+       {"", "dynamic_batching { max_queue_delay_microseconds: 100 }"}) {
+    SCOPED_TRACE(batching);
+    InferenceEngine engine(EngineOptions{});
+    ModelRepository repo(dir.path().string(), &engine, {});
+    ASSERT_TRUE(repo.Load("warm", GroupedUpload(batching + kTwoSamples, WarmupFiles(1))).ok());
+    auto warm = engine.FindModel("warm", "");
+    ASSERT_TRUE(warm.ok());
+    const ModelStatistics stats = (*warm)->statistics();
+    EXPECT_EQ(stats.execution_count, 4u);  // 3 runs of one sample, 1 of the other
+    EXPECT_EQ(stats.success.count, 4u);
+    EXPECT_EQ(stats.fail.count, 0u);
+    EXPECT_EQ(stats.inference_count, 3u * 5 + 2);  // rows
+    const std::vector<WarmupSample>& samples = (*warm)->warmup();
+    ASSERT_EQ(samples.size(), 2u);
+    EXPECT_EQ(samples[0].name, "random_tokens");
+    EXPECT_EQ(samples[0].count, 3u);
+    EXPECT_EQ(samples[1].count, 1u);  // 0 means 1
+    ASSERT_EQ(samples[1].inputs.size(), 2u);
+    EXPECT_EQ(samples[1].inputs[0].name, "route");  // by name
+    EXPECT_EQ(samples[1].inputs[0].data, WarmupInput::Data::kFile);
+    EXPECT_EQ(samples[1].inputs[0].file, "r.bin");
+    EXPECT_EQ(samples[0].inputs[1].shape, (Shape{5, 3}));
+    for (const WarmupSample& sample : samples) {
+      for (const WarmupInput& input : sample.inputs) EXPECT_TRUE(input.bytes.empty());
+    }
+  }
+}
+
+TEST(ModelWarmupTest, ASampleTheModelRefusesFailsTheLoadAndTheServedVersionServesOn) {
+  TempDir dir;
+  InferenceEngine engine(EngineOptions{});
+  ModelRepository repo(dir.path().string(), &engine, {});
+  ASSERT_TRUE(repo.Load("m", GroupedUpload("")).ok());
+  // A group index past the model's two groups, from the sample's file.
+  absl::Status s = repo.Load("m", GroupedUpload(kTwoSamples, WarmupFiles(7)));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("model_warmup 'from_files'"));
+  // A tensor the model does not take.
+  s = repo.Load("m", GroupedUpload(R"pb(model_warmup {
+                                          name: "typo"
+                                          inputs {
+                                            key: "X"
+                                            value {
+                                              data_type: TYPE_FP32
+                                              dims: [ 1, 3 ]
+                                              zero_data: true
+                                            }
+                                          }
+                                        })pb"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("model_warmup 'typo'"));
+  // The first version serves on, and no warmup of the failed loads counts.
+  auto m = engine.FindModel("m", "");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ((*m)->statistics().execution_count, 0u);
+  EXPECT_TRUE((*m)->warmup().empty());
+  // A model not yet served is not served when its warmup fails.
+  EXPECT_FALSE(repo.Load("n", GroupedUpload(kTwoSamples, WarmupFiles(2))).ok());
+  EXPECT_EQ(engine.FindModel("n", "").status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(ModelWarmupTest, EveryFieldIsCheckedBeforeAnythingIsAllocated) {
+  TempDir dir;
+  EngineOptions options;
+  options.max_message_bytes = 4096;
+  InferenceEngine engine(options);
+  ModelRepository repo(dir.path().string(), &engine, {});
+  auto sample = [](const std::string& fields, const std::string& input) {
+    return absl::StrCat("model_warmup { ", fields, " inputs { key: \"x\" value { ", input,
+                        " } } }");
+  };
+  const std::string ok_input = "data_type: TYPE_FP32 dims: [1, 3] zero_data: true";
+  std::string many_samples, many_inputs = "model_warmup { name: \"w\" ";
+  for (int i = 0; i <= kMaxWarmupSamples; ++i) many_samples += sample("name: \"w\"", ok_input);
+  for (int i = 0; i <= kMaxWarmupInputs; ++i) {
+    absl::StrAppend(&many_inputs, "inputs { key: \"x", i, "\" value { ", ok_input, " } } ");
+  }
+  many_inputs += "}";
+  std::string dims33 = "data_type: TYPE_FP32 zero_data: true";
+  for (int i = 0; i < 33; ++i) dims33 += " dims: 1";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {sample("", ok_input), "name is required"},
+      {sample(absl::StrCat("name: \"", std::string(129, 'n'), "\""), ok_input), "longer than 128"},
+      {sample("name: \"w\" batch_size: 2", ok_input), "batch_size 2"},
+      {sample("name: \"w\" count: 1001", ok_input), "count 1001 is over the limit of 1000"},
+      {many_samples, "over the limit of 64"},
+      {many_inputs, "17 inputs, over the limit of 16"},
+      {sample("name: \"w\"", "dims: [1, 3] zero_data: true"), "data_type is not set"},
+      {sample("name: \"w\"", "data_type: TYPE_STRING dims: [1] zero_data: true"),
+       "TYPE_STRING is not served"},
+      {sample("name: \"w\"", "data_type: TYPE_UINT8 dims: [1] zero_data: true"),
+       "TYPE_UINT8 is not served"},
+      {sample("name: \"w\"", "data_type: 99 dims: [1] zero_data: true"), "data_type 99"},
+      {sample("name: \"w\"", dims33), "rank 33 is over the limit of 32"},
+      {sample("name: \"w\"", "data_type: TYPE_FP32 dims: [1, -3] zero_data: true"), "dims [1,-3]"},
+      {sample("name: \"w\"", "data_type: TYPE_FP64 dims: [4294967296, 4294967296] zero_data: true"),
+       "dims [4294967296,4294967296]"},
+      {sample("name: \"w\"", "data_type: TYPE_FP32 dims: [32, 33] zero_data: true"),
+       "more than 4096 bytes together (--max_message_bytes)"},
+      {sample("name: \"w\"", "data_type: TYPE_FP32 dims: [1, 3]"), "one of zero_data"},
+      {sample("name: \"w\"", "data_type: TYPE_FP32 dims: [1, 3] input_data_file: \"../x.bin\""),
+       "relative path"},
+      {sample("name: \"w\"", "data_type: TYPE_FP32 dims: [1, 3] input_data_file: \"/etc/passwd\""),
+       "relative path"},
+      {sample("name: \"w\"", "data_type: TYPE_FP32 dims: [1, 3] input_data_file: \"x.bin\""),
+       "holds 24 bytes; dims [1,3] of FP32 need 12"},
+  };
+  for (const auto& [config, message] : cases) {
+    SCOPED_TRACE(config.substr(0, 200));
+    const absl::Status s = repo.Load("m", GroupedUpload(config, WarmupFiles(0)));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(message));
+    EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
+  }
+  // Total bytes: two samples of 2 KiB each are within 4096, a third is not.
+  const std::string two_k = "data_type: TYPE_FP32 dims: [512] zero_data: true";
+  EXPECT_THAT(std::string(repo.Load("m", GroupedUpload(sample("name: \"a\"", two_k) +
+                                                       sample("name: \"b\"", two_k) +
+                                                       sample("name: \"c\"", two_k)))
+                              .message()),
+              HasSubstr("more than 4096 bytes together"));
+  const absl::Status missing = repo.Load(
+      "m", GroupedUpload(sample(
+               "name: \"w\"", "data_type: TYPE_FP32 dims: [1, 3] input_data_file: \"none.bin\"")));
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("model_warmup 'w': input 'x'"));
+  // A sample within every limit loads.
+  const absl::Status loaded = repo.Load("m", GroupedUpload(R"pb(model_warmup {
+                                                                  name: "w"
+                                                                  count: 1000
+                                                                  inputs {
+                                                                    key: "x"
+                                                                    value {
+                                                                      data_type: TYPE_FP32
+                                                                      dims: [ 1, 3 ]
+                                                                      zero_data: true
+                                                                    }
+                                                                  }
+                                                                  inputs {
+                                                                    key: "route"
+                                                                    value {
+                                                                      data_type: TYPE_INT64
+                                                                      dims: [ 1, 1 ]
+                                                                      random_data: true
+                                                                    }
+                                                                  }
+                                                                })pb"));
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  EXPECT_EQ((*engine.FindModel("m", ""))->statistics().execution_count, 1000u);
 }
 
 }  // namespace

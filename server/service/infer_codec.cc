@@ -303,6 +303,24 @@ void EncodeModelConfig(const ServedModel& served, inference::ModelConfig* config
   for (const auto& [key, value] : served.model().parameters()) {
     (*config->mutable_parameters())[key].set_string_value(value);
   }
+  for (const WarmupSample& sample : served.warmup()) {
+    inference::ModelWarmup* w = config->add_model_warmup();
+    w->set_name(sample.name);
+    w->set_batch_size(sample.batch_size);
+    w->set_count(sample.count);
+    for (const WarmupInput& input : sample.inputs) {
+      inference::ModelWarmup::Input& in = (*w->mutable_inputs())[input.name];
+      inference::DataType t = inference::TYPE_INVALID;
+      inference::DataType_Parse(absl::StrCat("TYPE_", DataTypeName(input.type)), &t);
+      in.set_data_type(t);
+      for (int64_t d : input.shape) in.add_dims(d);
+      switch (input.data) {
+        case WarmupInput::Data::kZero: in.set_zero_data(true); break;
+        case WarmupInput::Data::kRandom: in.set_random_data(true); break;
+        case WarmupInput::Data::kFile: in.set_input_data_file(input.file); break;
+      }
+    }
+  }
 }
 
 void EncodeModelStatistics(const ModelStatistics& s, inference::ModelStatistics* out) {

@@ -10,6 +10,14 @@
 
 namespace gemmserve {
 
+void TouchMemory(const void* data, int64_t bytes) {
+  const auto* p = static_cast<const volatile uint8_t*>(data);
+  uint8_t sum = 0;
+  for (int64_t i = 0; i < bytes; i += 64) sum = static_cast<uint8_t>(sum + p[i]);
+  static volatile uint8_t sink;
+  sink = sum;
+}
+
 absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(int64_t bytes) {
   AlignedBuffer buffer;
   if (bytes < 0) return absl::InvalidArgumentError("negative allocation size");

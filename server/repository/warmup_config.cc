@@ -1,0 +1,178 @@
+#include "server/repository/warmup_config.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "server/common/client_text.h"
+#include "server/common/status_macros.h"
+#include "server/tensor/half.h"
+#include "server/tensor/shape.h"
+
+namespace gemmserve {
+namespace {
+
+constexpr char kWarmupDir[] = "warmup";
+constexpr size_t kMaxWarmupNameLength = 128;
+
+absl::StatusOr<DataType> WarmupDataType(config::DataType t) {
+  if (t == config::TYPE_INVALID) return absl::InvalidArgumentError("data_type is not set");
+  const std::string name = config::DataType_Name(t);
+  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat("data_type ", t, " is unknown"));
+  // TYPE_FP32 -> FP32; TYPE_STRING and TYPE_BOOL are refused by ParseDataType.
+  absl::StatusOr<DataType> type = ParseDataType(name.substr(5));
+  if (!type.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("data_type ", name, " is not served"));
+  }
+  return type;
+}
+
+// Floating point uniform in [-1, 1); integers 0 or 1 (valid group indices
+// for any model of two or more groups). Seeded: every load warms alike.
+void FillRandom(DataType type, int64_t elements, char* out, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> real(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> bit(0, 1);
+  for (int64_t i = 0; i < elements; ++i) {
+    auto put = [&](auto v) { std::memcpy(out + i * sizeof(v), &v, sizeof(v)); };
+    switch (type) {
+      case DataType::kBF16: put(FloatToBFloat16(real(rng))); break;
+      case DataType::kFP16: put(FloatToHalf(real(rng))); break;
+      case DataType::kFP32: put(real(rng)); break;
+      case DataType::kFP64: put(static_cast<double>(real(rng))); break;
+      case DataType::kINT32: put(static_cast<int32_t>(bit(rng))); break;
+      case DataType::kINT64: put(static_cast<int64_t>(bit(rng))); break;
+      case DataType::kUINT32: put(static_cast<uint32_t>(bit(rng))); break;
+      case DataType::kUINT64: put(static_cast<uint64_t>(bit(rng))); break;
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const config::ModelConfigFile& config,
+                                                           const ModelFiles& files,
+                                                           int64_t max_bytes) {
+  if (config.model_warmup_size() > kMaxWarmupSamples) {
+    return absl::InvalidArgumentError(absl::StrCat("config.pbtxt: ", config.model_warmup_size(),
+                                                   " model_warmup samples, over the limit of ",
+                                                   kMaxWarmupSamples));
+  }
+  // Every field is checked, and every byte counted, before any is allocated.
+  int64_t total_bytes = 0;
+  std::vector<WarmupSample> samples;
+  for (int s = 0; s < config.model_warmup_size(); ++s) {
+    const config::ModelWarmup& w = config.model_warmup(s);
+    const std::string where = w.name().empty() ? absl::StrCat("config.pbtxt: model_warmup[", s, "]")
+                                               : absl::StrCat("config.pbtxt: model_warmup '",
+                                                              ClientText(w.name(), 128), "'");
+    auto invalid = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
+    };
+    if (w.name().empty()) return invalid("name is required");
+    if (w.name().size() > kMaxWarmupNameLength) {
+      return invalid(absl::StrCat("name is longer than ", kMaxWarmupNameLength, " characters"));
+    }
+    if (w.batch_size() > 1) {
+      return invalid(absl::StrCat("batch_size ", w.batch_size(),
+                                  ": must be 0 or 1 (the models have no batch dimension; give it "
+                                  "in dims)"));
+    }
+    if (w.count() > kMaxWarmupCount) {
+      return invalid(absl::StrCat("count ", w.count(), " is over the limit of ", kMaxWarmupCount));
+    }
+    if (w.inputs_size() > kMaxWarmupInputs) {
+      return invalid(
+          absl::StrCat(w.inputs_size(), " inputs, over the limit of ", kMaxWarmupInputs));
+    }
+    WarmupSample sample;
+    sample.name = w.name();
+    sample.batch_size = w.batch_size();
+    sample.count = std::max<uint32_t>(1, w.count());
+    for (const auto& [name, in] : w.inputs()) {
+      const std::string at = absl::StrCat("input '", ClientText(name, 128), "': ");
+      if (name.empty()) return invalid("an input has no name");
+      WarmupInput input;
+      input.name = name;
+      absl::StatusOr<DataType> type = WarmupDataType(in.data_type());
+      if (!type.ok()) return invalid(absl::StrCat(at, type.status().message()));
+      input.type = *type;
+      if (in.dims_size() > kMaxRank) {
+        return invalid(
+            absl::StrCat(at, "rank ", in.dims_size(), " is over the limit of ", kMaxRank));
+      }
+      input.shape.assign(in.dims().begin(), in.dims().end());
+      absl::StatusOr<int64_t> bytes = ByteSize(input.shape, input.type);
+      if (!bytes.ok()) {
+        return invalid(
+            absl::StrCat(at, "dims ", ShapeToString(input.shape), ": ", bytes.status().message()));
+      }
+      total_bytes = SaturatingAdd(total_bytes, *bytes);
+      if (total_bytes > max_bytes) {
+        return invalid(absl::StrCat(at, "the warmup samples hold more than ", max_bytes,
+                                    " bytes together (--max_message_bytes)"));
+      }
+      switch (in.input_data_type_case()) {
+        case config::ModelWarmup::Input::kZeroData: input.data = WarmupInput::Data::kZero; break;
+        case config::ModelWarmup::Input::kRandomData:
+          input.data = WarmupInput::Data::kRandom;
+          break;
+        case config::ModelWarmup::Input::kInputDataFile:
+          input.data = WarmupInput::Data::kFile;
+          input.file = in.input_data_file();
+          if (!IsPlainRelativePath(input.file)) {
+            return invalid(absl::StrCat(
+                at, "input_data_file must be a relative path without '.' or '..' components"));
+          }
+          break;
+        case config::ModelWarmup::Input::INPUT_DATA_TYPE_NOT_SET:
+          return invalid(
+              absl::StrCat(at, "one of zero_data, random_data or input_data_file is required"));
+      }
+      // zero_data: false or random_data: false still selects the kind;
+      // Triton reads the field that is set, whatever its value.
+      sample.inputs.push_back(std::move(input));
+    }
+    std::sort(sample.inputs.begin(), sample.inputs.end(),
+              [](const WarmupInput& a, const WarmupInput& b) { return a.name < b.name; });
+    samples.push_back(std::move(sample));
+  }
+  // Now the bytes, all counted above.
+  std::mt19937_64 rng(0x9e3779b97f4a7c15ull);
+  for (WarmupSample& sample : samples) {
+    for (WarmupInput& input : sample.inputs) {
+      const int64_t bytes = *ByteSize(input.shape, input.type);
+      if (input.data == WarmupInput::Data::kFile) {
+        absl::StatusOr<std::unique_ptr<ModelFile>> file = files.Open(kWarmupDir, input.file);
+        if (!file.ok()) {
+          return absl::Status(
+              file.status().code(),
+              absl::StrCat("config.pbtxt: model_warmup '", ClientText(sample.name), "': input '",
+                           ClientText(input.name), "': ", file.status().message()));
+        }
+        if ((*file)->size() != bytes) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("config.pbtxt: model_warmup '", ClientText(sample.name), "': input '",
+                           ClientText(input.name), "': ", kWarmupDir, "/", ClientText(input.file),
+                           " holds ", (*file)->size(), " bytes; dims ", ShapeToString(input.shape),
+                           " of ", DataTypeName(input.type), " need ", bytes));
+        }
+        input.bytes.resize(static_cast<size_t>(bytes));
+        GEMMSERVE_RETURN_IF_ERROR((*file)->Read(0, bytes, input.bytes.data()));
+        continue;
+      }
+      input.bytes.assign(static_cast<size_t>(bytes), '\0');
+      if (input.data == WarmupInput::Data::kRandom) {
+        FillRandom(input.type, bytes / DataTypeSize(input.type), input.bytes.data(), rng);
+      }
+    }
+  }
+  return samples;
+}
+
+}  // namespace gemmserve
