@@ -1,6 +1,7 @@
 #include "client/cli/commands.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -28,6 +29,7 @@
 #include "client/cli/noop_server.h"
 #include "client/cpp/npy.h"
 #include "client/cpp/random_tensor.h"
+#include "client/cpp/shared_memory.h"
 #include "server/common/status_macros.h"
 #include "server/tensor/datatype.h"
 #include "server/tensor/half.h"
@@ -305,6 +307,87 @@ int Fail(const absl::Status& status) {
   return kExitFailure;
 }
 
+// `perf --shared_memory system`: one region for the inputs and one for the
+// outputs, created here (owner-only, unlinked when done), registered on the
+// server for the run and unregistered after, and the request that refers to
+// them. Every call of the run reads the same inputs and writes the same
+// output bytes, as perf_analyzer's shared-memory runs do. The output sizes
+// come from one call over the socket first.
+class PerfSharedMemory {
+ public:
+  static absl::StatusOr<std::unique_ptr<PerfSharedMemory>> Create(const Client& client,
+                                                                  const std::string& model,
+                                                                  std::vector<HostTensor> inputs,
+                                                                  absl::Duration timeout) {
+    absl::StatusOr<std::vector<HostTensor>> probe = client.Infer(model, inputs, timeout);
+    if (!probe.ok()) {
+      return absl::Status(probe.status().code(),
+                          absl::StrCat("the request that sizes the shared memory regions failed: ",
+                                       probe.status().message()));
+    }
+    auto aligned = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
+    int64_t in_bytes = 0, out_bytes = 0;
+    for (const HostTensor& t : inputs) in_bytes += aligned(static_cast<int64_t>(t.bytes.size()));
+    for (const HostTensor& t : *probe) out_bytes += aligned(static_cast<int64_t>(t.bytes.size()));
+    const std::string tag = absl::StrCat("gemmserve-perf-", ::getpid());
+    auto shm = std::unique_ptr<PerfSharedMemory>(new PerfSharedMemory(client, timeout));
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        SharedMemoryRegion in,
+        SharedMemoryRegion::Create(absl::StrCat("/", tag, "-in"), std::max<int64_t>(1, in_bytes)));
+    GEMMSERVE_ASSIGN_OR_RETURN(SharedMemoryRegion out,
+                               SharedMemoryRegion::Create(absl::StrCat("/", tag, "-out"),
+                                                          std::max<int64_t>(1, out_bytes)));
+    std::vector<SharedMemoryInput> shm_inputs;
+    int64_t at = 0;
+    for (HostTensor& t : inputs) {
+      const int64_t size = static_cast<int64_t>(t.bytes.size());
+      GEMMSERVE_RETURN_IF_ERROR(in.Write(at, t.bytes));
+      shm->described_.push_back({t.name, t.datatype, t.shape});
+      t.bytes.clear();
+      shm_inputs.push_back({std::move(t), {tag + "-in", at, size}});
+      at += aligned(size);
+    }
+    std::vector<SharedMemoryOutput> shm_outputs;
+    at = 0;
+    for (const HostTensor& t : *probe) {
+      const int64_t size = static_cast<int64_t>(t.bytes.size());
+      shm_outputs.push_back({t.name, {tag + "-out", at, size}});
+      at += aligned(size);
+    }
+    for (SharedMemoryRegion* region : {&in, &out}) {
+      const std::string name = region == &in ? tag + "-in" : tag + "-out";
+      GEMMSERVE_RETURN_IF_ERROR(
+          client.RegisterSystemSharedMemory(name, region->key(), region->byte_size(), 0, timeout));
+      shm->registered_.push_back(name);
+    }
+    shm->regions_.push_back(std::move(in));
+    shm->regions_.push_back(std::move(out));
+    shm->request_ = MakeInferRequest(model, {}, shm_inputs, shm_outputs);
+    return shm;
+  }
+  ~PerfSharedMemory() {
+    for (const std::string& name : registered_) {
+      absl::Status s = client_.UnregisterSystemSharedMemory(name, timeout_);
+      if (!s.ok()) {
+        std::cerr << "gemmserve-cli: note: unregistering shared memory region " << name
+                  << " failed: " << s.message() << "\n";
+      }
+    }
+  }
+  const inference::ModelInferRequest& request() const { return request_; }
+  const std::vector<PerfInput>& described() const { return described_; }
+
+ private:
+  PerfSharedMemory(const Client& client, absl::Duration timeout)
+      : client_(client), timeout_(timeout) {}
+  const Client& client_;
+  absl::Duration timeout_;
+  std::vector<SharedMemoryRegion> regions_;  // unlinked after the unregistering
+  std::vector<std::string> registered_;
+  inference::ModelInferRequest request_;
+  std::vector<PerfInput> described_;
+};
+
 int RunHealth(const Client& client, const std::vector<std::string>& args, absl::Duration timeout) {
   if (args.size() > 1) return Usage("health takes at most one SERVICE");
   absl::StatusOr<ServingStatus> status = client.Health(args.empty() ? "" : args[0], timeout);
@@ -454,13 +537,23 @@ int RunPerf(const Client& client, const PerfOptions& options, const PerfPlan& pl
     }
     return Fail(inputs.status());
   }
+  std::unique_ptr<PerfSharedMemory> shm;
+  if (options.system_shared_memory) {
+    absl::StatusOr<std::unique_ptr<PerfSharedMemory>> made =
+        PerfSharedMemory::Create(client, options.model, (*inputs)[0], setup_timeout);
+    if (!made.ok()) return Fail(made.status());
+    shm = *std::move(made);
+    inputs->clear();  // the region holds the one request's inputs
+  }
   std::vector<PerfResult> results;
   for (const PerfOptions& level : levels) {
     // The server's statistics around the run; a server without the RPC (or
     // a failing one) gives a report without the breakdown.
     absl::StatusOr<inference::ModelStatistics> before =
         client.ModelStatistics(options.model, setup_timeout);
-    absl::StatusOr<PerfResult> result = RunLoadPool(client.channel(), *inputs, level);
+    absl::StatusOr<PerfResult> result =
+        shm ? RunLoadRequests(client.channel(), {shm->request()}, shm->described(), level)
+            : RunLoadPool(client.channel(), *inputs, level);
     if (!result.ok()) {
       if (result.status().code() == absl::StatusCode::kInvalidArgument) {
         return Usage(result.status().message());

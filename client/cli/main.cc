@@ -57,6 +57,9 @@ ABSL_FLAG(std::string, request_rate_range, "",
           "perf: open-loop rates START:END:STEP in requests/s, a run each (instead of --rate)");
 ABSL_FLAG(std::string, input_data, "random",
           "perf: random (fresh values per request) or zero (all zeros, one request)");
+ABSL_FLAG(std::string, shared_memory, "none",
+          "perf: none, or system: tensors in system shared memory regions the run creates "
+          "(the server needs --allow_client_shm)");
 ABSL_FLAG(std::string, f, "", "perf: also write perf_analyzer's CSV, a row per level");
 ABSL_FLAG(std::string, host, "127.0.0.1", "noop-server: address to listen on");
 ABSL_FLAG(int32_t, port, 0, "noop-server: port; 0 picks a free one");
@@ -83,6 +86,7 @@ constexpr absl::string_view kFlagNames[] = {"url",
                                             "concurrency_range",
                                             "request_rate_range",
                                             "input_data",
+                                            "shared_memory",
                                             "f",
                                             "host",
                                             "port"};
@@ -160,6 +164,10 @@ commands:
       -f FILE.csv                   perf_analyzer's CSV, a row per level
       --input_data=zero             all-zero inputs (one request throughout)
                                     instead of random ones
+      --shared_memory=system        inputs and outputs in system shared memory
+                                    regions the run creates and registers (one
+                                    request throughout; needs a server on this
+                                    host run with --allow_client_shm)
     Each level's report adds the server's mean queue and compute time per
     request, from ModelStatistics read before and after the level.
   noop-server               serves a model "matmul" like gemmserve's (inputs A,
@@ -293,6 +301,13 @@ absl::StatusOr<PerfOptions> PerfOptionsFromFlags(const CommandLine& line,
                      "': expected random or zero (perf_analyzer's JSON files are not read yet)"));
   }
   options.zero_data = input_data == "zero";
+  const std::string shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  if (shared_memory != "none" && shared_memory != "system") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shared_memory '", shared_memory,
+                     "': expected none or system (CUDA memory is not served)"));
+  }
+  options.system_shared_memory = shared_memory == "system";
   for (const std::string& text : line.shapes) {
     absl::StatusOr<ShapeOverride> shape = ParseShapeOverride(text);
     if (!shape.ok()) return shape.status();

@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "client/cpp/client.h"
 #include "client/cpp/random_tensor.h"
 #include "server/common/status_macros.h"
 #include "server/tensor/datatype.h"
@@ -425,19 +426,7 @@ std::optional<LatencySummary> SummarizeLatencies(std::vector<int64_t> latencies_
 namespace {
 
 // One request of the pool, serialized; `described` gets its inputs.
-absl::StatusOr<grpc::ByteBuffer> Serialize(const std::string& model, std::vector<HostTensor> inputs,
-                                           std::vector<PerfInput>* described) {
-  inference::ModelInferRequest request;
-  request.set_model_name(model);
-  described->clear();
-  for (HostTensor& input : inputs) {
-    described->push_back({input.name, input.datatype, input.shape});
-    inference::ModelInferRequest::InferInputTensor* tensor = request.add_inputs();
-    tensor->set_name(std::move(input.name));
-    tensor->set_datatype(std::move(input.datatype));
-    tensor->mutable_shape()->Add(input.shape.begin(), input.shape.end());
-    *request.add_raw_input_contents() = std::move(input.bytes);
-  }
+absl::StatusOr<grpc::ByteBuffer> SerializeRequest(const inference::ModelInferRequest& request) {
   if (request.ByteSizeLong() > static_cast<size_t>(INT_MAX)) {
     return absl::InvalidArgumentError(absl::StrCat("the request would be ", request.ByteSizeLong(),
                                                    " bytes, over protobuf's 2 GiB"));
@@ -451,6 +440,15 @@ absl::StatusOr<grpc::ByteBuffer> Serialize(const std::string& model, std::vector
         absl::StrCat("cannot serialize the request: ", status.error_message()));
   }
   return serialized;
+}
+
+absl::StatusOr<grpc::ByteBuffer> Serialize(const std::string& model, std::vector<HostTensor> inputs,
+                                           std::vector<PerfInput>* described) {
+  described->clear();
+  for (const HostTensor& input : inputs) {
+    described->push_back({input.name, input.datatype, input.shape});
+  }
+  return SerializeRequest(MakeInferRequest(model, std::move(inputs)));
 }
 
 bool SameInputs(const std::vector<PerfInput>& a, const std::vector<PerfInput>& b) {
@@ -519,6 +517,25 @@ absl::StatusOr<PerfResult> RunLoadPool(std::shared_ptr<grpc::Channel> channel,
   return result;
 }
 
+absl::StatusOr<PerfResult> RunLoadRequests(
+    std::shared_ptr<grpc::Channel> channel,
+    const std::vector<inference::ModelInferRequest>& requests, std::vector<PerfInput> inputs,
+    const PerfOptions& options) {
+  GEMMSERVE_RETURN_IF_ERROR(CheckPerfOptions(options));
+  if (requests.empty()) return absl::InvalidArgumentError("perf: no request to send");
+  std::vector<grpc::ByteBuffer> serialized;
+  for (const inference::ModelInferRequest& request : requests) {
+    GEMMSERVE_ASSIGN_OR_RETURN(grpc::ByteBuffer bytes, SerializeRequest(request));
+    serialized.push_back(std::move(bytes));
+  }
+  LoadRun run(std::move(channel), std::move(serialized), options);
+  PerfResult result = run.Run();
+  result.inputs = std::move(inputs);
+  result.distinct_requests = static_cast<int>(requests.size());
+  result.system_shared_memory = options.system_shared_memory;
+  return result;
+}
+
 std::string FormatPerfReport(const PerfResult& result) {
   int64_t error_count = 0;
   for (const auto& [code, n] : result.errors) error_count += n;
@@ -536,7 +553,8 @@ std::string FormatPerfReport(const PerfResult& result) {
   }
   absl::StrAppend(&text, "  inputs ", inputs.empty() ? "(none)" : absl::StrJoin(inputs, ", "), "; ",
                   result.distinct_requests,
-                  result.distinct_requests == 1 ? " request throughout\n" : " distinct requests\n");
+                  result.distinct_requests == 1 ? " request throughout" : " distinct requests",
+                  result.system_shared_memory ? "; tensors in system shared memory\n" : "\n");
   absl::StrAppendFormat(&text, "  requests %d ok, %d errors; throughput %.1f infer/s\n", result.ok,
                         error_count, result.throughput);
   if (result.open_loop) {
@@ -599,7 +617,7 @@ std::string PerfResultJson(const PerfResult& result) {
       "\"concurrency\": %d, \"rate\": %s, "
       "\"duration_s\": %.10g, \"ok\": %d, \"errors\": {%s}, \"client_dropped\": %d, "
       "\"throughput\": %.3f, \"p50_us\": %s, \"p90_us\": %s, \"p95_us\": %s, \"p99_us\": %s, "
-      "\"max_us\": %s, \"mean_us\": %s, \"server\": %s}\n",
+      "\"max_us\": %s, \"mean_us\": %s, \"server\": %s, \"shared_memory\": \"%s\"}\n",
       JsonString(result.model), absl::StrJoin(inputs, ", "), result.distinct_requests,
       result.open_loop ? "open_loop" : "closed_loop", result.concurrency,
       result.open_loop ? absl::StrFormat("%.10g", result.rate) : "null", result.duration_s,
@@ -607,7 +625,8 @@ std::string PerfResultJson(const PerfResult& result) {
       latency(&LatencySummary::p50_us), latency(&LatencySummary::p90_us),
       latency(&LatencySummary::p95_us), latency(&LatencySummary::p99_us),
       latency(&LatencySummary::max_us),
-      result.latency ? absl::StrFormat("%.3f", result.latency->mean_us) : "null", server);
+      result.latency ? absl::StrFormat("%.3f", result.latency->mean_us) : "null", server,
+      result.system_shared_memory ? "system" : "none");
 }
 
 std::optional<ServerBreakdown> ServerBreakdownBetween(const inference::ModelStatistics& before,

@@ -80,6 +80,10 @@ struct PerfOptions {
   // `--input_data zero`: every input all zeros (indices 0), one request
   // throughout; else random values (`--input_data random`, the default).
   bool zero_data = false;
+  // `--shared_memory system`: inputs are read from, and outputs written to,
+  // system shared memory regions this run creates and registers (one request
+  // throughout, as perf_analyzer sends it); RunPerf sets them up.
+  bool system_shared_memory = false;
 };
 
 inline constexpr int kPerfMaxConcurrency = 10000;
@@ -176,6 +180,7 @@ struct PerfResult {
   double throughput = 0;                  // successful calls per second
   std::optional<LatencySummary> latency;  // nullopt without successful calls
   std::optional<ServerBreakdown> server;  // nullopt without server statistics
+  bool system_shared_memory = false;      // the tensors went through shared memory
 };
 
 // The levels of `--concurrency_range` or `--request_rate_range` (`flag`
@@ -197,6 +202,14 @@ absl::StatusOr<PerfResult> RunLoad(std::shared_ptr<grpc::Channel> channel,
 absl::StatusOr<PerfResult> RunLoadPool(std::shared_ptr<grpc::Channel> channel,
                                        std::vector<std::vector<HostTensor>> pool,
                                        const PerfOptions& options);
+
+// The same with requests the caller built (ModelInferRequests with
+// shared-memory parameters, say), taken in turn; `inputs` describes them for
+// the report.
+absl::StatusOr<PerfResult> RunLoadRequests(
+    std::shared_ptr<grpc::Channel> channel,
+    const std::vector<inference::ModelInferRequest>& requests, std::vector<PerfInput> inputs,
+    const PerfOptions& options);
 
 // The report on stdout:
 //   model matmul, closed loop, concurrency 4, 10.0 s

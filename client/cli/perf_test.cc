@@ -403,7 +403,7 @@ TEST(PerfResultJsonTest, HasEveryField) {
             "\"duration_s\": 10, \"ok\": 12345, \"errors\": {\"UNAVAILABLE\": 3}, "
             "\"client_dropped\": 0, \"throughput\": 1234.500, \"p50_us\": 812, \"p90_us\": 1203, "
             "\"p95_us\": 1500, \"p99_us\": 2101, \"max_us\": 3100, \"mean_us\": 850.250, "
-            "\"server\": null}\n");
+            "\"server\": null, \"shared_memory\": \"none\"}\n");
 }
 
 TEST(PerfResultJsonTest, ServerBreakdownIsAnObject) {
@@ -412,7 +412,17 @@ TEST(PerfResultJsonTest, ServerBreakdownIsAnObject) {
   EXPECT_THAT(PerfResultJson(result),
               HasSubstr("\"server\": {\"requests\": 10, \"queue_us\": 1.500, "
                         "\"compute_input_us\": 0.000, \"compute_infer_us\": 2.250, "
-                        "\"compute_output_us\": 0.000}}\n"));
+                        "\"compute_output_us\": 0.000}, \"shared_memory\": \"none\"}\n"));
+}
+
+TEST(PerfResultJsonTest, SharedMemoryRunsSayHowTheTensorsWent) {
+  PerfResult result = SampleResult();
+  result.system_shared_memory = true;
+  EXPECT_THAT(PerfResultJson(result), HasSubstr("\"shared_memory\": \"system\"}\n"));
+  EXPECT_THAT(FormatPerfReport(result),
+              HasSubstr("1 request throughout; tensors in system shared memory\n"));
+  result.system_shared_memory = false;
+  EXPECT_THAT(FormatPerfReport(result), Not(HasSubstr("shared memory")));
 }
 
 inference::ModelStatistics Stats(uint64_t success, uint64_t queue_ns, uint64_t infer_ns) {
@@ -493,7 +503,7 @@ TEST(PerfResultJsonTest, NoSuccessfulCallsGiveNullLatencies) {
   const std::string json = PerfResultJson(result);
   EXPECT_THAT(json, HasSubstr("\"model\": \"a\\\"b\""));
   EXPECT_THAT(json, HasSubstr("\"p50_us\": null"));
-  EXPECT_THAT(json, HasSubstr("\"mean_us\": null, \"server\": null}"));
+  EXPECT_THAT(json, HasSubstr("\"mean_us\": null, \"server\": null, \"shared_memory\": \"none\"}"));
 }
 
 // --------------------------------------------------------------- load

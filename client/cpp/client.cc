@@ -1,5 +1,6 @@
 #include "client/cpp/client.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <google/protobuf/unknown_field_set.h>
@@ -20,6 +21,10 @@ namespace gemmserve::client {
 namespace {
 
 constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
+// Triton's shared-memory parameters.
+constexpr char kRegionParameter[] = "shared_memory_region";
+constexpr char kByteSizeParameter[] = "shared_memory_byte_size";
+constexpr char kOffsetParameter[] = "shared_memory_offset";
 
 void SetTimeout(absl::Duration timeout, grpc::ClientContext* context) {
   if (timeout != absl::InfiniteDuration()) {
@@ -173,19 +178,53 @@ absl::StatusOr<inference::ModelStatistics> Client::ModelStatistics(absl::string_
   return std::move(*response.mutable_model_stats(0));
 }
 
-absl::StatusOr<std::vector<HostTensor>> Client::Infer(absl::string_view model,
-                                                      std::vector<HostTensor> inputs,
-                                                      absl::Duration timeout) const {
+inference::ModelInferRequest MakeInferRequest(absl::string_view model,
+                                              std::vector<HostTensor> inputs,
+                                              const std::vector<SharedMemoryInput>& shm_inputs,
+                                              const std::vector<SharedMemoryOutput>& shm_outputs) {
   inference::ModelInferRequest request;
   request.set_model_name(std::string(model));
-  for (HostTensor& input : inputs) {
+  auto add = [&request](HostTensor& input) {
     inference::ModelInferRequest::InferInputTensor* tensor = request.add_inputs();
     tensor->set_name(std::move(input.name));
     tensor->set_datatype(std::move(input.datatype));
     tensor->mutable_shape()->Add(input.shape.begin(), input.shape.end());
+    return tensor;
+  };
+  auto window = [](const SharedMemoryWindow& w,
+                   google::protobuf::Map<std::string, inference::InferParameter>* params) {
+    (*params)[kRegionParameter].set_string_param(w.region);
+    (*params)[kByteSizeParameter].set_int64_param(w.byte_size);
+    if (w.offset != 0) (*params)[kOffsetParameter].set_int64_param(w.offset);
+  };
+  for (HostTensor& input : inputs) {
+    add(input);
     *request.add_raw_input_contents() = std::move(input.bytes);
   }
+  for (const SharedMemoryInput& input : shm_inputs) {
+    HostTensor described{input.tensor.name, input.tensor.datatype, input.tensor.shape, ""};
+    window(input.window, add(described)->mutable_parameters());
+  }
+  for (const SharedMemoryOutput& output : shm_outputs) {
+    inference::ModelInferRequest::InferRequestedOutputTensor* requested = request.add_outputs();
+    requested->set_name(output.name);
+    window(output.window, requested->mutable_parameters());
+  }
+  return request;
+}
 
+absl::StatusOr<std::vector<HostTensor>> Client::Infer(absl::string_view model,
+                                                      std::vector<HostTensor> inputs,
+                                                      absl::Duration timeout) const {
+  return Infer(model, std::move(inputs), {}, {}, timeout);
+}
+
+absl::StatusOr<std::vector<HostTensor>> Client::Infer(
+    absl::string_view model, std::vector<HostTensor> inputs,
+    const std::vector<SharedMemoryInput>& shm_inputs,
+    const std::vector<SharedMemoryOutput>& shm_outputs, absl::Duration timeout) const {
+  const inference::ModelInferRequest request =
+      MakeInferRequest(model, std::move(inputs), shm_inputs, shm_outputs);
   grpc::ClientContext context;
   SetTimeout(timeout, &context);
   inference::ModelInferResponse response;
@@ -203,10 +242,60 @@ absl::StatusOr<std::vector<HostTensor>> Client::Infer(absl::string_view model,
     output.name = std::move(*tensor->mutable_name());
     output.datatype = std::move(*tensor->mutable_datatype());
     output.shape.assign(tensor->shape().begin(), tensor->shape().end());
+    const bool in_shm =
+        std::any_of(shm_outputs.begin(), shm_outputs.end(),
+                    [&](const SharedMemoryOutput& o) { return o.name == output.name; });
+    if (in_shm) {
+      auto region = tensor->parameters().find(kRegionParameter);
+      if (region == tensor->parameters().end() || !response.raw_output_contents(i).empty()) {
+        return absl::InternalError(absl::StrCat("server sent output '", output.name,
+                                                "' without its shared memory window"));
+      }
+      continue;
+    }
     output.bytes = std::move(*response.mutable_raw_output_contents(i));
     GEMMSERVE_RETURN_IF_ERROR(CheckOutputSize(output));
   }
   return outputs;
+}
+
+absl::Status Client::RegisterSystemSharedMemory(absl::string_view name, absl::string_view key,
+                                                int64_t byte_size, int64_t offset,
+                                                absl::Duration timeout) const {
+  if (byte_size < 0 || offset < 0) {
+    return absl::InvalidArgumentError("shared memory byte size and offset must not be negative");
+  }
+  grpc::ClientContext context;
+  SetTimeout(timeout, &context);
+  inference::SystemSharedMemoryRegisterRequest request;
+  request.set_name(std::string(name));
+  request.set_key(std::string(key));
+  request.set_offset(static_cast<uint64_t>(offset));
+  request.set_byte_size(static_cast<uint64_t>(byte_size));
+  inference::SystemSharedMemoryRegisterResponse response;
+  return FromGrpcStatus(stub_->SystemSharedMemoryRegister(&context, request, &response));
+}
+
+absl::Status Client::UnregisterSystemSharedMemory(absl::string_view name,
+                                                  absl::Duration timeout) const {
+  grpc::ClientContext context;
+  SetTimeout(timeout, &context);
+  inference::SystemSharedMemoryUnregisterRequest request;
+  request.set_name(std::string(name));
+  inference::SystemSharedMemoryUnregisterResponse response;
+  return FromGrpcStatus(stub_->SystemSharedMemoryUnregister(&context, request, &response));
+}
+
+absl::StatusOr<inference::SystemSharedMemoryStatusResponse> Client::SystemSharedMemoryStatus(
+    absl::string_view name, absl::Duration timeout) const {
+  grpc::ClientContext context;
+  SetTimeout(timeout, &context);
+  inference::SystemSharedMemoryStatusRequest request;
+  request.set_name(std::string(name));
+  inference::SystemSharedMemoryStatusResponse response;
+  GEMMSERVE_RETURN_IF_ERROR(
+      FromGrpcStatus(stub_->SystemSharedMemoryStatus(&context, request, &response)));
+  return response;
 }
 
 }  // namespace gemmserve::client

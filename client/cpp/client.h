@@ -33,6 +33,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/cpp/host_tensor.h"
+#include "client/cpp/shared_memory.h"
 #include "grpc_service.grpc.pb.h"
 #include "grpc_service.pb.h"
 
@@ -51,6 +52,15 @@ absl::string_view ServingStatusName(ServingStatus status);
 
 // The same canonical code and message: the two code sets are identical.
 absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// The ModelInferRequest for `model`: `inputs` with raw contents (moved in),
+// then `shm_inputs` and the requested `shm_outputs` with Triton's
+// shared_memory_region, shared_memory_byte_size and shared_memory_offset
+// parameters. Without shared-memory outputs every output is returned.
+inference::ModelInferRequest MakeInferRequest(
+    absl::string_view model, std::vector<HostTensor> inputs,
+    const std::vector<SharedMemoryInput>& shm_inputs = {},
+    const std::vector<SharedMemoryOutput>& shm_outputs = {});
 
 class Client {
  public:
@@ -88,6 +98,29 @@ class Client {
   absl::StatusOr<std::vector<HostTensor>> Infer(
       absl::string_view model, std::vector<HostTensor> inputs,
       absl::Duration timeout = absl::InfiniteDuration()) const;
+
+  // The same, with inputs read from and outputs written to registered
+  // shared-memory regions (shared_memory.h). Outputs the server wrote to a
+  // region come back with their name, datatype and shape and no bytes (read
+  // them from the region); with `shm_outputs`, only those outputs are
+  // requested. INTERNAL when the server's answer for a shared-memory output
+  // does not name its window.
+  absl::StatusOr<std::vector<HostTensor>> Infer(
+      absl::string_view model, std::vector<HostTensor> inputs,
+      const std::vector<SharedMemoryInput>& shm_inputs,
+      const std::vector<SharedMemoryOutput>& shm_outputs,
+      absl::Duration timeout = absl::InfiniteDuration()) const;
+
+  // Triton's system shared memory RPCs. Register: the object `key` ("/NAME")
+  // as `name`, `byte_size` bytes from `offset`. Unregister: `name`, or every
+  // region of this client with "". Status: `name`, or every region with "".
+  absl::Status RegisterSystemSharedMemory(absl::string_view name, absl::string_view key,
+                                          int64_t byte_size, int64_t offset = 0,
+                                          absl::Duration timeout = absl::InfiniteDuration()) const;
+  absl::Status UnregisterSystemSharedMemory(
+      absl::string_view name, absl::Duration timeout = absl::InfiniteDuration()) const;
+  absl::StatusOr<inference::SystemSharedMemoryStatusResponse> SystemSharedMemoryStatus(
+      absl::string_view name = "", absl::Duration timeout = absl::InfiniteDuration()) const;
 
   // The channel itself, for callers that issue their own calls on it (the
   // load generator sends pre-serialized requests with the callback API).

@@ -58,7 +58,7 @@ class InstalledClientTest(unittest.TestCase):
         run([ARGS.cmake, "--build", example_build, "-j2"], timeout=300)
         cls.example = os.path.join(example_build, "matmul_example")
 
-        cls.server = ServerProcess()
+        cls.server = ServerProcess("--allow_client_shm")
         cls.server.start()
         cls.addClassCleanup(cls.server.stop)
 
@@ -67,6 +67,7 @@ class InstalledClientTest(unittest.TestCase):
                      "lib/cmake/gemmserve/gemmserveConfigVersion.cmake",
                      "lib/cmake/gemmserve/gemmserveTargets.cmake",
                      "include/gemmserve/client/cpp/client.h",
+                     "include/gemmserve/client/cpp/shared_memory.h",
                      "include/gemmserve/grpc_service.grpc.pb.h",
                      "include/gemmserve/server/common/status_macros.h",
                      "lib/libgemmserve_client.a"):
@@ -83,6 +84,20 @@ class InstalledClientTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0,
                          f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
         self.assertIn("matmul FP32 [3, 4] x [4, 5] -> FP32 [3, 5]: OK", result.stdout)
+        self.assertNotIn("via shared memory", result.stdout)
+
+    def test_example_through_shared_memory_matches_its_reference(self):
+        """The C++ shared-memory helper: A from a region, Y written to it by the server."""
+        result = subprocess.run([self.example, self.server.address, "--shared_memory"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 0,
+                         f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+        self.assertIn("matmul FP32 [3, 4] x [4, 5] -> FP32 [3, 5]: OK", result.stdout)
+        self.assertIn("matmul via shared memory FP32 [3, 4] x [4, 5] -> FP32 [3, 5]: OK",
+                      result.stdout)
+        # The region was unregistered and unlinked.
+        self.assertEqual([f for f in os.listdir("/dev/shm") if f.startswith("gemmserve_example_")],
+                         [])
 
     def test_example_fails_when_the_server_is_unreachable(self):
         # The exit code means something: a closed port is a failure.

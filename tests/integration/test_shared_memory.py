@@ -7,6 +7,7 @@ registration over the cap; each followed by a valid request of each model."""
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 import unittest
@@ -130,6 +131,42 @@ class SharedMemoryTest(SharedMemoryCase):
         self.assertEqual(code, grpc.StatusCode.NOT_FOUND)
         shm.unregister(self.stub, "first")
         self.assertEqual(list(shm.status(self.stub)), ["second"])
+
+    def test_perf_sends_its_load_through_shared_memory(self):
+        """gemmserve-cli perf --shared_memory system (the C++ client's helper): every call
+        answered, the server's statistics count them, and its regions are unregistered and
+        unlinked when it ends."""
+        cli = os.path.join(os.path.dirname(os.environ["GEMMSERVE_BIN"]), "gemmserve-cli")
+        out = os.path.join(tempfile.mkdtemp(prefix="gemmserve-perf-shm-"), "perf.json")
+        self.addCleanup(shutil.rmtree, os.path.dirname(out), True)
+        before = self.stub.ModelStatistics(pb2.ModelStatisticsRequest(name="matmul"),
+                                           timeout=10).model_stats[0]
+        run = subprocess.run([cli, f"--url={self.server.address}", "perf", "--model=matmul",
+                              "--shape=A:64,96", "--shape=B:96,48", "--concurrency=2",
+                              "--duration=0.5", "--warmup=0.1", "--timeout_ms=10000",
+                              "--shared_memory=system", f"--json_out={out}"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        with open(out) as f:
+            report = json.load(f)
+        self.assertGreater(report["ok"], 0)
+        self.assertEqual(report["errors"], {})
+        self.assertEqual(report["shared_memory"], "system")
+        self.assertEqual(report["distinct_requests"], 1)
+        self.assertIn("tensors in system shared memory", run.stdout)
+        after = self.stub.ModelStatistics(pb2.ModelStatisticsRequest(name="matmul"),
+                                          timeout=10).model_stats[0]
+        # The load's calls, its warm-up's, and the one over the socket that sized the regions.
+        self.assertGreaterEqual(after.inference_stats.success.count
+                                - before.inference_stats.success.count, report["ok"] + 1)
+        self.assertEqual(dict(shm.status(self.stub)), {})
+        self.assertEqual([f for f in os.listdir("/dev/shm") if f.startswith("gemmserve-perf-")],
+                         [])
+        # --shared_memory takes none or system.
+        bad = subprocess.run([cli, f"--url={self.server.address}", "perf", "--model=matmul",
+                              "--shared_memory=cuda"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--shared_memory 'cuda'", bad.stderr)
 
     def test_registration_checks_its_fields(self):
         region = self.region(4096)
