@@ -7,7 +7,11 @@
 // its shape's elements of its datatype, and encoding those elements as a
 // JSON response and decoding that text again gives the same bytes. The fast
 // path for data arrays is checked against RapidJSON's own number scanner on
-// every input (same status and message, same bytes).
+// every input (same status and message, same bytes). An input or output in
+// shared memory carries a whole reference (region and byte size) and no
+// bytes of the body. The same bytes also go to the parser of a system shared
+// memory registration body (POST /v2/systemsharedmemory/region/{r}/register),
+// which must answer OK or INVALID_ARGUMENT.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "fuzz/fuzz_support.h"
 #include "server/http/infer_json.h"
+#include "server/http/model_json.h"
 #include "server/tensor/datatype.h"
 #include "server/tensor/half.h"
 #include "server/tensor/shape.h"
@@ -84,6 +89,12 @@ void RoundTrip(const InputTensorView& in, DataType type) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace gemmserve;
   if (size < 3) return 0;
+  {
+    const absl::StatusOr<ShmRegisterBody> registered =
+        ParseShmRegisterRequest(absl::string_view(reinterpret_cast<const char*>(data), size));
+    FUZZ_CHECK(registered.ok() || absl::IsInvalidArgument(registered.status()),
+               "a register body got %s", registered.status().ToString().c_str());
+  }
   std::optional<int64_t> header_length;
   if (data[0] & 1) header_length = static_cast<int64_t>(data[1] | (data[2] << 8)) - 16;
   HttpInferRequest request;
@@ -105,7 +116,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                "the number scan converted input %zu differently", i);
   }
   if (!status.ok()) return 0;
+  for (const OutputShmView& o : request.view.output_shm) {
+    bool requested = false;
+    for (absl::string_view name : request.view.requested_outputs) requested |= name == o.name;
+    FUZZ_CHECK(requested, "an output in shared memory that was not requested");
+  }
   for (const InputTensorView& in : request.view.inputs) {
+    if (in.shm) {
+      FUZZ_CHECK(in.contents == ContentsKind::kNone && in.data == nullptr,
+                 "an input in shared memory has bytes of the body too");
+      continue;
+    }
     if (in.contents == ContentsKind::kNone) continue;
     FUZZ_CHECK(in.contents == ContentsKind::kRaw, "decoded inputs are raw");
     bool owned = false;

@@ -156,6 +156,19 @@ bool ConvertNumber(DataType type, absl::string_view s, uint8_t* dst) {
   return false;
 }
 
+// Both region and byte size, or neither (and then no offset), as on gRPC.
+absl::Status CheckSharedMemory(const HttpSharedMemory& shm, absl::string_view what) {
+  if (!shm.region && !shm.byte_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has shared_memory_offset without shared_memory_region and byte size"));
+  }
+  if (!shm.region || !shm.byte_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " needs both shared_memory_region and shared_memory_byte_size"));
+  }
+  return absl::OkStatus();
+}
+
 std::string ShapeText(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }
@@ -167,6 +180,7 @@ struct InputState {
   std::string name, datatype;
   std::vector<int64_t> shape;
   std::optional<int64_t> binary_size;
+  HttpSharedMemory shm;
   // JSON data: its nesting (the length of the arrays at each depth) and the
   // numbers counted; `buffer` once it is converted.
   std::vector<int64_t> dims;
@@ -359,6 +373,27 @@ class InferHandler {
     return Fail(absl::StrCat("'", ClientText(key_), "' in ", Where(), ": expected ", expected,
                              ", got ", KindName(k)));
   }
+  // shared_memory_region (a string), shared_memory_byte_size and
+  // shared_memory_offset (non-negative integers), each at most once; other
+  // keys are not ours.
+  bool SharedMemoryField(Kind k, absl::string_view text, HttpSharedMemory* shm) {
+    if (key_ == "shared_memory_region") {
+      if (k != kString) return WrongKind(k, "a string");
+      if (shm->region) return Fail(absl::StrCat("'", key_, "' appears twice in ", Where()));
+      shm->region.emplace(text.data(), text.size());
+      return true;
+    }
+    std::optional<uint64_t>* field = key_ == "shared_memory_byte_size" ? &shm->byte_size
+                                     : key_ == "shared_memory_offset"  ? &shm->offset
+                                                                       : nullptr;
+    if (field == nullptr) return true;
+    if (field->has_value()) return Fail(absl::StrCat("'", key_, "' appears twice in ", Where()));
+    uint64_t v;
+    if (!UnsignedParameter(k, text, &v)) return false;
+    *field = v;
+    return true;
+  }
+
   bool UnsignedParameter(Kind k, absl::string_view text, uint64_t* out) {
     if (k == kNumber && ParseInteger(text, out)) return true;
     return Fail(absl::StrCat("parameter '", ClientText(key_),
@@ -414,8 +449,9 @@ class InferHandler {
                                      ": expected a non-negative integer"));
           }
           Current().binary_size = static_cast<int64_t>(size);
+          return true;
         }
-        return true;
+        return SharedMemoryField(k, text, &Current().shm);
       case Frame::kData: {
         if (k != kNumber) {
           return Fail(absl::StrCat("'data' of ", Where(), ": expected numbers, got ", KindName(k)));
@@ -441,7 +477,7 @@ class InferHandler {
         } else if (key_ == "classification") {
           return Fail("output parameter 'classification' is not supported");
         }
-        return true;
+        return SharedMemoryField(k, text, &request_->outputs.back().shm);
       case Frame::kInputs:
       case Frame::kOutputs:
         return Fail(absl::StrCat("each entry of '",
@@ -645,8 +681,21 @@ class InferHandler {
   // End of an input object in the first pass: the data's nesting against its
   // shape, and whether its numbers still need converting.
   bool FinishInput(InputState& in) {
+    // The input's frame has ended: name it from what it held.
+    const std::string where = in.has_name ? absl::StrCat("input '", ClientText(in.name), "'")
+                                          : absl::StrCat("input ", input_index_);
     if (in.has_data && in.binary_size) {
-      return Fail(absl::StrCat(Where(), " has both 'data' and binary_data_size; send it one way"));
+      return Fail(absl::StrCat(where, " has both 'data' and binary_data_size; send it one way"));
+    }
+    if (in.shm.given()) {
+      if (absl::Status s = CheckSharedMemory(in.shm, where); !s.ok()) {
+        error = std::move(s);
+        return false;
+      }
+      if (in.has_data || in.binary_size) {
+        return Fail(absl::StrCat(where, " has ", in.has_data ? "'data'" : "binary_data_size",
+                                 " and shared memory parameters; send its bytes one way"));
+      }
     }
     if (!in.has_data) return true;
     if (in.buffer == nullptr) {
@@ -661,11 +710,11 @@ class InferHandler {
     if (!expected.ok()) return true;
     if (in.dims.size() > 1) {
       if (in.dims != in.shape) {
-        return Fail(absl::StrCat("'data' of ", Where(), " is nested as ", ShapeText(in.dims),
+        return Fail(absl::StrCat("'data' of ", where, " is nested as ", ShapeText(in.dims),
                                  " but its shape is ", ShapeText(in.shape)));
       }
     } else if (in.numbers != *expected) {
-      return Fail(absl::StrCat(Where(), ": expected ", *expected, " elements (shape ",
+      return Fail(absl::StrCat(where, ": expected ", *expected, " elements (shape ",
                                ShapeText(in.shape), ", ", ClientText(in.datatype), "), got ",
                                in.numbers, " in 'data'"));
     }
@@ -750,7 +799,7 @@ absl::Status DecodeOrThrow(absl::string_view model_name, absl::string_view model
   // (BF16): the engine counts and caps the response at that size.
   view.outputs_as_text = request->outputs.empty() && !request->binary_data_output;
   for (const HttpRequestedOutput& o : request->outputs) {
-    view.outputs_as_text = view.outputs_as_text || !o.binary;
+    view.outputs_as_text = view.outputs_as_text || (!o.binary && !o.shm.given());
   }
   view.inputs.reserve(inputs.size());
   size_t offset = json_size;
@@ -762,7 +811,11 @@ absl::Status DecodeOrThrow(absl::string_view model_name, absl::string_view model
     t.datatype = request->strings.back();
     request->shapes.push_back(std::move(in.shape));
     t.shape = request->shapes.back();
-    if (in.binary_size) {
+    if (in.shm.given()) {  // checked whole in FinishInput
+      request->strings.push_back(std::move(*in.shm.region));
+      t.shm =
+          SharedMemoryRef{request->strings.back(), in.shm.offset.value_or(0), *in.shm.byte_size};
+    } else if (in.binary_size) {
       const uint64_t size = static_cast<uint64_t>(*in.binary_size);
       if (size > body.size() - offset) {
         return absl::InvalidArgumentError(
@@ -795,7 +848,16 @@ absl::Status DecodeOrThrow(absl::string_view model_name, absl::string_view model
                      " bytes after the JSON header and the binary tensors it declares"));
   }
   view.requested_outputs.reserve(request->outputs.size());
-  for (const HttpRequestedOutput& o : request->outputs) view.requested_outputs.push_back(o.name);
+  for (HttpRequestedOutput& o : request->outputs) {
+    view.requested_outputs.push_back(o.name);
+    if (!o.shm.given()) continue;
+    GEMMSERVE_RETURN_IF_ERROR(
+        CheckSharedMemory(o.shm, absl::StrCat("requested output '", ClientText(o.name), "'")));
+    // A region takes the output's bytes: binary_data does not apply to it.
+    o.binary = false;
+    view.output_shm.push_back(OutputShmView{
+        o.name, SharedMemoryRef{*o.shm.region, o.shm.offset.value_or(0), *o.shm.byte_size}});
+  }
   return absl::OkStatus();
 }
 
@@ -840,7 +902,9 @@ absl::Status EncodeOrThrow(const InferResult& result, const HttpInferRequest& re
   size_t binary_bytes = 0;
   for (const NamedTensor& o : result.outputs) {
     estimate += 128 + o.name.size();
-    if (BinaryOutput(request, o.name)) {
+    if (o.shm) {
+      estimate += 128 + o.shm->region.size();
+    } else if (BinaryOutput(request, o.name)) {
       binary_bytes += static_cast<size_t>(o.tensor.byte_size());
     } else {
       estimate +=
@@ -871,7 +935,17 @@ absl::Status EncodeOrThrow(const InferResult& result, const HttpInferRequest& re
       AppendInteger(o.tensor.shape()[d], &body);
     }
     body.push_back(']');
-    if (BinaryOutput(request, o.name)) {
+    if (o.shm) {  // the bytes are in the client's region
+      body.append(",\"parameters\":{\"shared_memory_region\":");
+      AppendJsonString(o.shm->region, &body);
+      body.append(",\"shared_memory_byte_size\":");
+      AppendInteger(o.shm->byte_size, &body);
+      if (o.shm->offset != 0) {
+        body.append(",\"shared_memory_offset\":");
+        AppendInteger(o.shm->offset, &body);
+      }
+      body.push_back('}');
+    } else if (BinaryOutput(request, o.name)) {
       any_binary = true;
       body.append(",\"parameters\":{\"binary_data_size\":");
       AppendInteger(o.tensor.byte_size(), &body);
@@ -887,7 +961,7 @@ absl::Status EncodeOrThrow(const InferResult& result, const HttpInferRequest& re
   if (any_binary) {
     out->header_length = body.size();
     for (const NamedTensor& o : result.outputs) {
-      if (!BinaryOutput(request, o.name)) continue;
+      if (o.shm || !BinaryOutput(request, o.name)) continue;
       const auto bytes = o.tensor.bytes();
       body.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     }

@@ -35,9 +35,18 @@ namespace gemmserve {
 inline constexpr int64_t kMaxHttpInputs = 1024;
 inline constexpr int64_t kMaxHttpOutputs = 1024;
 
+// Triton's shared-memory parameters of an input or requested output, as
+// sent (checked once the tensor's object ends).
+struct HttpSharedMemory {
+  std::optional<std::string> region;
+  std::optional<uint64_t> byte_size, offset;
+  bool given() const { return region || byte_size || offset; }
+};
+
 struct HttpRequestedOutput {
   std::string name;
   bool binary = false;
+  HttpSharedMemory shm;  // written to a region instead of the response
 };
 
 // A decoded request and everything its view points to.

@@ -351,5 +351,93 @@ TEST(InferJson, NumbersAreShortest) {
   EXPECT_EQ(s, "NaN");
 }
 
+TEST(InferJson, SharedMemoryParametersReferToRegionsAndCarryNoBytes) {
+  HttpInferRequest r;
+  ASSERT_TRUE(Decode(R"({"inputs":[
+      {"name":"A","shape":[2,3],"datatype":"FP32",
+       "parameters":{"shared_memory_region":"in","shared_memory_byte_size":24,
+                     "shared_memory_offset":64,"other":1}},
+      {"name":"B","shape":[3,1],"datatype":"FP32","data":[1,2,3]}],
+    "outputs":[{"name":"Y","parameters":{"binary_data":true,
+                "shared_memory_region":"out","shared_memory_byte_size":8}},
+               {"name":"Z"}]})",
+                     &r)
+                  .ok());
+  ASSERT_EQ(r.view.inputs.size(), 2u);
+  const InputTensorView& a = r.view.inputs[0];
+  ASSERT_TRUE(a.shm);
+  EXPECT_EQ(a.contents, ContentsKind::kNone);
+  EXPECT_EQ(a.shm->region, "in");
+  EXPECT_EQ(a.shm->offset, 64u);
+  EXPECT_EQ(a.shm->byte_size, 24u);
+  EXPECT_FALSE(r.view.inputs[1].shm);
+  EXPECT_EQ(Values<float>(r.view.inputs[1]), (std::vector<float>{1, 2, 3}));
+  ASSERT_EQ(r.view.output_shm.size(), 1u);
+  EXPECT_EQ(r.view.output_shm[0].name, "Y");
+  EXPECT_EQ(r.view.output_shm[0].ref.region, "out");
+  EXPECT_EQ(r.view.output_shm[0].ref.offset, 0u);
+  EXPECT_FALSE(r.outputs[0].binary);    // the region takes its bytes
+  EXPECT_TRUE(r.view.outputs_as_text);  // Z is JSON numbers
+
+  struct Case {
+    std::string body, message;
+  };
+  const std::string b = R"({"name":"B","shape":[1],"datatype":"FP32","data":[1]})";
+  for (const Case& c : std::vector<Case>{
+           {R"({"inputs":[{"name":"A","shape":[1],"datatype":"FP32",
+                "parameters":{"shared_memory_region":"in"}}]})",
+            "input 'A' needs both shared_memory_region and shared_memory_byte_size"},
+           {R"({"inputs":[{"name":"A","shape":[1],"datatype":"FP32",
+                "parameters":{"shared_memory_offset":4}}]})",
+            "shared_memory_offset without shared_memory_region"},
+           {R"({"inputs":[{"name":"A","shape":[1],"datatype":"FP32","data":[1],
+                "parameters":{"shared_memory_region":"in","shared_memory_byte_size":4}}]})",
+            "has 'data' and shared memory parameters"},
+           {R"({"inputs":[{"name":"A","shape":[1],"datatype":"FP32",
+                "parameters":{"shared_memory_region":7,"shared_memory_byte_size":4}}]})",
+            "'shared_memory_region' in input 'A': expected a string"},
+           {R"({"inputs":[{"name":"A","shape":[1],"datatype":"FP32",
+                "parameters":{"shared_memory_region":"r","shared_memory_byte_size":-4}}]})",
+            "parameter 'shared_memory_byte_size': expected a non-negative integer"},
+           {R"({"inputs":[{"name":"A","shape":[1],"datatype":"FP32",
+                "parameters":{"shared_memory_region":"r","shared_memory_region":"s",
+                              "shared_memory_byte_size":4}}]})",
+            "'shared_memory_region' appears twice"},
+           {absl::StrCat(R"({"inputs":[)", b, R"(],"outputs":[{"name":"Y",
+                "parameters":{"shared_memory_byte_size":4}}]})"),
+            "requested output 'Y' needs both shared_memory_region and shared_memory_byte_size"},
+           {absl::StrCat(R"({"inputs":[)", b, R"(],"outputs":[{"name":"Y",
+                "parameters":{"shared_memory_region":"o","shared_memory_byte_size":1.5}}]})"),
+            "expected a non-negative integer"},
+       }) {
+    HttpInferRequest bad;
+    const absl::Status s = Decode(c.body, &bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.body;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.body;
+  }
+}
+
+TEST(InferJson, AnOutputWrittenToSharedMemoryIsAnsweredWithItsWindow) {
+  Tensor t = MakeTensor(DataType::kFP32, Shape{2});
+  t.data<float>()[0] = 1;
+  t.data<float>()[1] = 2;
+  InferResult result;
+  result.model_name = "m";
+  result.outputs.push_back({"Y", Copy(t)});
+  result.outputs.back().shm = SharedMemoryWritten{"out\"r", 16, 8};
+  result.outputs.push_back({"Z", Copy(t)});
+  HttpInferRequest request;
+  request.binary_data_output = true;
+  HttpResponseBody out;
+  ASSERT_TRUE(EncodeInferResponseJson(result, request, &out).ok());
+  ASSERT_TRUE(out.header_length);
+  const std::string header = out.body.substr(0, *out.header_length);
+  EXPECT_THAT(header, HasSubstr(R"({"name":"Y","datatype":"FP32","shape":[2],"parameters":)"
+                                R"({"shared_memory_region":"out\"r","shared_memory_byte_size":8,)"
+                                R"("shared_memory_offset":16}})"));
+  // Only Z's bytes follow the header.
+  EXPECT_EQ(out.body.size(), *out.header_length + 8);
+}
+
 }  // namespace
 }  // namespace gemmserve

@@ -39,19 +39,24 @@ std::vector<TypedField> NonEmptyTypedFields(const inference::InferTensorContents
   return fields;
 }
 
-// Triton's scheduling parameters: a non-negative integer, sent as int64 or
-// uint64 (clients differ).
-absl::Status UnsignedParameter(const inference::ModelInferRequest& request, const char* name,
-                               uint64_t* out) {
-  auto it = request.parameters().find(name);
-  if (it == request.parameters().end()) return absl::OkStatus();
-  const inference::InferParameter& p = it->second;
+// A non-negative integer parameter, sent as int64 or uint64 (clients differ).
+bool NonNegativeInteger(const inference::InferParameter& p, uint64_t* out) {
   if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
     *out = p.uint64_param();
-    return absl::OkStatus();
+    return true;
   }
   if (p.parameter_choice_case() == inference::InferParameter::kInt64Param && p.int64_param() >= 0) {
     *out = static_cast<uint64_t>(p.int64_param());
+    return true;
+  }
+  return false;
+}
+
+// Triton's scheduling parameters of the request.
+absl::Status UnsignedParameter(const inference::ModelInferRequest& request, const char* name,
+                               uint64_t* out) {
+  auto it = request.parameters().find(name);
+  if (it == request.parameters().end() || NonNegativeInteger(it->second, out)) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
@@ -60,17 +65,10 @@ absl::Status UnsignedParameter(const inference::ModelInferRequest& request, cons
 
 using Parameters = google::protobuf::Map<std::string, inference::InferParameter>;
 
-// A non-negative integer parameter, sent as int64 or uint64.
+// A tensor's non-negative integer parameter (`what` names the tensor).
 absl::Status UnsignedOf(const inference::InferParameter& p, absl::string_view what,
                         absl::string_view name, uint64_t* out) {
-  if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
-    *out = p.uint64_param();
-    return absl::OkStatus();
-  }
-  if (p.parameter_choice_case() == inference::InferParameter::kInt64Param && p.int64_param() >= 0) {
-    *out = static_cast<uint64_t>(p.int64_param());
-    return absl::OkStatus();
-  }
+  if (NonNegativeInteger(p, out)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       what, ": parameter '", name, "' must be a non-negative integer (int64 or uint64)"));
 }

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/common/client_text.h"
+#include "server/common/status_macros.h"
 
 namespace gemmserve {
 
@@ -99,23 +100,30 @@ void SharedMemoryLease::Release() {
 const std::string& SharedMemoryLease::name() const { return region_->name; }
 uint64_t SharedMemoryLease::byte_size() const { return region_->byte_size; }
 
+absl::Status SharedMemoryLease::CheckWindow(uint64_t offset, uint64_t size) const {
+  const Region& r = *region_;
+  if (Inside(offset, size, r.byte_size)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("shared memory region '", ClientText(r.name),
+                                                 "' holds ", r.byte_size, " bytes; offset ", offset,
+                                                 " and byte size ", size, " pass its end"));
+}
+
+absl::Status SharedMemoryLease::Truncated() const {
+  return absl::InvalidArgumentError(
+      absl::StrCat("shared memory region '", ClientText(region_->name),
+                   "' is shorter than registered (its owner truncated the object); register it "
+                   "again"));
+}
+
 absl::Status SharedMemoryLease::Read(uint64_t offset, uint64_t size, char* out) const {
   const Region& r = *region_;
-  if (!Inside(offset, size, r.byte_size)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shared memory region '", ClientText(r.name), "' holds ", r.byte_size,
-                     " bytes; offset ", offset, " and byte size ", size, " pass its end"));
-  }
+  GEMMSERVE_RETURN_IF_ERROR(CheckWindow(offset, size));
   uint64_t done = 0;
   while (done < size) {
     const uint64_t chunk = std::min<uint64_t>(size - done, uint64_t{1} << 30);
     const ssize_t n = pread(r.fd, out + done, chunk, static_cast<off_t>(r.offset + offset + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "shared memory region '", ClientText(r.name), "' is shorter than registered (",
-          "its owner truncated the object); register it again"));
-    }
+    if (n <= 0) return Truncated();
     done += static_cast<uint64_t>(n);
   }
   return absl::OkStatus();
@@ -123,18 +131,10 @@ absl::Status SharedMemoryLease::Read(uint64_t offset, uint64_t size, char* out) 
 
 absl::Status SharedMemoryLease::Write(uint64_t offset, absl::string_view data) const {
   const Region& r = *region_;
-  if (!Inside(offset, data.size(), r.byte_size)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shared memory region '", ClientText(r.name), "' holds ", r.byte_size,
-                     " bytes; offset ", offset, " and byte size ", data.size(), " pass its end"));
-  }
+  GEMMSERVE_RETURN_IF_ERROR(CheckWindow(offset, data.size()));
   if (data.empty()) return absl::OkStatus();
   const int64_t now = r.ObjectSize();
-  if (now < 0 || static_cast<uint64_t>(now) < r.offset + offset + data.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shared memory region '", ClientText(r.name),
-        "' is shorter than registered (its owner truncated the object); register it again"));
-  }
+  if (now < 0 || static_cast<uint64_t>(now) < r.offset + offset + data.size()) return Truncated();
   uint64_t done = 0;
   while (done < data.size()) {
     const uint64_t chunk = std::min<uint64_t>(data.size() - done, uint64_t{1} << 30);

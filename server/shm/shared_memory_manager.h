@@ -84,6 +84,10 @@ class SharedMemoryLease {
   struct Region;
   explicit SharedMemoryLease(std::shared_ptr<Region> region);
   void Release();
+  // INVALID_ARGUMENT unless [offset, offset + size) is inside the region.
+  absl::Status CheckWindow(uint64_t offset, uint64_t size) const;
+  // The region's object is shorter than registered.
+  absl::Status Truncated() const;
   std::shared_ptr<Region> region_;
 };
 

@@ -18,6 +18,7 @@ import numpy as np
 from gemmserve_client import decode_outputs, make_infer_request, pb2, pb2_grpc
 from gemmserve_client.http import HttpClient
 from gemmserve_testing import wire
+from gemmserve_testing.base import serve_with_tokens
 from gemmserve_testing.server import ServerProcess
 
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
@@ -147,16 +148,7 @@ class TokenTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="gemmserve-token-")
-        cls.addClassCleanup(shutil.rmtree, cls.dir, True)
-        path = os.path.join(cls.dir, "tokens")
-        with open(path, "w") as f:
-            f.write(f"# tokens\n{cls.TOKEN}\nother-token\n")
-        cls.server = ServerProcess(f"--auth_token_file={path}").start()
-        cls.addClassCleanup(cls.server.stop)
-        cls.channel = grpc.insecure_channel(cls.server.address)
-        cls.addClassCleanup(cls.channel.close)
-        cls.stub = pb2_grpc.GRPCInferenceServiceStub(cls.channel)
+        serve_with_tokens(cls, f"# tokens\n{cls.TOKEN}\nother-token\n")
 
     def call(self, rpc, request, token):
         metadata = None if token is None else (("authorization", f"Bearer {token}"),)

@@ -20,9 +20,8 @@ import numpy as np
 
 from gemmserve_client import decode_outputs, make_infer_request, pb2
 from gemmserve_client import shared_memory as shm
-from gemmserve_testing.base import GemmServeTestCase, open_channel
+from gemmserve_testing.base import GemmServeTestCase, serve_with_tokens
 from gemmserve_testing.process import metric_sum
-from gemmserve_testing.server import ServerProcess
 
 CAP = 64 << 20
 
@@ -303,6 +302,49 @@ class SharedMemoryTest(SharedMemoryCase):
         self.assertEqual(self.http("POST", f"{base}/region/web/unregister"), (200, {}))
         self.assertEqual(self.http("GET", f"{base}/status"), (200, []))
 
+    def test_http_inference_through_shared_memory(self):
+        """Inference bodies over HTTP carry the same parameters: an input read from a
+        region, an output written to one (answered with its window, no data), the other
+        input as JSON numbers; then the S1 rows over HTTP."""
+        rng = np.random.default_rng(31)
+        a = rng.standard_normal((5, 7)).astype(np.float32)
+        b = rng.standard_normal((7, 3)).astype(np.float32)
+        y_bytes = 5 * 3 * 4
+        region = self.region(a.nbytes + y_bytes)
+        region.write(a)
+        shm.register(self.stub, "http_io", region)
+
+        def body(a_params, y_params):
+            return {"inputs": [{"name": "A", "shape": [5, 7], "datatype": "FP32",
+                                "parameters": a_params},
+                               {"name": "B", "shape": [7, 3], "datatype": "FP32",
+                                "data": b.ravel().tolist()}],
+                    "outputs": [{"name": "Y", "parameters": y_params}]}
+
+        a_params = {"shared_memory_region": "http_io", "shared_memory_byte_size": a.nbytes}
+        y_params = {"shared_memory_region": "http_io", "shared_memory_byte_size": y_bytes,
+                    "shared_memory_offset": a.nbytes}
+        status, answer = self.http("POST", "/v2/models/matmul/infer", body(a_params, y_params))
+        self.assertEqual(status, 200, answer)
+        out = answer["outputs"][0]
+        self.assertEqual((out["name"], out["shape"], out["parameters"]), ("Y", [5, 3], y_params))
+        self.assertNotIn("data", out)
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        np.testing.assert_allclose(region.read(np.float32, (5, 3), offset=a.nbytes), want,
+                                   rtol=1e-5, atol=1e-5)
+        for a_p, y_p, code, text in [
+                ({**a_params, "shared_memory_offset": y_bytes + 1}, y_params, 400,
+                 "pass its end"),
+                (a_params, {**y_params, "shared_memory_byte_size": 8}, 400, "Y"),
+                ({"shared_memory_region": "http_io"}, y_params, 400,
+                 "needs both shared_memory_region and shared_memory_byte_size"),
+                ({**a_params, "shared_memory_region": "nope"}, y_params, 400, "nope")]:
+            with self.subTest(a=a_p, y=y_p):
+                status, answer = self.http("POST", "/v2/models/matmul/infer", body(a_p, y_p))
+                self.assertEqual(status, code, answer)
+                self.assertIn(text, answer["error"])
+        self.assert_server_still_serves()
+
     def test_cuda_shared_memory_is_unimplemented(self):
         code, _ = self.code_of(self.stub.CudaSharedMemoryRegister,
                                pb2.CudaSharedMemoryRegisterRequest(name="g"), timeout=10)
@@ -379,17 +421,8 @@ class SharedMemoryOwnersTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="gemmserve-shm-tokens-")
-        cls.addClassCleanup(shutil.rmtree, cls.dir, True)
-        path = os.path.join(cls.dir, "tokens")
-        with open(path, "w") as f:
-            f.write("alice-token-0123456789\nbob-token-0123456789\n")
-        cls.server = ServerProcess("--allow_client_shm", f"--auth_token_file={path}").start()
-        cls.addClassCleanup(cls.server.stop)
-        cls.channel = open_channel(cls.server.address)
-        cls.addClassCleanup(cls.channel.close)
-        from gemmserve_client import pb2_grpc
-        cls.stub = pb2_grpc.GRPCInferenceServiceStub(cls.channel)
+        serve_with_tokens(cls, "alice-token-0123456789\nbob-token-0123456789\n",
+                          "--allow_client_shm")
 
     ALICE = (("authorization", "Bearer alice-token-0123456789"),)
     BOB = (("authorization", "Bearer bob-token-0123456789"),)

@@ -22,6 +22,25 @@ def open_channel(address, timeout=10.0):
     return channel
 
 
+def serve_with_tokens(cls, token_file_text, *flags):
+    """For a test class's setUpClass: writes `token_file_text` as the token file, starts a
+    server with --auth_token_file and `flags`, and sets cls.dir, cls.server, cls.channel
+    and cls.stub, each cleaned up with the class."""
+    import os
+    import shutil
+    import tempfile
+    cls.dir = tempfile.mkdtemp(prefix="gemmserve-tokens-")
+    cls.addClassCleanup(shutil.rmtree, cls.dir, True)
+    path = os.path.join(cls.dir, "tokens")
+    with open(path, "w") as f:
+        f.write(token_file_text)
+    cls.server = ServerProcess(f"--auth_token_file={path}", *flags).start()
+    cls.addClassCleanup(cls.server.stop)
+    cls.channel = open_channel(cls.server.address)
+    cls.addClassCleanup(cls.channel.close)
+    cls.stub = pb2_grpc.GRPCInferenceServiceStub(cls.channel)
+
+
 class GemmServeTestCase(unittest.TestCase):
     server_flags = ()
     server_env = None  # extra environment variables of the server
