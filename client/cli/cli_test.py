@@ -12,6 +12,7 @@ about a second each (against gemmserve, and against `gemmserve-cli
 noop-server` started the same way) and check its JSON report.
 """
 
+import base64
 import csv
 import json
 import os
@@ -416,9 +417,36 @@ class CliTest(unittest.TestCase):
         self.assert_clean_run(report, stdout)
         self.assertEqual(report["distinct_requests"], 1)
         self.assertIn("1 request throughout", stdout)
-        result = self.cli("perf", "--model=matmul", *self.PERF_FLAGS, "--input_data=data.json")
-        self.assert_exit(result, 2)
-        self.assertIn("--input_data 'data.json'", result.stderr)
+
+    def test_perf_input_data_file_sends_its_requests(self):
+        """perf_analyzer's input data file: a request per entry, in turn, with its own
+        shapes; the server answers every one (a request the model refuses would be an
+        error), and faults in the file are usage errors."""
+        data = self.path("data.json")
+        with open(data, "w") as f:
+            json.dump({"data": [
+                {"A": {"content": [[1, 2, 3], [4, 5, 6]], "shape": [2, 3]},
+                 "B": {"content": [1, 0, 0, 1, 1, 1], "shape": [3, 2]}},
+                {"A": {"b64": base64.b64encode(np.arange(12, dtype=np.float32).tobytes())
+                       .decode(), "shape": [4, 3]},
+                 "B": {"content": [[1], [2], [3]], "shape": [3, 1]}},
+            ]}, f)
+        report, stdout = self.perf("--model=matmul", "--concurrency=2",
+                                   f"--input_data={data}")
+        self.assert_clean_run(report, stdout)
+        self.assertEqual(report["distinct_requests"], 2)
+        # The shapes differ between the requests: the report says which dimensions vary.
+        self.assertEqual(report["inputs"], {"A": {"datatype": "FP32", "shape": [-1, 3]},
+                                            "B": {"datatype": "FP32", "shape": [3, -1]}})
+        self.assertIn("2 distinct requests", stdout)
+        bad = self.path("bad.json")
+        with open(bad, "w") as f:
+            json.dump({"data": [{"A": {"content": [1, 2], "shape": [1, 2]}}]}, f)
+        for path, code, message in [(bad, 2, "request 0, input 'B': missing"),
+                                    (self.path("absent.json"), 1, "NOT_FOUND")]:
+            result = self.cli("perf", "--model=matmul", *self.PERF_FLAGS, f"--input_data={path}")
+            self.assert_exit(result, code)
+            self.assertIn(message, result.stderr)
 
     def test_perf_bad_ranges_are_usage_errors(self):
         out = self.path("never.csv")

@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/cli/noop_server.h"
+#include "client/cli/perf_input_data.h"
 #include "client/cpp/npy.h"
 #include "client/cpp/random_tensor.h"
 #include "client/cpp/shared_memory.h"
@@ -530,7 +531,10 @@ int RunPerf(const Client& client, const PerfOptions& options, const PerfPlan& pl
               << config.status().message() << "); inputs are made from the metadata alone\n";
   }
   absl::StatusOr<std::vector<std::vector<HostTensor>>> inputs =
-      MakePerfInputPool(*metadata, config.ok() ? &*config : nullptr, options);
+      options.input_data_file.empty()
+          ? MakePerfInputPool(*metadata, config.ok() ? &*config : nullptr, options)
+          : ReadPerfInputData(options.input_data_file, *metadata, config.ok() ? &*config : nullptr,
+                              options);
   if (!inputs.ok()) {
     if (inputs.status().code() == absl::StatusCode::kInvalidArgument) {
       return Usage(inputs.status().message());

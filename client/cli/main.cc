@@ -56,7 +56,8 @@ ABSL_FLAG(std::string, concurrency_range, "",
 ABSL_FLAG(std::string, request_rate_range, "",
           "perf: open-loop rates START:END:STEP in requests/s, a run each (instead of --rate)");
 ABSL_FLAG(std::string, input_data, "random",
-          "perf: random (fresh values per request) or zero (all zeros, one request)");
+          "perf: random (fresh values per request), zero (all zeros, one request), or "
+          "perf_analyzer's JSON input data file (a request per entry)");
 ABSL_FLAG(std::string, shared_memory, "none",
           "perf: none, or system: tensors in system shared memory regions the run creates "
           "(the server needs --allow_client_shm)");
@@ -164,6 +165,10 @@ commands:
       -f FILE.csv                   perf_analyzer's CSV, a row per level
       --input_data=zero             all-zero inputs (one request throughout)
                                     instead of random ones
+      --input_data=FILE.json        perf_analyzer's input data: {"data": [{"A":
+                                    [...], "B": {"content": [...], "shape":
+                                    [...]}}, ...]}, one request per entry, sent
+                                    in turn ("b64" for raw bytes)
       --shared_memory=system        inputs and outputs in system shared memory
                                     regions the run creates and registers (one
                                     request throughout; needs a server on this
@@ -295,12 +300,11 @@ absl::StatusOr<PerfOptions> PerfOptionsFromFlags(const CommandLine& line,
   options.seed = absl::GetFlag(FLAGS_seed);
   options.request_pool = absl::GetFlag(FLAGS_request_pool);
   const std::string input_data = absl::GetFlag(FLAGS_input_data);
-  if (input_data != "random" && input_data != "zero") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--input_data '", input_data,
-                     "': expected random or zero (perf_analyzer's JSON files are not read yet)"));
+  if (input_data.empty()) {
+    return absl::InvalidArgumentError("--input_data: expected random, zero or a JSON file");
   }
   options.zero_data = input_data == "zero";
+  if (input_data != "random" && input_data != "zero") options.input_data_file = input_data;
   const std::string shared_memory = absl::GetFlag(FLAGS_shared_memory);
   if (shared_memory != "none" && shared_memory != "system") {
     return absl::InvalidArgumentError(

@@ -451,11 +451,20 @@ absl::StatusOr<grpc::ByteBuffer> Serialize(const std::string& model, std::vector
   return SerializeRequest(MakeInferRequest(model, std::move(inputs)));
 }
 
-bool SameInputs(const std::vector<PerfInput>& a, const std::vector<PerfInput>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].name != b[i].name || a[i].datatype != b[i].datatype || a[i].shape != b[i].shape) {
-      return false;
+// Whether `b` has the inputs of `*a`, by name and datatype; dimensions that
+// differ become -1 in `*a` (the report's "varies"), and so does a whole
+// shape of another rank (empty).
+bool SameInputs(std::vector<PerfInput>* a, const std::vector<PerfInput>& b) {
+  if (a->size() != b.size()) return false;
+  for (size_t i = 0; i < b.size(); ++i) {
+    PerfInput& x = (*a)[i];
+    if (x.name != b[i].name || x.datatype != b[i].datatype) return false;
+    if (x.shape.size() != b[i].shape.size()) {
+      x.shape.clear();
+      continue;
+    }
+    for (size_t d = 0; d < x.shape.size(); ++d) {
+      if (x.shape[d] != b[i].shape[d]) x.shape[d] = -1;
     }
   }
   return true;
@@ -503,8 +512,9 @@ absl::StatusOr<PerfResult> RunLoadPool(std::shared_ptr<grpc::Channel> channel,
                                Serialize(options.model, std::move(inputs), &described));
     if (requests.empty()) {
       first = described;
-    } else if (!SameInputs(first, described)) {
-      return absl::InvalidArgumentError("perf: the pool's requests differ in their inputs");
+    } else if (!SameInputs(&first, described)) {
+      return absl::InvalidArgumentError(
+          "perf: the pool's requests differ in their inputs' names or datatypes");
     }
     requests.push_back(std::move(serialized));
   }

@@ -80,6 +80,9 @@ struct PerfOptions {
   // `--input_data zero`: every input all zeros (indices 0), one request
   // throughout; else random values (`--input_data random`, the default).
   bool zero_data = false;
+  // `--input_data FILE.json`: perf_analyzer's input data file, a request per
+  // entry (perf_input_data.h); empty: zero or random data.
+  std::string input_data_file;
   // `--shared_memory system`: inputs are read from, and outputs written to,
   // system shared memory regions this run creates and registers (one request
   // throughout, as perf_analyzer sends it); RunPerf sets them up.

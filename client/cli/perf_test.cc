@@ -1,4 +1,5 @@
 #include "client/cli/perf.h"
+#include "client/cli/perf_input_data.h"
 
 #include <algorithm>
 #include <cmath>
@@ -652,6 +653,90 @@ TEST(NoopServerTest, MetadataMatchesTheBuiltInMatMul) {
             absl::StatusCode::kNotFound);
   EXPECT_EQ(*client->ServerLive(absl::Seconds(10)), true);
   EXPECT_EQ(*client->ServerReady(absl::Seconds(10)), true);
+}
+
+TEST(PerfInputDataTest, EveryFormOfPerfAnalyzersFileIsRead) {
+  PerfOptions options;
+  options.shapes = {{"A", {3, 1}}};
+  // A resident model: A is [-1, 2] FP32, idx [-1, 1] INT64, b optional BF16.
+  const inference::ModelMetadataResponse md =
+      Metadata("moe", {{"A", "FP32", {-1, 2}}, {"idx", "INT64", {-1, 1}}, {"b", "BF16", {2}}});
+  inference::ModelConfig config;
+  for (const char* name : {"A", "idx", "b"}) {
+    inference::ModelInput* in = config.add_input();
+    in->set_name(name);
+    in->set_optional(std::string(name) == "b");
+  }
+  // 1.0f and 2.0f little-endian, base64.
+  const std::string json = R"({"data": [
+      {"A": {"content": [[1, 2], [3, 4]], "shape": [2, 2]}, "idx": [0, 1]},
+      {"A": {"b64": "AACAPwAAAEA=", "shape": [1, 2]}, "idx": [[7]], "b": [1.5, -2]},
+      {"A": [0.5, 0.25, 0.125], "idx": {"content": [0, 0, 0]}}
+  ]})";
+  absl::StatusOr<std::vector<std::vector<HostTensor>>> pool =
+      ParsePerfInputData(json, md, &config, options);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_EQ(pool->size(), 3u);
+  const std::vector<HostTensor>& r0 = (*pool)[0];
+  ASSERT_EQ(r0.size(), 2u);  // b is optional and not given
+  EXPECT_EQ(r0[0].shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(Values<float>(r0[0]), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(r0[1].shape, (std::vector<int64_t>{2, 1}));  // -1 from the count
+  EXPECT_EQ(Values<int64_t>(r0[1]), (std::vector<int64_t>{0, 1}));
+  const std::vector<HostTensor>& r1 = (*pool)[1];
+  ASSERT_EQ(r1.size(), 3u);
+  EXPECT_EQ(Values<float>(r1[0]), (std::vector<float>{1, 2}));
+  EXPECT_EQ(r1[2].datatype, "BF16");
+  EXPECT_EQ(Values<uint16_t>(r1[2]), (std::vector<uint16_t>{0x3fc0, 0xc000}));
+  // No "shape": --shape's, then the model's with its variable dimension filled.
+  EXPECT_EQ((*pool)[2][0].shape, (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ((*pool)[2][1].shape, (std::vector<int64_t>{3, 1}));
+}
+
+TEST(PerfInputDataTest, EveryFaultIsNamed) {
+  PerfOptions options;
+  const inference::ModelMetadataResponse md =
+      Metadata("m", {{"A", "FP32", {-1, 2}}, {"i", "INT32", {-1}}, {"v", "FP32", {-1, -1}}});
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"[1, 2]", "expected an object with \"data\""},
+      {"{\"data\": []}", "\"data\" must be a non-empty array"},
+      {"{\"data\": [{}], \"validation_data\": []}", "\"validation_data\" is not supported"},
+      {"{\"dta\": []}", "unknown field \"dta\""},
+      {"{\"data\": [{\"A\": [1, 2], \"i\": [1], \"v\": {\"content\": [1], \"shape\": [1, 1]},"
+       " \"Z\": [1]}]}",
+       "request 0: model 'm' has no input 'Z'"},
+      {"{\"data\": [{\"i\": [1], \"v\": [[1]]}]}", "request 0, input 'A': missing"},
+      {"{\"data\": [{\"A\": [1, 2, 3], \"i\": [1]}]}", "3 elements do not fill the model's shape"},
+      {"{\"data\": [{\"A\": [1, 2], \"i\": [1.5], \"v\": {\"content\": [1], \"shape\": [1, 1]}}]}",
+       "element 0 is not a INT32 value"},
+      {"{\"data\": [{\"A\": [1, 2], \"i\": [4294967296], \"v\": {\"content\": [1], "
+       "\"shape\": [1, 1]}}]}",
+       "element 0 is not a INT32 value"},
+      {"{\"data\": [{\"A\": [1, 2], \"i\": [1], \"v\": [1]}]}",
+       "has several variable dimensions; give \"shape\" or --shape"},
+      {"{\"data\": [{\"A\": {\"content\": [1, 2], \"shape\": [3, 2]}, \"i\": [1], \"v\": [[1]]}]}",
+       "2 elements, but shape [3,2] holds 6"},
+      {"{\"data\": [{\"A\": {\"b64\": \"AAAA\"}, \"i\": [1], \"v\": [[1]]}]}",
+       "3 bytes are not whole FP32 elements"},
+      {"{\"data\": [{\"A\": {\"b64\": \"!!\"}, \"i\": [1], \"v\": [[1]]}]}", "is not base64"},
+      {"{\"data\": [{\"A\": {\"content\": [1, 2], \"b64\": \"\"}, \"i\": [1], \"v\": [[1]]}]}",
+       "give one of \"content\" and \"b64\""},
+      {"{\"data\": [{\"A\": {\"content\": [1, 2], \"shape\": [-1, 2]}, \"i\": [1]}]}",
+       "\"shape\" holds non-negative integers"},
+      {"{\"data\": [{\"A\": [\"1\", 2], \"i\": [1]}]}", "expected an array of numbers"},
+      {"{\"data\": [{\"A\": [1, 2], \"i\": [1]", "not JSON at offset"},
+  };
+  for (const auto& [json, message] : cases) {
+    absl::StatusOr<std::vector<std::vector<HostTensor>>> pool =
+        ParsePerfInputData(json, md, nullptr, options);
+    ASSERT_FALSE(pool.ok()) << json;
+    EXPECT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument) << json;
+    EXPECT_THAT(std::string(pool.status().message()), HasSubstr(message)) << json;
+  }
+  EXPECT_EQ(ReadPerfInputData("/nonexistent/input.json", md, nullptr, options).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadPerfInputData("/tmp", md, nullptr, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
