@@ -47,9 +47,14 @@ def bf16_bits_to_float(bits):
 
 def read_line(pipe, timeout_s):
     """The first line written to `pipe`, or an error once `timeout_s` passes."""
+    return read_lines(pipe, 1, timeout_s)[0]
+
+
+def read_lines(pipe, count, timeout_s):
+    """The first `count` lines written to `pipe`, or an error once `timeout_s` passes."""
     deadline = time.monotonic() + timeout_s
     data = b""
-    while b"\n" not in data:
+    while data.count(b"\n") < count:
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not select.select([pipe], [], [], remaining)[0]:
             raise TimeoutError(f"no line from the server within {timeout_s}s: {data!r}")
@@ -57,7 +62,7 @@ def read_line(pipe, timeout_s):
         if not chunk:
             raise EOFError(f"server closed stdout before its listening line: {data!r}")
         data += chunk
-    return data.split(b"\n", 1)[0].decode()
+    return [line.decode() for line in data.split(b"\n")[:count]]
 
 
 class CliTest(unittest.TestCase):
@@ -68,13 +73,14 @@ class CliTest(unittest.TestCase):
         cls.address_file = os.path.join(cls.tmp.name, "address")
         cls.server = subprocess.Popen(
             [SERVER, "--grpc_port=0", "--metrics_port=0", "--http_port=0", "--host=127.0.0.1",
-             "--compute_threads=1", f"--address_file={cls.address_file}"],
+             "--compute_threads=1", f"--address_file={cls.address_file}", "--allow_client_shm"],
             stdout=subprocess.PIPE, stderr=cls.log)
         try:
-            line = read_line(cls.server.stdout, STARTUP_TIMEOUT_S)
-            match = re.fullmatch(r"gemmserve listening on 127\.0\.0\.1:(\d+)", line)
-            if not match:
-                raise AssertionError(f"unexpected first line from the server: {line!r}")
+            lines = read_lines(cls.server.stdout, 3, STARTUP_TIMEOUT_S)
+            match = re.fullmatch(r"gemmserve listening on 127\.0\.0\.1:(\d+)", lines[0])
+            http = re.fullmatch(r"gemmserve http on 127\.0\.0\.1:(\d+)", lines[2])
+            if not match or not http:
+                raise AssertionError(f"unexpected first lines from the server: {lines!r}")
         except BaseException:
             cls.server.kill()
             cls.server.wait()
@@ -82,6 +88,7 @@ class CliTest(unittest.TestCase):
             cls.tmp.cleanup()
             raise
         cls.url = f"127.0.0.1:{match.group(1)}"
+        cls.http_url = f"127.0.0.1:{http.group(1)}"
 
     @classmethod
     def tearDownClass(cls):
@@ -417,6 +424,34 @@ class CliTest(unittest.TestCase):
         self.assert_clean_run(report, stdout)
         self.assertEqual(report["distinct_requests"], 1)
         self.assertIn("1 request throughout", stdout)
+
+    def test_perf_over_http(self):
+        """--protocol=http: the same load over the REST API with binary tensors, closed and
+        open loop and through shared memory, the server's breakdown read over REST too."""
+        flags = ("--model=grouped_matmul", "--shape=input:16,8", "--shape=weights:5,8,4",
+                 "--shape=group_indices:16,2")
+        report, stdout = self.perf(*flags, "--concurrency=3", "--protocol=http",
+                                   url=self.http_url)
+        self.assert_clean_run(report, stdout)
+        self.assertEqual((report["protocol"], report["concurrency"]), ("http", 3))
+        self.assertIn("; over HTTP/REST", stdout)
+        self.assertGreaterEqual(report["server"]["requests"], report["ok"])
+        report, stdout = self.perf(*flags, "--rate=200", "--protocol=http", url=self.http_url)
+        self.assert_clean_run(report, stdout)
+        self.assertEqual(report["mode"], "open_loop")
+        report, stdout = self.perf(*flags, "--protocol=http", "--shared_memory=system",
+                                   url=self.http_url)
+        self.assert_clean_run(report, stdout)
+        self.assertEqual(report["shared_memory"], "system")
+        self.assertEqual([f for f in os.listdir("/dev/shm") if f.startswith("gemmserve-perf-")],
+                         [])
+        for args, code, message in [
+                (("--protocol=quic",), 2, "--protocol 'quic'"),
+                (("--protocol=http", "--concurrency=2000"), 2, "at most 1024"),
+                (("--protocol=http", "--model=nope"), 1, "NOT_FOUND")]:
+            result = self.cli("perf", *flags[:1], *self.PERF_FLAGS, *args, url=self.http_url)
+            self.assert_exit(result, code)
+            self.assertIn(message, result.stderr)
 
     def test_perf_input_data_file_sends_its_requests(self):
         """perf_analyzer's input data file: a request per entry, in turn, with its own

@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/cli/noop_server.h"
+#include "client/cli/perf_http.h"
 #include "client/cli/perf_input_data.h"
 #include "client/cpp/npy.h"
 #include "client/cpp/random_tensor.h"
@@ -308,6 +309,104 @@ int Fail(const absl::Status& status) {
   return kExitFailure;
 }
 
+// Where perf's set-up calls and its load go: gRPC through the Client, or
+// the REST API (`--protocol=http`, perf_http.h).
+class PerfTarget {
+ public:
+  virtual ~PerfTarget() = default;
+  virtual absl::StatusOr<inference::ModelMetadataResponse> Metadata(const std::string& model,
+                                                                    absl::Duration t) const = 0;
+  virtual absl::StatusOr<inference::ModelConfig> Config(const std::string& model,
+                                                        absl::Duration t) const = 0;
+  virtual absl::StatusOr<inference::ModelStatistics> Statistics(const std::string& model,
+                                                                absl::Duration t) const = 0;
+  // One call; the outputs with their byte counts (the bytes themselves may
+  // be left out).
+  virtual absl::StatusOr<std::vector<HostTensor>> Infer(const std::string& model,
+                                                        std::vector<HostTensor> inputs,
+                                                        absl::Duration t) const = 0;
+  virtual absl::Status Register(const std::string& name, const std::string& key, int64_t byte_size,
+                                absl::Duration t) const = 0;
+  virtual absl::Status Unregister(const std::string& name, absl::Duration t) const = 0;
+  virtual absl::StatusOr<PerfResult> Run(const std::vector<inference::ModelInferRequest>& requests,
+                                         std::vector<PerfInput> inputs,
+                                         const PerfOptions& options) const = 0;
+};
+
+class GrpcPerfTarget final : public PerfTarget {
+ public:
+  explicit GrpcPerfTarget(const Client& client) : client_(client) {}
+  absl::StatusOr<inference::ModelMetadataResponse> Metadata(const std::string& model,
+                                                            absl::Duration t) const override {
+    return client_.ModelMetadata(model, t);
+  }
+  absl::StatusOr<inference::ModelConfig> Config(const std::string& model,
+                                                absl::Duration t) const override {
+    return client_.ModelConfig(model, t);
+  }
+  absl::StatusOr<inference::ModelStatistics> Statistics(const std::string& model,
+                                                        absl::Duration t) const override {
+    return client_.ModelStatistics(model, t);
+  }
+  absl::StatusOr<std::vector<HostTensor>> Infer(const std::string& model,
+                                                std::vector<HostTensor> inputs,
+                                                absl::Duration t) const override {
+    return client_.Infer(model, std::move(inputs), t);
+  }
+  absl::Status Register(const std::string& name, const std::string& key, int64_t byte_size,
+                        absl::Duration t) const override {
+    return client_.RegisterSystemSharedMemory(name, key, byte_size, 0, t);
+  }
+  absl::Status Unregister(const std::string& name, absl::Duration t) const override {
+    return client_.UnregisterSystemSharedMemory(name, t);
+  }
+  absl::StatusOr<PerfResult> Run(const std::vector<inference::ModelInferRequest>& requests,
+                                 std::vector<PerfInput> inputs,
+                                 const PerfOptions& options) const override {
+    return RunLoadRequests(client_.channel(), requests, std::move(inputs), options);
+  }
+
+ private:
+  const Client& client_;
+};
+
+class HttpPerfTarget final : public PerfTarget {
+ public:
+  explicit HttpPerfTarget(std::string address) : http_(std::move(address)) {}
+  absl::StatusOr<inference::ModelMetadataResponse> Metadata(const std::string& model,
+                                                            absl::Duration t) const override {
+    return http_.ModelMetadata(model, t);
+  }
+  absl::StatusOr<inference::ModelConfig> Config(const std::string& model,
+                                                absl::Duration t) const override {
+    return http_.ModelConfig(model, t);
+  }
+  absl::StatusOr<inference::ModelStatistics> Statistics(const std::string& model,
+                                                        absl::Duration t) const override {
+    return http_.ModelStatistics(model, t);
+  }
+  absl::StatusOr<std::vector<HostTensor>> Infer(const std::string& model,
+                                                std::vector<HostTensor> inputs,
+                                                absl::Duration t) const override {
+    return http_.Infer(model, std::move(inputs), t);
+  }
+  absl::Status Register(const std::string& name, const std::string& key, int64_t byte_size,
+                        absl::Duration t) const override {
+    return http_.RegisterSystemSharedMemory(name, key, byte_size, t);
+  }
+  absl::Status Unregister(const std::string& name, absl::Duration t) const override {
+    return http_.UnregisterSystemSharedMemory(name, t);
+  }
+  absl::StatusOr<PerfResult> Run(const std::vector<inference::ModelInferRequest>& requests,
+                                 std::vector<PerfInput> inputs,
+                                 const PerfOptions& options) const override {
+    return RunHttpLoad(http_.address(), requests, std::move(inputs), options);
+  }
+
+ private:
+  HttpPerfClient http_;
+};
+
 // `perf --shared_memory system`: one region for the inputs and one for the
 // outputs, created here (owner-only, unlinked when done), registered on the
 // server for the run and unregistered after, and the request that refers to
@@ -316,7 +415,7 @@ int Fail(const absl::Status& status) {
 // come from one call over the socket first.
 class PerfSharedMemory {
  public:
-  static absl::StatusOr<std::unique_ptr<PerfSharedMemory>> Create(const Client& client,
+  static absl::StatusOr<std::unique_ptr<PerfSharedMemory>> Create(const PerfTarget& client,
                                                                   const std::string& model,
                                                                   std::vector<HostTensor> inputs,
                                                                   absl::Duration timeout) {
@@ -357,8 +456,7 @@ class PerfSharedMemory {
     }
     for (SharedMemoryRegion* region : {&in, &out}) {
       const std::string name = region == &in ? tag + "-in" : tag + "-out";
-      GEMMSERVE_RETURN_IF_ERROR(
-          client.RegisterSystemSharedMemory(name, region->key(), region->byte_size(), 0, timeout));
+      GEMMSERVE_RETURN_IF_ERROR(client.Register(name, region->key(), region->byte_size(), timeout));
       shm->registered_.push_back(name);
     }
     shm->regions_.push_back(std::move(in));
@@ -368,7 +466,7 @@ class PerfSharedMemory {
   }
   ~PerfSharedMemory() {
     for (const std::string& name : registered_) {
-      absl::Status s = client_.UnregisterSystemSharedMemory(name, timeout_);
+      absl::Status s = client_.Unregister(name, timeout_);
       if (!s.ok()) {
         std::cerr << "gemmserve-cli: note: unregistering shared memory region " << name
                   << " failed: " << s.message() << "\n";
@@ -379,9 +477,9 @@ class PerfSharedMemory {
   const std::vector<PerfInput>& described() const { return described_; }
 
  private:
-  PerfSharedMemory(const Client& client, absl::Duration timeout)
+  PerfSharedMemory(const PerfTarget& client, absl::Duration timeout)
       : client_(client), timeout_(timeout) {}
-  const Client& client_;
+  const PerfTarget& client_;
   absl::Duration timeout_;
   std::vector<SharedMemoryRegion> regions_;  // unlinked after the unregistering
   std::vector<std::string> registered_;
@@ -492,8 +590,20 @@ int RunInfer(const Client& client, const std::vector<std::string>& args, absl::D
   return kExitOk;
 }
 
-int RunPerf(const Client& client, const PerfOptions& options, const PerfPlan& plan) {
+int RunPerf(const Client& grpc_client, const std::string& address, const PerfOptions& options,
+            const PerfPlan& plan) {
   if (absl::Status s = CheckPerfOptions(options); !s.ok()) return Usage(s.message());
+  if (options.http && options.concurrency > kPerfHttpMaxConcurrency) {
+    return Usage(absl::StrCat("--protocol=http takes at most ", kPerfHttpMaxConcurrency,
+                              " callers (--concurrency)"));
+  }
+  std::unique_ptr<PerfTarget> target;
+  if (options.http) {
+    target = std::make_unique<HttpPerfTarget>(address);
+  } else {
+    target = std::make_unique<GrpcPerfTarget>(grpc_client);
+  }
+  const PerfTarget& client = *target;
   std::vector<PerfOptions> levels;
   for (int c : plan.concurrency_levels) {
     levels.push_back(options);
@@ -522,9 +632,9 @@ int RunPerf(const Client& client, const PerfOptions& options, const PerfPlan& pl
   // the run.
   const absl::Duration setup_timeout = std::max(options.timeout, absl::Seconds(30));
   absl::StatusOr<inference::ModelMetadataResponse> metadata =
-      client.ModelMetadata(options.model, setup_timeout);
+      client.Metadata(options.model, setup_timeout);
   if (!metadata.ok()) return Fail(metadata.status());
-  absl::StatusOr<inference::ModelConfig> config = client.ModelConfig(options.model, setup_timeout);
+  absl::StatusOr<inference::ModelConfig> config = client.Config(options.model, setup_timeout);
   if (!config.ok() && config.status().code() != absl::StatusCode::kUnimplemented) {
     std::cerr << "gemmserve-cli: note: ModelConfig failed ("
               << absl::StatusCodeToString(config.status().code()) << ": "
@@ -549,15 +659,28 @@ int RunPerf(const Client& client, const PerfOptions& options, const PerfPlan& pl
     shm = *std::move(made);
     inputs->clear();  // the region holds the one request's inputs
   }
+  // The requests, built once (the pool's tensors move into them).
+  std::vector<inference::ModelInferRequest> requests;
+  std::vector<PerfInput> described;
+  if (shm) {
+    requests.push_back(shm->request());
+    described = shm->described();
+  } else {
+    absl::StatusOr<std::vector<PerfInput>> d = DescribePool(*inputs);
+    if (!d.ok()) return Usage(d.status().message());
+    described = *std::move(d);
+    for (std::vector<HostTensor>& tensors : *inputs) {
+      requests.push_back(MakeInferRequest(options.model, std::move(tensors)));
+    }
+    inputs->clear();
+  }
   std::vector<PerfResult> results;
   for (const PerfOptions& level : levels) {
     // The server's statistics around the run; a server without the RPC (or
     // a failing one) gives a report without the breakdown.
     absl::StatusOr<inference::ModelStatistics> before =
-        client.ModelStatistics(options.model, setup_timeout);
-    absl::StatusOr<PerfResult> result =
-        shm ? RunLoadRequests(client.channel(), {shm->request()}, shm->described(), level)
-            : RunLoadPool(client.channel(), *inputs, level);
+        client.Statistics(options.model, setup_timeout);
+    absl::StatusOr<PerfResult> result = client.Run(requests, described, level);
     if (!result.ok()) {
       if (result.status().code() == absl::StatusCode::kInvalidArgument) {
         return Usage(result.status().message());
@@ -565,7 +688,7 @@ int RunPerf(const Client& client, const PerfOptions& options, const PerfPlan& pl
       return Fail(result.status());
     }
     absl::StatusOr<inference::ModelStatistics> after =
-        before.ok() ? client.ModelStatistics(options.model, setup_timeout) : before;
+        before.ok() ? client.Statistics(options.model, setup_timeout) : before;
     if (before.ok() && after.ok()) result->server = ServerBreakdownBetween(*before, *after);
     std::cout << FormatPerfReport(*result) << std::flush;
     results.push_back(*std::move(result));

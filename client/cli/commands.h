@@ -69,7 +69,10 @@ struct PerfPlan {
 // the JSON and CSV reports unless their paths are empty. 0 when the load
 // ran, server errors included; 1 when the server is unreachable, the
 // metadata fails or a report cannot be written; 2 for bad options.
-int RunPerf(const Client& client, const PerfOptions& options, const PerfPlan& plan);
+// With options.http, everything goes over REST to `address` (HOST:PORT of
+// the HTTP port); else over gRPC through `client`.
+int RunPerf(const Client& client, const std::string& address, const PerfOptions& options,
+            const PerfPlan& plan);
 
 // noop-server: serves NoopServer on host:port, prints
 // "noop-server listening on HOST:PORT" on stdout, and returns 0 after SIGTERM

@@ -58,6 +58,9 @@ ABSL_FLAG(std::string, request_rate_range, "",
 ABSL_FLAG(std::string, input_data, "random",
           "perf: random (fresh values per request), zero (all zeros, one request), or "
           "perf_analyzer's JSON input data file (a request per entry)");
+ABSL_FLAG(std::string, protocol, "grpc",
+          "perf: grpc, or http: the REST API with the binary tensor extension (--url is then "
+          "the HTTP port)");
 ABSL_FLAG(std::string, shared_memory, "none",
           "perf: none, or system: tensors in system shared memory regions the run creates "
           "(the server needs --allow_client_shm)");
@@ -88,6 +91,7 @@ constexpr absl::string_view kFlagNames[] = {"url",
                                             "request_rate_range",
                                             "input_data",
                                             "shared_memory",
+                                            "protocol",
                                             "f",
                                             "host",
                                             "port"};
@@ -169,6 +173,9 @@ commands:
                                     [...], "B": {"content": [...], "shape":
                                     [...]}}, ...]}, one request per entry, sent
                                     in turn ("b64" for raw bytes)
+      --protocol=http               the REST API (binary tensors, a kept-alive
+                                    connection per caller, at most 1024) instead
+                                    of gRPC; --url names the HTTP port
       --shared_memory=system        inputs and outputs in system shared memory
                                     regions the run creates and registers (one
                                     request throughout; needs a server on this
@@ -312,6 +319,12 @@ absl::StatusOr<PerfOptions> PerfOptionsFromFlags(const CommandLine& line,
                      "': expected none or system (CUDA memory is not served)"));
   }
   options.system_shared_memory = shared_memory == "system";
+  const std::string protocol = absl::GetFlag(FLAGS_protocol);
+  if (protocol != "grpc" && protocol != "http") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--protocol '", protocol, "': expected grpc or http"));
+  }
+  options.http = protocol == "http";
   for (const std::string& text : line.shapes) {
     absl::StatusOr<ShapeOverride> shape = ParseShapeOverride(text);
     if (!shape.ok()) return shape.status();
@@ -398,7 +411,7 @@ int Main(int argc, char** argv) {
     if (!plan->rate_levels.empty() && absl::GetFlag(FLAGS_concurrency) == 0) {
       options->concurrency = kOpenLoopDefaultConcurrency;
     }
-    return RunPerf(*client, *options, *plan);
+    return RunPerf(*client, ServerAddress(), *options, *plan);
   }
   InferOptions options;
   options.output = absl::GetFlag(FLAGS_output);

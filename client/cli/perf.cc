@@ -527,6 +527,22 @@ absl::StatusOr<PerfResult> RunLoadPool(std::shared_ptr<grpc::Channel> channel,
   return result;
 }
 
+absl::StatusOr<std::vector<PerfInput>> DescribePool(
+    const std::vector<std::vector<HostTensor>>& pool) {
+  std::vector<PerfInput> first;
+  for (size_t i = 0; i < pool.size(); ++i) {
+    std::vector<PerfInput> described;
+    for (const HostTensor& t : pool[i]) described.push_back({t.name, t.datatype, t.shape});
+    if (i == 0) {
+      first = std::move(described);
+    } else if (!SameInputs(&first, described)) {
+      return absl::InvalidArgumentError(
+          "perf: the pool's requests differ in their inputs' names or datatypes");
+    }
+  }
+  return first;
+}
+
 absl::StatusOr<PerfResult> RunLoadRequests(
     std::shared_ptr<grpc::Channel> channel,
     const std::vector<inference::ModelInferRequest>& requests, std::vector<PerfInput> inputs,
@@ -543,6 +559,7 @@ absl::StatusOr<PerfResult> RunLoadRequests(
   result.inputs = std::move(inputs);
   result.distinct_requests = static_cast<int>(requests.size());
   result.system_shared_memory = options.system_shared_memory;
+  result.http = options.http;
   return result;
 }
 
@@ -564,7 +581,8 @@ std::string FormatPerfReport(const PerfResult& result) {
   absl::StrAppend(&text, "  inputs ", inputs.empty() ? "(none)" : absl::StrJoin(inputs, ", "), "; ",
                   result.distinct_requests,
                   result.distinct_requests == 1 ? " request throughout" : " distinct requests",
-                  result.system_shared_memory ? "; tensors in system shared memory\n" : "\n");
+                  result.system_shared_memory ? "; tensors in system shared memory" : "",
+                  result.http ? "; over HTTP/REST\n" : "\n");
   absl::StrAppendFormat(&text, "  requests %d ok, %d errors; throughput %.1f infer/s\n", result.ok,
                         error_count, result.throughput);
   if (result.open_loop) {
@@ -627,7 +645,8 @@ std::string PerfResultJson(const PerfResult& result) {
       "\"concurrency\": %d, \"rate\": %s, "
       "\"duration_s\": %.10g, \"ok\": %d, \"errors\": {%s}, \"client_dropped\": %d, "
       "\"throughput\": %.3f, \"p50_us\": %s, \"p90_us\": %s, \"p95_us\": %s, \"p99_us\": %s, "
-      "\"max_us\": %s, \"mean_us\": %s, \"server\": %s, \"shared_memory\": \"%s\"}\n",
+      "\"max_us\": %s, \"mean_us\": %s, \"server\": %s, \"shared_memory\": \"%s\", "
+      "\"protocol\": \"%s\"}\n",
       JsonString(result.model), absl::StrJoin(inputs, ", "), result.distinct_requests,
       result.open_loop ? "open_loop" : "closed_loop", result.concurrency,
       result.open_loop ? absl::StrFormat("%.10g", result.rate) : "null", result.duration_s,
@@ -636,7 +655,7 @@ std::string PerfResultJson(const PerfResult& result) {
       latency(&LatencySummary::p95_us), latency(&LatencySummary::p99_us),
       latency(&LatencySummary::max_us),
       result.latency ? absl::StrFormat("%.3f", result.latency->mean_us) : "null", server,
-      result.system_shared_memory ? "system" : "none");
+      result.system_shared_memory ? "system" : "none", result.http ? "http" : "grpc");
 }
 
 std::optional<ServerBreakdown> ServerBreakdownBetween(const inference::ModelStatistics& before,

@@ -87,6 +87,8 @@ struct PerfOptions {
   // system shared memory regions this run creates and registers (one request
   // throughout, as perf_analyzer sends it); RunPerf sets them up.
   bool system_shared_memory = false;
+  // `--protocol=http`: the REST API instead of gRPC (perf_http.h).
+  bool http = false;
 };
 
 inline constexpr int kPerfMaxConcurrency = 10000;
@@ -184,7 +186,14 @@ struct PerfResult {
   std::optional<LatencySummary> latency;  // nullopt without successful calls
   std::optional<ServerBreakdown> server;  // nullopt without server statistics
   bool system_shared_memory = false;      // the tensors went through shared memory
+  bool http = false;                      // sent over the REST API
 };
+
+// The inputs of a pool of requests for the report: names and datatypes must
+// agree (INVALID_ARGUMENT otherwise); dimensions that differ are -1, and a
+// shape whose rank differs is empty.
+absl::StatusOr<std::vector<PerfInput>> DescribePool(
+    const std::vector<std::vector<HostTensor>>& pool);
 
 // The levels of `--concurrency_range` or `--request_rate_range` (`flag`
 // names it in messages): "START", "START:END" or "START:END:STEP", giving

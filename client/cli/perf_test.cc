@@ -404,22 +404,30 @@ TEST(PerfResultJsonTest, HasEveryField) {
             "\"duration_s\": 10, \"ok\": 12345, \"errors\": {\"UNAVAILABLE\": 3}, "
             "\"client_dropped\": 0, \"throughput\": 1234.500, \"p50_us\": 812, \"p90_us\": 1203, "
             "\"p95_us\": 1500, \"p99_us\": 2101, \"max_us\": 3100, \"mean_us\": 850.250, "
-            "\"server\": null, \"shared_memory\": \"none\"}\n");
+            "\"server\": null, \"shared_memory\": \"none\", \"protocol\": \"grpc\"}\n");
 }
 
 TEST(PerfResultJsonTest, ServerBreakdownIsAnObject) {
   PerfResult result = SampleResult();
   result.server = ServerBreakdown{10, 1.5, 0, 2.25, 0};
-  EXPECT_THAT(PerfResultJson(result),
-              HasSubstr("\"server\": {\"requests\": 10, \"queue_us\": 1.500, "
-                        "\"compute_input_us\": 0.000, \"compute_infer_us\": 2.250, "
-                        "\"compute_output_us\": 0.000}, \"shared_memory\": \"none\"}\n"));
+  EXPECT_THAT(
+      PerfResultJson(result),
+      HasSubstr(
+          "\"server\": {\"requests\": 10, \"queue_us\": 1.500, "
+          "\"compute_input_us\": 0.000, \"compute_infer_us\": 2.250, "
+          "\"compute_output_us\": 0.000}, \"shared_memory\": \"none\", \"protocol\": \"grpc\"}\n"));
 }
 
 TEST(PerfResultJsonTest, SharedMemoryRunsSayHowTheTensorsWent) {
   PerfResult result = SampleResult();
   result.system_shared_memory = true;
-  EXPECT_THAT(PerfResultJson(result), HasSubstr("\"shared_memory\": \"system\"}\n"));
+  EXPECT_THAT(PerfResultJson(result),
+              HasSubstr("\"shared_memory\": \"system\", \"protocol\": \"grpc\"}\n"));
+  result.http = true;
+  EXPECT_THAT(PerfResultJson(result), HasSubstr("\"protocol\": \"http\"}\n"));
+  EXPECT_THAT(FormatPerfReport(result),
+              HasSubstr("tensors in system shared memory; over HTTP/REST\n"));
+  result.http = false;
   EXPECT_THAT(FormatPerfReport(result),
               HasSubstr("1 request throughout; tensors in system shared memory\n"));
   result.system_shared_memory = false;
@@ -504,7 +512,8 @@ TEST(PerfResultJsonTest, NoSuccessfulCallsGiveNullLatencies) {
   const std::string json = PerfResultJson(result);
   EXPECT_THAT(json, HasSubstr("\"model\": \"a\\\"b\""));
   EXPECT_THAT(json, HasSubstr("\"p50_us\": null"));
-  EXPECT_THAT(json, HasSubstr("\"mean_us\": null, \"server\": null, \"shared_memory\": \"none\"}"));
+  EXPECT_THAT(json, HasSubstr("\"mean_us\": null, \"server\": null, \"shared_memory\": \"none\", "
+                              "\"protocol\": \"grpc\"}"));
 }
 
 // --------------------------------------------------------------- load
