@@ -135,6 +135,8 @@ std::string ModelConfigJson(const ServedModel& served) {
   const ModelMetadata& m = served.metadata();
   Json j;
   j.Open('{').Field("name", m.name).Field("platform", m.platform).Field("backend", "gemmserve");
+  // No implicit batch dimension: requests give every dimension (Triton's 0).
+  j.NumField("max_batch_size", 0);
   auto tensors = [&](absl::string_view key, const std::vector<TensorSpec>& specs, bool input) {
     j.Key(key).Open('[');
     for (const TensorSpec& s : specs) {

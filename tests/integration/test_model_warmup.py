@@ -23,6 +23,7 @@ import unittest
 import urllib.request
 
 import grpc
+from google.protobuf import json_format
 import model_config_pb2
 import numpy as np
 
@@ -100,6 +101,17 @@ class ModelWarmupTest(GemmServeTestCase):
         self.assertEqual(http["model_warmup"][1]["inputs"]["tokens"],
                          {"data_type": "TYPE_FP32", "dims": [TOKENS, K], "random_data": True})
         self.assertEqual(http["model_warmup"][1]["count"], 2)
+        # ModelConfig parity: the REST answer is the gRPC message, field for field, for a
+        # model with batching, parameters and warmup and for a built-in one.
+        for name in ("moe_warm", "grouped_matmul", "matmul"):
+            grpc_config = self.stub.ModelConfig(pb2.ModelConfigRequest(name=name),
+                                                timeout=10).config
+            with urllib.request.urlopen(f"{self.server.http_url}/v2/models/{name}/config",
+                                        timeout=10) as reply:
+                rest = json.load(reply)
+            self.assertEqual(rest["max_batch_size"], 0)
+            self.assertEqual(json_format.ParseDict(rest, model_config_pb2.ModelConfig()),
+                             grpc_config, name)
         # A model without warmup lists none.
         self.assertEqual(len(self.stub.ModelConfig(pb2.ModelConfigRequest(name="matmul"),
                                                    timeout=10).config.model_warmup), 0)
