@@ -46,3 +46,15 @@ def rerender(args, name, render):
     results["note"] = args.note
     write_section(args.doc, name, render(results))
     return True
+
+
+def cpu_model():
+    """The machine's CPU, as /proc/cpuinfo names it, for a section's header."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"

@@ -97,15 +97,7 @@ def render(results):
     return doc_sections.finish(lines, SECTION, results.get("note"))
 
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
+cpu_model = doc_sections.cpu_model
 
 
 def run_bench(bench, threads, cases, min_time):

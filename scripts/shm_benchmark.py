@@ -104,18 +104,7 @@ def measure(args):
     return {"megabytes": args.megabytes, "shape": [rows, COLUMNS], "threads": args.threads,
             "duration_s": args.duration, "repetitions": reps, "median": med,
             "transfer_ratio": ratio("transfer_us"), "latency_ratio": ratio("mean_us"),
-            "p50_ratio": ratio("p50_us"), "cpu": cpu_name(), "note": args.note}
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+            "p50_ratio": ratio("p50_us"), "cpu": doc_sections.cpu_model(), "note": args.note}
 
 
 def render(results):

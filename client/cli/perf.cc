@@ -107,18 +107,7 @@ class LoadRun {
     Drain();
 
     absl::MutexLock lock(&mu_);
-    PerfResult result;
-    result.model = options_.model;
-    result.open_loop = open_loop_;
-    result.concurrency = options_.concurrency;
-    result.rate = open_loop_ ? options_.rate : 0;
-    result.duration_s = absl::ToDoubleSeconds(options_.duration);
-    result.ok = static_cast<int64_t>(latencies_us_.size());
-    result.errors = errors_;
-    result.client_dropped = dropped_;
-    result.throughput = static_cast<double>(result.ok) / result.duration_s;
-    result.latency = SummarizeLatencies(std::move(latencies_us_));
-    return result;
+    return MakePerfResult(options_, std::move(latencies_us_), errors_, dropped_);
   }
 
  private:
@@ -524,6 +513,24 @@ absl::StatusOr<PerfResult> RunLoadPool(std::shared_ptr<grpc::Channel> channel,
   PerfResult result = run.Run();
   result.inputs = std::move(first);
   result.distinct_requests = distinct;
+  return result;
+}
+
+PerfResult MakePerfResult(const PerfOptions& options, std::vector<int64_t> latencies_us,
+                          std::map<std::string, int64_t> errors, int64_t dropped) {
+  PerfResult result;
+  result.model = options.model;
+  result.open_loop = options.rate > 0;
+  result.concurrency = options.concurrency;
+  result.rate = options.rate;
+  result.duration_s = absl::ToDoubleSeconds(options.duration);
+  result.ok = static_cast<int64_t>(latencies_us.size());
+  result.errors = std::move(errors);
+  result.client_dropped = dropped;
+  result.throughput = static_cast<double>(result.ok) / result.duration_s;
+  result.latency = SummarizeLatencies(std::move(latencies_us));
+  result.system_shared_memory = options.system_shared_memory;
+  result.http = options.http;
   return result;
 }
 

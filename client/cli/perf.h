@@ -189,6 +189,12 @@ struct PerfResult {
   bool http = false;                      // sent over the REST API
 };
 
+// A run's result from what its callers recorded in the measured window:
+// the options' mode, rate and duration, the successful calls' latencies,
+// the failures by status code name and the client's drops.
+PerfResult MakePerfResult(const PerfOptions& options, std::vector<int64_t> latencies_us,
+                          std::map<std::string, int64_t> errors, int64_t dropped);
+
 // The inputs of a pool of requests for the report: names and datatypes must
 // agree (INVALID_ARGUMENT otherwise); dimensions that differ are -1, and a
 // shape whose rank differs is empty.

@@ -399,18 +399,9 @@ class HttpLoadRun {
     wake_.notify_all();
     for (std::thread& t : callers) t.join();
 
-    PerfResult result;
-    result.model = options_.model;
-    result.open_loop = open_loop;
-    result.concurrency = options_.concurrency;
-    result.rate = open_loop ? options_.rate : 0;
-    result.duration_s = absl::ToDoubleSeconds(options_.duration);
-    result.ok = static_cast<int64_t>(latencies_us_.size());
-    result.errors = errors_;
-    result.client_dropped = dropped_;
-    result.throughput = static_cast<double>(result.ok) / result.duration_s;
-    result.latency = SummarizeLatencies(std::move(latencies_us_));
-    return result;
+    PerfOptions options = options_;
+    options.http = true;
+    return MakePerfResult(options, std::move(latencies_us_), std::move(errors_), dropped_);
   }
 
  private:
