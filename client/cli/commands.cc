@@ -459,6 +459,10 @@ class PerfSharedMemory {
       GEMMSERVE_RETURN_IF_ERROR(client.Register(name, region->key(), region->byte_size(), timeout));
       shm->registered_.push_back(name);
     }
+    // The server holds the objects now: their names go, so that an
+    // interrupted run leaves nothing in /dev/shm.
+    in.Unlink();
+    out.Unlink();
     shm->regions_.push_back(std::move(in));
     shm->regions_.push_back(std::move(out));
     shm->request_ = MakeInferRequest(model, {}, shm_inputs, shm_outputs);

@@ -225,6 +225,7 @@ absl::StatusOr<int> HttpConnection::RoundTrip(absl::string_view request, std::st
     }
     return absl::UnavailableError(absl::StrCat("the connection broke (", what, ")"));
   };
+  closed_ = true;  // until an answer is read whole
   for (size_t sent = 0; sent < request.size();) {
     const ssize_t n = ::send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
@@ -253,6 +254,7 @@ absl::StatusOr<int> HttpConnection::RoundTrip(absl::string_view request, std::st
   const absl::string_view head(buffer_.data(), end);
   int status = 0;
   int64_t length = -1;
+  bool close = false;
   bool first = true;
   for (absl::string_view line : absl::StrSplit(head, "\r\n")) {
     if (first) {
@@ -265,9 +267,14 @@ absl::StatusOr<int> HttpConnection::RoundTrip(absl::string_view request, std::st
     }
     const size_t colon = line.find(':');
     if (colon == absl::string_view::npos) continue;
-    if (absl::EqualsIgnoreCase(line.substr(0, colon), "content-length") &&
-        !absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(colon + 1)), &length)) {
+    const absl::string_view name = line.substr(0, colon);
+    const absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
+    if (absl::EqualsIgnoreCase(name, "content-length") &&
+        (!absl::SimpleAtoi(value, &length) || length < 0 || length > kMaxHttpAnswerBytes)) {
       return absl::InternalError("a bad Content-Length from the server");
+    }
+    if (absl::EqualsIgnoreCase(name, "connection") && absl::EqualsIgnoreCase(value, "close")) {
+      close = true;
     }
   }
   if (length < 0) return absl::InternalError("an answer without Content-Length");
@@ -275,6 +282,8 @@ absl::StatusOr<int> HttpConnection::RoundTrip(absl::string_view request, std::st
   while (buffer_.size() < total) GEMMSERVE_RETURN_IF_ERROR(fill());
   body->assign(buffer_, end + 4, static_cast<size_t>(length));
   buffer_.erase(0, total);
+  closed_ = close;
+  ++answers_;
   return status;
 }
 
@@ -330,14 +339,21 @@ absl::StatusOr<std::vector<HostTensor>> HttpPerfClient::Infer(const std::string&
     return absl::InternalError("the server's inference answer does not parse");
   }
   std::vector<HostTensor> outputs;
+  // Every output's bytes follow the JSON header: they add up to at most the body.
+  uint64_t binary_total = 0;
   for (const rapidjson::Value& o : doc["outputs"].GetArray()) {
     if (!o.IsObject() || !o.HasMember("name") || !o["name"].IsString() ||
         !o.HasMember("datatype") || !o["datatype"].IsString() || !o.HasMember("shape") ||
-        !o["shape"].IsArray() || !o.HasMember("parameters") ||
+        !o["shape"].IsArray() || !o.HasMember("parameters") || !o["parameters"].IsObject() ||
         !o["parameters"].HasMember("binary_data_size") ||
         !o["parameters"]["binary_data_size"].IsUint64()) {
       return absl::InternalError("the server's inference answer lacks an output's size");
     }
+    const uint64_t size = o["parameters"]["binary_data_size"].GetUint64();
+    if (size > body.size() || binary_total + size > body.size()) {
+      return absl::InternalError("the server's outputs are larger than its answer");
+    }
+    binary_total += size;
     HostTensor t{o["name"].GetString(), o["datatype"].GetString(), {}, {}};
     for (const rapidjson::Value& d : o["shape"].GetArray()) {
       t.shape.push_back(d.IsInt64() ? d.GetInt64() : 0);
@@ -433,13 +449,22 @@ class HttpLoadRun {
       if (connection != nullptr) {
         const std::string& request =
             requests_[next_.fetch_add(1, std::memory_order_relaxed) % requests_.size()];
+        const bool reused = connection->reused();
         absl::StatusOr<int> http = connection->RoundTrip(request, &body);
+        if (!http.ok() && reused && absl::IsUnavailable(http.status())) {
+          // The server closed the kept-alive connection meanwhile (its idle
+          // timeout): once more on a new one.
+          absl::StatusOr<std::unique_ptr<HttpConnection>> c =
+              HttpConnection::Connect(address_, options_.timeout);
+          connection = c.ok() ? *std::move(c) : nullptr;
+          http = c.ok() ? connection->RoundTrip(request, &body) : c.status();
+        }
         if (!http.ok()) {
           status = http.status();
-          connection.reset();  // a new one for the next call
         } else if (*http != 200) {
           status = absl::Status(HttpStatusCode(*http), "");
         }
+        if (connection != nullptr && connection->closed()) connection.reset();
       }
       const Clock::time_point done = Clock::now();
       std::lock_guard<std::mutex> lock(mu_);

@@ -38,7 +38,9 @@ std::string HttpInferRequestBytes(absl::string_view host,
                                   const inference::ModelInferRequest& request);
 
 // One kept-alive HTTP/1.1 connection, blocking, with `timeout` (or 60 s
-// when infinite) on every read and write.
+// when infinite) on every read and write. Answers are read by their
+// Content-Length, at most kMaxHttpAnswerBytes.
+inline constexpr int64_t kMaxHttpAnswerBytes = int64_t{8} << 30;
 class HttpConnection {
  public:
   // UNAVAILABLE when `address` ("HOST:PORT") cannot be reached.
@@ -49,10 +51,18 @@ class HttpConnection {
   // *body. UNAVAILABLE when the connection breaks, DEADLINE_EXCEEDED when the
   // answer does not come in time; the connection is then unusable.
   absl::StatusOr<int> RoundTrip(absl::string_view request, std::string* body);
+  // The server said `Connection: close` (or the connection broke): open a
+  // new one for the next call.
+  bool closed() const { return closed_; }
+  // Whether an answer came on it already (a kept-alive connection the server
+  // may have closed meanwhile, so a failure to send is worth one retry).
+  bool reused() const { return answers_ > 0; }
 
  private:
   explicit HttpConnection(int fd) : fd_(fd) {}
   int fd_;
+  bool closed_ = false;
+  int64_t answers_ = 0;
   std::string buffer_;  // bytes read past the previous answer
 };
 

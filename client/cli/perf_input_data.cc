@@ -26,11 +26,24 @@ namespace {
 using Value = rapidjson::Value;
 
 // Flattens a (possibly nested) array of numbers into `out`, row-major.
-bool Flatten(const Value& v, std::vector<const Value*>* out, int depth = 0) {
-  if (depth > kMaxRank) return false;
+// Nested arrays must be rectangular: every array at one depth has the same
+// length and holds only numbers or only arrays (`levels`, by depth).
+struct Level {
+  rapidjson::SizeType size;
+  bool nested;
+};
+bool Flatten(const Value& v, std::vector<const Value*>* out, std::vector<Level>* levels,
+             size_t depth = 0) {
+  if (depth >= static_cast<size_t>(kMaxRank)) return false;
+  const bool nested = !v.Empty() && v[0].IsArray();
+  if (levels->size() == depth) {
+    levels->push_back({v.Size(), nested});
+  } else if ((*levels)[depth].size != v.Size() || (*levels)[depth].nested != nested) {
+    return false;  // ragged
+  }
   for (const Value& e : v.GetArray()) {
-    if (e.IsArray()) {
-      if (!Flatten(e, out, depth + 1)) return false;
+    if (nested) {
+      if (!e.IsArray() || !Flatten(e, out, levels, depth + 1)) return false;
     } else if (e.IsNumber()) {
       out->push_back(&e);
     } else {
@@ -92,7 +105,8 @@ absl::StatusOr<std::vector<std::vector<HostTensor>>> ParsePerfInputData(
     return absl::InvalidArgumentError(absl::StrCat("--input_data: ", parts...));
   };
   rapidjson::Document doc;
-  doc.Parse(json.data(), json.size());
+  // Iterative: no nesting depth can exhaust the stack.
+  doc.Parse<rapidjson::kParseIterativeFlag>(json.data(), json.size());
   if (doc.HasParseError()) {
     return invalid("not JSON at offset ", doc.GetErrorOffset(), ": ",
                    rapidjson::GetParseError_En(doc.GetParseError()));
@@ -207,8 +221,10 @@ absl::StatusOr<std::vector<std::vector<HostTensor>>> ParsePerfInputData(
         }
       }
       if (content != nullptr) {
-        if (!content->IsArray() || !Flatten(*content, &f.numbers)) {
-          return invalid(where, ": expected an array of numbers, \"content\" or \"b64\"");
+        std::vector<Level> levels;
+        if (!content->IsArray() || !Flatten(*content, &f.numbers, &levels)) {
+          return invalid(where,
+                         ": expected a (rectangular) array of numbers, \"content\" or \"b64\"");
         }
       }
       const int64_t size = DataTypeSize(p.type);
@@ -294,8 +310,11 @@ absl::StatusOr<std::vector<std::vector<HostTensor>>> ReadPerfInputData(
     const inference::ModelConfig* config, const PerfOptions& options) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
-    const std::string message = absl::StrCat("--input_data ", path, ": ", std::strerror(errno));
-    return errno == ENOENT ? absl::NotFoundError(message) : absl::PermissionDeniedError(message);
+    const int error = errno;
+    const std::string message = absl::StrCat("--input_data ", path, ": ", std::strerror(error));
+    if (error == ENOENT) return absl::NotFoundError(message);
+    if (error == EACCES) return absl::PermissionDeniedError(message);
+    return absl::InvalidArgumentError(message);
   }
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(
@@ -308,8 +327,12 @@ absl::StatusOr<std::vector<std::vector<HostTensor>>> ReadPerfInputData(
   }
   std::ifstream in(path, std::ios::binary);
   std::string text(static_cast<size_t>(st.st_size), '\0');
+  if (!in) {
+    return absl::PermissionDeniedError(absl::StrCat("--input_data ", path, ": cannot open it"));
+  }
   if (!in.read(text.data(), st.st_size)) {
-    return absl::PermissionDeniedError(absl::StrCat("--input_data ", path, ": cannot read it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--input_data ", path, ": shorter than its size (did it change?)"));
   }
   return ParsePerfInputData(text, metadata, config, options);
 }

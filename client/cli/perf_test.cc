@@ -732,7 +732,12 @@ TEST(PerfInputDataTest, EveryFaultIsNamed) {
        "give one of \"content\" and \"b64\""},
       {"{\"data\": [{\"A\": {\"content\": [1, 2], \"shape\": [-1, 2]}, \"i\": [1]}]}",
        "\"shape\" holds non-negative integers"},
-      {"{\"data\": [{\"A\": [\"1\", 2], \"i\": [1]}]}", "expected an array of numbers"},
+      {"{\"data\": [{\"A\": [\"1\", 2], \"i\": [1]}]}", "expected a (rectangular) array"},
+      {"{\"data\": [{\"A\": [[1, 2], [3]], \"i\": [1]}]}", "expected a (rectangular) array"},
+      {"{\"data\": [{\"A\": [[1, 2], 3], \"i\": [1]}]}", "expected a (rectangular) array"},
+      {absl::StrCat("{\"data\": [{\"A\": ", std::string(100000, '['), std::string(100000, ']'),
+                    "}]}"),
+       "expected a (rectangular) array"},
       {"{\"data\": [{\"A\": [1, 2], \"i\": [1]", "not JSON at offset"},
   };
   for (const auto& [json, message] : cases) {

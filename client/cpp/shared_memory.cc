@@ -53,7 +53,8 @@ SharedMemoryRegion::SharedMemoryRegion(SharedMemoryRegion&& other) noexcept
     : key_(std::move(other.key_)),
       fd_(std::exchange(other.fd_, -1)),
       data_(std::exchange(other.data_, nullptr)),
-      byte_size_(std::exchange(other.byte_size_, 0)) {}
+      byte_size_(std::exchange(other.byte_size_, 0)),
+      linked_(std::exchange(other.linked_, false)) {}
 
 SharedMemoryRegion& SharedMemoryRegion::operator=(SharedMemoryRegion&& other) noexcept {
   if (this != &other) {
@@ -62,6 +63,7 @@ SharedMemoryRegion& SharedMemoryRegion::operator=(SharedMemoryRegion&& other) no
     fd_ = std::exchange(other.fd_, -1);
     data_ = std::exchange(other.data_, nullptr);
     byte_size_ = std::exchange(other.byte_size_, 0);
+    linked_ = std::exchange(other.linked_, false);
   }
   return *this;
 }
@@ -70,12 +72,15 @@ SharedMemoryRegion::~SharedMemoryRegion() { Release(); }
 
 void SharedMemoryRegion::Release() {
   if (data_ != nullptr) ::munmap(data_, static_cast<size_t>(byte_size_));
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::shm_unlink(key_.c_str());
-  }
+  if (fd_ >= 0) ::close(fd_);
+  Unlink();
   data_ = nullptr;
   fd_ = -1;
+}
+
+void SharedMemoryRegion::Unlink() {
+  if (linked_ && !key_.empty()) ::shm_unlink(key_.c_str());
+  linked_ = false;
 }
 
 absl::Status SharedMemoryRegion::CheckWindow(int64_t offset, int64_t length) const {

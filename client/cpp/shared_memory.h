@@ -46,9 +46,15 @@ class SharedMemoryRegion {
   SharedMemoryRegion& operator=(SharedMemoryRegion&& other) noexcept;
   SharedMemoryRegion(const SharedMemoryRegion&) = delete;
   SharedMemoryRegion& operator=(const SharedMemoryRegion&) = delete;
-  // Unmaps and unlinks the object (a server that still has it registered
-  // then gets INVALID_ARGUMENT or NOT_FOUND for it, never this memory).
+  // Unmaps and unlinks the object. A server that has it registered keeps
+  // the object it opened (its memory lives on until the region is
+  // unregistered): unregister first.
   ~SharedMemoryRegion();
+
+  // Removes the object's name now; this mapping, and the object a server
+  // opened when the region was registered, stay valid. Nothing is left in
+  // /dev/shm if this process is killed afterwards.
+  void Unlink();
 
   const std::string& key() const { return key_; }
   int64_t byte_size() const { return byte_size_; }
@@ -71,6 +77,7 @@ class SharedMemoryRegion {
   int fd_ = -1;
   char* data_ = nullptr;
   int64_t byte_size_ = 0;
+  bool linked_ = true;
 };
 
 // Where a tensor's bytes are: a window of a region registered on the server

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "server/common/allocation.h"
 #include "server/common/client_text.h"
 #include "server/common/logging.h"
@@ -337,6 +338,7 @@ absl::Status InferenceEngine::Install(std::unique_ptr<Model> model,
 absl::Status InferenceEngine::Warm(const std::shared_ptr<ServedModel>& served,
                                    const std::vector<WarmupSample>& samples) {
   const ModelMetadata& metadata = served->metadata();
+  const absl::Time deadline = clock_->Now() + kWarmupDeadline;
   // Every resident byte first: the samples' data may leave weights unread
   // (a group index of 0 reads one expert).
   served->model().TouchResident();
@@ -344,10 +346,15 @@ absl::Status InferenceEngine::Warm(const std::shared_ptr<ServedModel>& served,
     auto failed = [&](const absl::Status& s) {
       const std::string message =
           absl::StrCat("model_warmup '", ClientText(sample.name), "': ", s.message());
-      // The sample is the config's; only a server short of memory is not.
-      if (absl::IsResourceExhausted(s)) return absl::ResourceExhaustedError(message);
-      if (absl::IsUnavailable(s)) return absl::UnavailableError(message);
-      return absl::InvalidArgumentError(message);
+      // The model refusing the sample is the config's fault; the server's
+      // own troubles keep their codes.
+      switch (s.code()) {
+        case absl::StatusCode::kResourceExhausted:
+        case absl::StatusCode::kUnavailable:
+        case absl::StatusCode::kInternal:
+        case absl::StatusCode::kDeadlineExceeded: return absl::Status(s.code(), message);
+        default: return absl::InvalidArgumentError(message);
+      }
     };
     std::vector<InputTensorView> inputs;
     for (const WarmupInput& input : sample.inputs) {
@@ -361,30 +368,39 @@ absl::Status InferenceEngine::Warm(const std::shared_ptr<ServedModel>& served,
       inputs.push_back(view);
     }
     for (uint32_t run = 0; run < std::max<uint32_t>(1, sample.count); ++run) {
-      auto request = std::make_unique<InferRequestView>();
-      request->model_name = metadata.name;
-      request->inputs = inputs;
-      request->timeout_us = uint64_t{1} << 62;  // never timed out in the queue
-      absl::Notification answered;
+      absl::Status status;
       absl::StatusOr<InferResult> result;
-      DoneCallback done = [&](absl::StatusOr<InferResult> r) {
-        result = std::move(r);
-        answered.Notify();
-      };
-      std::shared_ptr<ServedModel> admitted;
-      std::unique_ptr<Pending> pending;
-      absl::Status status = CatchAllocationFailure("a warmup request", [&] {
-        return AdmitTo(served, clock_->Now(), std::move(request), nullptr, done, &admitted,
-                       &pending);
-      });
-      if (status.ok()) {
-        try {
-          status = Dispatch(served, pending);
-        } catch (const std::exception& e) {
-          // Whatever held the request was destroyed, and so answered it.
-          GEMMSERVE_LOG(ERROR) << "a warmup request failed: " << e.what();
+      absl::Notification answered;
+      // Client traffic may hold --max_inflight_bytes for a while: a full
+      // server is waited out (until the deadline), not failed at once.
+      for (absl::Duration pause = absl::Milliseconds(1);;
+           pause = std::min(2 * pause, absl::Milliseconds(100))) {
+        auto request = std::make_unique<InferRequestView>();
+        request->model_name = metadata.name;
+        request->inputs = inputs;
+        request->deadline = deadline;
+        request->timeout_us = uint64_t{1} << 62;  // the deadline bounds it, not the queue's
+        DoneCallback done = [&](absl::StatusOr<InferResult> r) {
+          result = std::move(r);
+          answered.Notify();
+        };
+        std::shared_ptr<ServedModel> admitted;
+        std::unique_ptr<Pending> pending;
+        status = CatchAllocationFailure("a warmup request", [&] {
+          return AdmitTo(served, clock_->Now(), std::move(request), nullptr, done, &admitted,
+                         &pending);
+        });
+        if (status.ok()) {
+          try {
+            status = Dispatch(served, pending);
+          } catch (const std::exception& e) {
+            // Whatever held the request was destroyed, and so answered it.
+            GEMMSERVE_LOG(ERROR) << "a warmup request failed: " << e.what();
+          }
+          if (!status.ok()) pending->Disarm();
         }
-        if (!status.ok()) pending->Disarm();
+        if (!absl::IsUnavailable(status) || clock_->Now() + pause >= deadline) break;
+        absl::SleepFor(pause);
       }
       if (!status.ok()) return failed(status);
       answered.WaitForNotification();

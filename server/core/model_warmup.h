@@ -12,10 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "server/tensor/datatype.h"
 #include "server/tensor/shape.h"
 
 namespace gemmserve {
+
+// A warmup still running this long after it began is stopped: the requests
+// not yet computed get DEADLINE_EXCEEDED, and the load fails.
+inline constexpr absl::Duration kWarmupDeadline = absl::Minutes(10);
 
 struct WarmupInput {
   enum class Data { kZero, kRandom, kFile };

@@ -822,6 +822,8 @@ TEST(ModelWarmupTest, EveryFieldIsCheckedBeforeAnythingIsAllocated) {
       {sample(absl::StrCat("name: \"", std::string(129, 'n'), "\""), ok_input), "longer than 128"},
       {sample("name: \"w\" batch_size: 2", ok_input), "batch_size 2"},
       {sample("name: \"w\" count: 1001", ok_input), "count 1001 is over the limit of 1000"},
+      {sample("name: \"a\" count: 600", ok_input) + sample("name: \"b\" count: 401", ok_input),
+       "model_warmup 'b': the samples run more than 1000 times together"},
       {many_samples, "over the limit of 64"},
       {many_inputs, "17 inputs, over the limit of 16"},
       {sample("name: \"w\"", "dims: [1, 3] zero_data: true"), "data_type is not set"},

@@ -65,6 +65,7 @@ absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const config::ModelCo
   }
   // Every field is checked, and every byte counted, before any is allocated.
   int64_t total_bytes = 0;
+  uint64_t total_runs = 0;
   std::vector<WarmupSample> samples;
   for (int s = 0; s < config.model_warmup_size(); ++s) {
     const config::ModelWarmup& w = config.model_warmup(s);
@@ -85,6 +86,11 @@ absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const config::ModelCo
     }
     if (w.count() > kMaxWarmupCount) {
       return invalid(absl::StrCat("count ", w.count(), " is over the limit of ", kMaxWarmupCount));
+    }
+    total_runs += std::max<uint32_t>(1, w.count());
+    if (total_runs > kMaxWarmupCount) {
+      return invalid(absl::StrCat("the samples run more than ", kMaxWarmupCount,
+                                  " times together (the sum of their counts)"));
     }
     if (w.inputs_size() > kMaxWarmupInputs) {
       return invalid(

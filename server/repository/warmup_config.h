@@ -2,7 +2,9 @@
 // engine runs at load (WarmupSample), every field checked against what it
 // is used for before anything is allocated for it:
 //   - at most kMaxWarmupSamples samples of at most kMaxWarmupInputs inputs,
-//     each run `count` (at most kMaxWarmupCount; 0 means 1) times;
+//     each run `count` (0 means 1) times, at most kMaxWarmupCount runs of
+//     all samples together (the engine also stops a warmup that passes
+//     kWarmupDeadline);
 //   - a name (at most 128 characters) on every sample, batch_size 0 or 1
 //     (gemmserve's models have no implicit batch dimension);
 //   - every input: a datatype gemmserve serves, a rank of at most kMaxRank
