@@ -262,7 +262,8 @@ GemmProblem ColumnTile(const GemmProblem& p, int64_t j0, int64_t width) {
   const int64_t es = DataTypeSize(p.type);
   GemmProblem t = p;
   t.n = width;
-  t.b = static_cast<const uint8_t*>(p.b) + j0 * es;
+  // B is null when the problem reads packed panels instead.
+  if (p.b) t.b = static_cast<const uint8_t*>(p.b) + j0 * es;
   t.c = static_cast<uint8_t*>(p.c) + j0 * es;
   if (p.bias) t.bias = static_cast<const uint8_t*>(p.bias) + j0 * es;
   return t;
