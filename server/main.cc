@@ -18,6 +18,7 @@
 #include "server/common/logging.h"
 #include "server/ops/kernels/bf16_panel_gemm.h"
 #include "server/ops/kernels/compute_environment.h"
+#include "server/ops/kernels/cpu_features.h"
 #include "server/http/http_server.h"
 #include "server/service/grpc_server.h"
 
@@ -175,6 +176,10 @@ int main(int argc, char** argv) {
   http_options.tls = grpc.tls;
   const std::string host = serving.host;
 
+  if (const std::string cap = gemmserve::CpuIsaCapError(); !cap.empty()) {
+    GEMMSERVE_LOG(ERROR) << "cannot start: " << cap;
+    return 1;
+  }
   {
     gemmserve::Bf16Panels mode;
     if (!gemmserve::ParseBf16Panels(absl::GetFlag(FLAGS_bf16_panels).c_str(), &mode)) {
@@ -202,8 +207,9 @@ int main(int argc, char** argv) {
   }
   GEMMSERVE_LOG(INFO) << "gemmserve serving with "
                       << (*server)->serving().engine().options().compute_threads
-                      << " compute threads, BLIS config " << gemmserve::BlisArchitecture()
-                      << ", BF16 weights " << gemmserve::Bf16PanelsChoice();
+                      << " compute threads, kernels " << gemmserve::CpuIsaDescription()
+                      << ", BLIS config " << gemmserve::BlisArchitecture() << ", BF16 weights "
+                      << gemmserve::Bf16PanelsChoice();
   std::cout << "gemmserve listening on " << (*server)->address() << std::endl;
   if (const std::string path = absl::GetFlag(FLAGS_address_file); !path.empty()) {
     // Written whole, then renamed: a reader never sees half an address.

@@ -12,6 +12,7 @@ import numpy as np
 from gemmserve_client import pb2, pb2_grpc
 from gemmserve_testing import wire
 from gemmserve_testing.base import GemmServeTestCase, open_channel
+from gemmserve_testing.cpu import cpu_flags
 from gemmserve_testing.server import ServerProcess
 
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
@@ -134,14 +135,6 @@ class ServiceRpcsTest(GemmServeTestCase):
         self.assertIn("ModelInfer", methods.get("inference.GRPCInferenceService", []))
 
 
-def cpu_flags():
-    with open("/proc/cpuinfo") as cpuinfo:
-        for line in cpuinfo:
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    return set()
-
-
 class ComputeEnvironmentTest(unittest.TestCase):
     """The server re-executes itself with the BLIS configuration the CPU's features call for
     (BLIS 0.9 picks by vendor and family: reference kernels on Zen 5, AVX2 ones on newer
@@ -160,8 +153,9 @@ class ComputeEnvironmentTest(unittest.TestCase):
                     os.environ[k] = v
 
     def test_blis_runs_the_kernels_the_cpu_features_call_for(self):
-        if "BLIS_ARCH_TYPE" in os.environ:
-            self.skipTest("BLIS_ARCH_TYPE is set in the test environment")
+        for name in ("BLIS_ARCH_TYPE", "GEMMSERVE_MAX_CPU_ISA"):
+            if name in os.environ:
+                self.skipTest(f"{name} is set in the test environment")
         server = ServerProcess(compute_threads=1).start()
         try:
             log = server.stderr_text()
@@ -181,6 +175,69 @@ class ComputeEnvironmentTest(unittest.TestCase):
         finally:
             server.stop(timeout=20)
         self.assertIn("BLIS config haswell", log)
+
+    def matmul_through(self, server, datatype):
+        """A prime-shaped MatMul of `datatype` through gRPC, against numpy in float64."""
+        rng = np.random.default_rng(7)
+        a = rng.standard_normal((13, 67)).astype(np.float32)
+        b = rng.standard_normal((67, 31)).astype(np.float32)
+        if datatype == "BF16":  # round to BF16 (keep the top 16 bits), then widen
+            a, b = (np.frombuffer(((x.view(np.uint32) >> 16) << 16).tobytes(), np.float32)
+                    .reshape(x.shape) for x in (a, b))
+            payload = [(x.view(np.uint32) >> 16).astype(np.uint16).tobytes() for x in (a, b)]
+        else:
+            payload = [a.tobytes(), b.tobytes()]
+        request = pb2.ModelInferRequest(model_name="matmul", raw_input_contents=payload)
+        for name, x in (("A", a), ("B", b)):
+            request.inputs.add(name=name, datatype=datatype, shape=list(x.shape))
+        channel = open_channel(server.address)
+        try:
+            reply = pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
+        finally:
+            channel.close()
+        raw = reply.raw_output_contents[0]
+        if datatype == "BF16":
+            got = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+            tolerance = 2e-2
+        else:
+            got = np.frombuffer(raw, np.float32)
+            tolerance = 1e-4
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=tolerance,
+                                   atol=tolerance * np.abs(want).max())
+
+    def test_a_cpu_isa_cap_runs_the_lower_kernels_and_blis_with_them(self):
+        """GEMMSERVE_MAX_CPU_ISA (server/ops/kernels/cpu_features.h) lowers every kernel
+        choice, BLIS's too, and the answers stay right."""
+        if "BLIS_ARCH_TYPE" in os.environ:
+            self.skipTest("BLIS_ARCH_TYPE is set in the test environment")
+        flags = cpu_flags()
+        cases = [("generic", "BLIS config generic")]
+        if {"avx2", "fma", "f16c"} <= flags:
+            # An AVX-512 CPU's BLIS choice (skx) is too wide under the cap; an AVX2
+            # one keeps BLIS's own AVX2 choice.
+            cases.append(("avx2", "BLIS config haswell"
+                          if "avx512f" in flags else "BLIS config "))
+        for cap, blis in cases:
+            with self.subTest(cap=cap):
+                server = ServerProcess(compute_threads=1,
+                                       env={"GEMMSERVE_MAX_CPU_ISA": cap}).start()
+                try:
+                    for datatype in ("FP32", "BF16"):
+                        self.matmul_through(server, datatype)
+                    log = server.stderr_text()
+                finally:
+                    server.stop(timeout=20)
+                self.assertIn(f"kernels {cap} (GEMMSERVE_MAX_CPU_ISA={cap}", log)
+                self.assertIn(blis, log)
+                self.assertNotIn("BLIS config skx", log)
+
+    def test_an_unknown_cpu_isa_cap_stops_the_server_with_its_name(self):
+        server = ServerProcess(env={"GEMMSERVE_MAX_CPU_ISA": "avx1024"})
+        with self.assertRaises(AssertionError) as failed:
+            server.start()
+        self.assertIn("exited with code 1", str(failed.exception))
+        self.assertIn("GEMMSERVE_MAX_CPU_ISA='avx1024' is not one of", str(failed.exception))
 
 
 class ShutdownTest(unittest.TestCase):

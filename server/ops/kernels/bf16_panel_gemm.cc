@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/ops/kernels/cpu_features.h"
 #include "server/ops/kernels/tile32.h"
 #include "server/tensor/half.h"
 
@@ -23,15 +24,9 @@ namespace {
 
 std::atomic<bool> g_fma_only{false};
 
-bool HaveAvx512F() {
-  static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  return have;
-}
+bool HaveAvx512F() { return Cpu().Avx512Build(); }
 
-bool HaveAvx512Bf16() {
-  static const bool have = HaveAvx512F() && __builtin_cpu_supports("avx512bf16");
-  return have;
-}
+bool HaveAvx512Bf16() { return HaveAvx512F() && Cpu().avx512_bf16; }
 
 constexpr int kRows = static_cast<int>(kBf16TokenRows);
 

@@ -6,24 +6,23 @@
 #include <cstdlib>
 #include <string>
 
+#include "server/ops/kernels/cpu_features.h"
+
 namespace gemmserve {
-namespace {
 
-bool HasAvx512() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-}
-
-bool HasAvx2Fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
-
-}  // namespace
-
-int BlisArchitectureFor(int blis_choice, bool avx512, bool avx2_fma) {
+int BlisArchitectureFor(int blis_choice, bool avx512, bool avx2_fma, bool capped) {
   if (avx512) return BLIS_ARCH_SKX;
-  // BLIS knew this CPU's family (zen, zen2, zen3, haswell, ...): its choice
-  // and block sizes stand. An AVX2 CPU newer than it falls to "generic".
-  if (avx2_fma && blis_choice == BLIS_ARCH_GENERIC) return BLIS_ARCH_HASWELL;
-  return blis_choice;
+  const bool avx512_config =
+      blis_choice == BLIS_ARCH_SKX || blis_choice == BLIS_ARCH_KNL || blis_choice == BLIS_ARCH_KNC;
+  if (avx2_fma) {
+    // BLIS knew this CPU's family (zen, zen2, zen3, haswell, ...): its choice
+    // and block sizes stand. An AVX2 CPU newer than it falls to "generic";
+    // under GEMMSERVE_MAX_CPU_ISA=avx2 its AVX-512 choice is too wide.
+    if (blis_choice == BLIS_ARCH_GENERIC || (capped && avx512_config)) return BLIS_ARCH_HASWELL;
+    return blis_choice;
+  }
+  // GEMMSERVE_MAX_CPU_ISA=generic: BLIS's reference kernels.
+  return capped ? BLIS_ARCH_GENERIC : blis_choice;
 }
 
 void ReexecWithComputeEnvironment(char** argv) {
@@ -37,7 +36,9 @@ void ReexecWithComputeEnvironment(char** argv) {
   if (std::getenv("BLIS_ARCH_TYPE") == nullptr) {
     bli_init();  // what BLIS would pick by itself (by vendor and family)
     const int own = static_cast<int>(bli_arch_query_id());
-    const int chosen = BlisArchitectureFor(own, HasAvx512(), HasAvx2Fma());
+    const CpuFeatures& cpu = Cpu();
+    const bool capped = HighestCpuIsa(cpu) != HighestCpuIsa(DetectCpuFeatures());
+    const int chosen = BlisArchitectureFor(own, cpu.Avx512Build(), cpu.avx2 && cpu.fma, capped);
     if (chosen != own) {
       // BLIS 0.9 parses the variable as the number of an arch_t, not a name.
       changed |= setenv("BLIS_ARCH_TYPE", std::to_string(chosen).c_str(), 0) == 0;

@@ -14,6 +14,8 @@
 //       VL) gemmserve asks for "skx" (sgemm 2.0x haswell on a Xeon, 5x
 //       generic on Zen 5, both here); on an AVX2 + FMA CPU that BLIS
 //       does not know, "haswell"; otherwise BLIS's own choice stands.
+//       Under GEMMSERVE_MAX_CPU_ISA (cpu_features.h) the capped features
+//       decide: "haswell" for avx2, BLIS's reference "generic" for generic.
 //
 // A variable the user has set is never overridden. Call first thing in main():
 // it re-executes the program once with the settings added if any was missing.
@@ -30,8 +32,9 @@ namespace gemmserve {
 void ReexecWithComputeEnvironment(char** argv);
 
 // The BLIS configuration (an arch_t) to run given BLIS's own choice and the
-// CPU's features; exposed for its test.
-int BlisArchitectureFor(int blis_choice, bool avx512, bool avx2_fma);
+// CPU's features (`capped`: lowered by GEMMSERVE_MAX_CPU_ISA); exposed for
+// its test.
+int BlisArchitectureFor(int blis_choice, bool avx512, bool avx2_fma, bool capped = false);
 
 // "skx", "haswell", ...: the BLIS configuration in use.
 const char* BlisArchitecture();

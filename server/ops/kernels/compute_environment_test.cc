@@ -30,6 +30,22 @@ TEST(ComputeEnvironmentTest, OlderCpusKeepBlisChoice) {
   EXPECT_EQ(BlisArchitectureFor(BLIS_ARCH_SANDYBRIDGE, false, false), BLIS_ARCH_SANDYBRIDGE);
 }
 
+// GEMMSERVE_MAX_CPU_ISA lowers what BLIS may run, never raises it.
+TEST(ComputeEnvironmentTest, ACapLowersBlisToTheCappedFeatures) {
+  for (arch_t own : {BLIS_ARCH_SKX, BLIS_ARCH_KNL, BLIS_ARCH_GENERIC}) {
+    EXPECT_EQ(BlisArchitectureFor(own, false, true, /*capped=*/true), BLIS_ARCH_HASWELL)
+        << bli_arch_string(own);
+  }
+  for (arch_t own : {BLIS_ARCH_ZEN3, BLIS_ARCH_HASWELL}) {
+    EXPECT_EQ(BlisArchitectureFor(own, false, true, true), own) << bli_arch_string(own);
+  }
+  for (arch_t own : {BLIS_ARCH_SKX, BLIS_ARCH_ZEN3, BLIS_ARCH_SANDYBRIDGE, BLIS_ARCH_GENERIC}) {
+    EXPECT_EQ(BlisArchitectureFor(own, false, false, true), BLIS_ARCH_GENERIC)
+        << bli_arch_string(own);
+  }
+  EXPECT_EQ(BlisArchitectureFor(BLIS_ARCH_HASWELL, true, true, true), BLIS_ARCH_SKX);
+}
+
 TEST(ComputeEnvironmentTest, NamesTheConfigurationInUse) {
   const std::string name = BlisArchitecture();
   EXPECT_FALSE(name.empty());

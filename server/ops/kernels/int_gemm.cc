@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "server/ops/kernels/cpu_features.h"
 #include "server/ops/kernels/gemm.h"
 #include "server/ops/kernels/int_gemm_internal.h"
 
@@ -29,11 +30,8 @@ namespace {
 enum class Isa { kGeneric, kAvx2, kAvx512 };
 Isa DetectIsa() {
   // vpmullq (64-bit lane multiply) needs AVX512DQ.
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
-    return Isa::kAvx512;
-  }
-  if (__builtin_cpu_supports("avx2")) return Isa::kAvx2;
+  if (Cpu().Avx512Build()) return Isa::kAvx512;
+  if (Cpu().avx2) return Isa::kAvx2;
   return Isa::kGeneric;
 }
 const Isa kIsa = DetectIsa();

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "server/ops/kernels/cpu_features.h"
 #include "server/ops/kernels/tile32.h"
 
 namespace gemmserve {
@@ -121,8 +122,7 @@ constexpr PartialTileFn kPartialTiles[kPartialRows] = {
 }  // namespace
 
 bool PanelGemmHasPartialTiles(const PanelGeometry& g) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512 && g.weights_are_a && g.weight_lanes == 32 && g.weight_ld == 32 &&
+  return Cpu().Avx512Build() && g.weights_are_a && g.weight_lanes == 32 && g.weight_ld == 32 &&
          g.token_lanes <= kPartialRows;
 }
 

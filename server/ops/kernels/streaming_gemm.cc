@@ -1,9 +1,8 @@
 #include "server/ops/kernels/streaming_gemm.h"
 
-#include <cpuid.h>
-
 #include <algorithm>
 
+#include "server/ops/kernels/cpu_features.h"
 #include "server/ops/kernels/quantized_gemm.h"
 #include "server/tensor/half.h"
 
@@ -42,23 +41,11 @@ void AccumulateGeneric(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, 
   generic::AccumulateDirect(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
 }
 
-bool HaveAvx512() {
-  static const bool have = __builtin_cpu_supports("avx512f") &&
-                           __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
-  return have;
-}
+bool HaveAvx512() { return Cpu().Avx512Build(); }
 
-bool HaveAvx2() {
-  // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports
-  // does not know "f16c".
-  static const bool have = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return have;
-}
+bool HaveAvx2() { return Cpu().Avx2Build(); }
+
+bool HaveAvx512Bf16() { return Cpu().Avx512Build() && Cpu().avx512_bf16; }
 
 }  // namespace streaming_internal
 

@@ -60,6 +60,8 @@ void WidenAvx2(DataType type, const uint16_t* src, float* dst, int64_t n);
 bool HaveAvx512();
 // AVX2, FMA and F16C: what streaming_gemm_avx2.cc is built for.
 bool HaveAvx2();
+// AVX512-BF16 besides: quantized_panels_avx512bf16.cc.
+bool HaveAvx512Bf16();
 }  // namespace streaming_internal
 
 }  // namespace gemmserve

@@ -536,11 +536,6 @@ void DequantizePanelsAs(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end
       });
 }
 
-bool HaveAvx512Bf16() {
-  static const bool have = __builtin_cpu_supports("avx512bf16");
-  return have;
-}
-
 template <QuantizedType kType>
 void DequantizePanelsFor(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end, int64_t j0,
                          int64_t width, uint16_t* out) {
@@ -590,7 +585,7 @@ void DequantizeBf16PanelsAvx512(const QuantizedMatrix& w, int64_t k_begin, int64
   if (!avx512::QuantizedFusedApplies(w) || j0 % 2 != 0) {
     return DequantizeBf16PanelsGeneric(w, k_begin, k_end, j0, width, out);
   }
-  if (w.scales_factorable && avx512::HaveAvx512Bf16()) {
+  if (w.scales_factorable && HaveAvx512Bf16()) {
     return DequantizeBf16PanelsAvx512Bf16(w, k_begin, k_end, j0, width, out);
   }
   using avx512::DequantizePanelsFor;

@@ -120,6 +120,7 @@ class ServerProcess:
                 self.metrics_port = self._read_port_line(_METRICS_LINE, "metrics line")
             if "--http_port=-1" not in self.flags:
                 self.http_port = self._read_port_line(_HTTP_LINE, "http line")
+            self._check_cpu_isa_cap(env)
         except BaseException:
             self._kill()
             raise
@@ -127,6 +128,18 @@ class ServerProcess:
         self._drainer = threading.Thread(target=self._drain_stdout, daemon=True)
         self._drainer.start()
         return self
+
+    def _check_cpu_isa_cap(self, env):
+        """Under GEMMSERVE_MAX_CPU_ISA (ctest's capped runs of a suite), the server must
+        say that it runs capped: a suite that meant to drive the AVX2 or portable kernels
+        must not pass on AVX-512 ones."""
+        cap = (os.environ if env is None else env).get("GEMMSERVE_MAX_CPU_ISA")
+        if not cap:
+            return
+        text = self.stderr_text(limit=1 << 20)
+        if f"GEMMSERVE_MAX_CPU_ISA={cap}" not in text:
+            raise AssertionError(f"GEMMSERVE_MAX_CPU_ISA={cap} is set but gemmserve does not "
+                                 f"report running under it; stderr:\n{self.stderr_text()}")
 
     def _read_port_line(self, pattern, what):
         """The port of the next stdout line, which must match `pattern`."""

@@ -1,0 +1,108 @@
+#include "server/ops/kernels/cpu_features.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "server/ops/kernels/bf16_panel_gemm.h"
+#include "server/ops/kernels/int_gemm_internal.h"
+#include "server/ops/kernels/streaming_gemm.h"
+
+namespace gemmserve {
+namespace {
+
+constexpr CpuIsa kLevels[] = {CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx512,
+                              CpuIsa::kAvx512Bf16};
+
+CpuFeatures All() {
+  CpuFeatures f;
+  f.avx2 = f.fma = f.f16c = true;
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512_bf16 = true;
+  return f;
+}
+
+// Every feature of `a` is one of `b`'s.
+bool Within(const CpuFeatures& a, const CpuFeatures& b) {
+  return (!a.avx2 || b.avx2) && (!a.fma || b.fma) && (!a.f16c || b.f16c) &&
+         (!a.avx512f || b.avx512f) && (!a.avx512bw || b.avx512bw) && (!a.avx512vl || b.avx512vl) &&
+         (!a.avx512dq || b.avx512dq) && (!a.avx512_bf16 || b.avx512_bf16);
+}
+
+TEST(CpuFeaturesTest, ACapClearsEverythingAboveItsLevel) {
+  for (CpuIsa cap : kLevels) {
+    const CpuFeatures f = CapCpuFeatures(All(), cap);
+    SCOPED_TRACE(CpuIsaName(cap));
+    EXPECT_EQ(HighestCpuIsa(f), cap);
+    EXPECT_EQ(f.avx512_bf16, cap == CpuIsa::kAvx512Bf16);
+    EXPECT_EQ(f.Avx512Build(), cap >= CpuIsa::kAvx512);
+    EXPECT_EQ(f.avx512f || f.avx512bw || f.avx512vl || f.avx512dq, cap >= CpuIsa::kAvx512);
+    EXPECT_EQ(f.Avx2Build(), cap >= CpuIsa::kAvx2);
+    EXPECT_EQ(f.avx2 || f.fma || f.f16c, cap >= CpuIsa::kAvx2);
+  }
+}
+
+TEST(CpuFeaturesTest, ACapNeverAddsAFeature) {
+  CpuFeatures avx2_only;
+  avx2_only.avx2 = avx2_only.fma = avx2_only.f16c = true;
+  for (CpuIsa cap : kLevels) {
+    SCOPED_TRACE(CpuIsaName(cap));
+    EXPECT_EQ(HighestCpuIsa(CapCpuFeatures(CpuFeatures{}, cap)), CpuIsa::kGeneric);
+    EXPECT_TRUE(Within(CapCpuFeatures(avx2_only, cap), avx2_only));
+    EXPECT_LE(HighestCpuIsa(CapCpuFeatures(avx2_only, cap)), CpuIsa::kAvx2);
+  }
+}
+
+TEST(CpuFeaturesTest, ABuildNeedsAllOfItsFeatures) {
+  CpuFeatures f = All();
+  f.f16c = false;  // AVX2 without F16C: the AVX2 build's half conversions are missing
+  EXPECT_FALSE(f.Avx2Build());
+  f = All();
+  f.avx512dq = false;  // Knights Landing: AVX-512 F without DQ, BW, VL
+  EXPECT_FALSE(f.Avx512Build());
+  EXPECT_EQ(HighestCpuIsa(f), CpuIsa::kAvx2);
+}
+
+TEST(CpuFeaturesTest, LevelNamesRoundTripAndNothingElseParses) {
+  for (CpuIsa level : kLevels) {
+    CpuIsa parsed = CpuIsa::kGeneric;
+    ASSERT_TRUE(ParseCpuIsa(CpuIsaName(level), &parsed)) << CpuIsaName(level);
+    EXPECT_EQ(parsed, level);
+  }
+  for (const char* bad : {"", "AVX2", "avx512bf16", "sse4", "avx2 ", "native"}) {
+    CpuIsa parsed = CpuIsa::kAvx2;
+    EXPECT_FALSE(ParseCpuIsa(bad, &parsed)) << bad;
+    EXPECT_EQ(parsed, CpuIsa::kAvx2) << bad;
+  }
+}
+
+// What this process runs: the CPU's features, capped by the variable this
+// test binary was started with (ctest runs ops_test again under each cap).
+TEST(CpuFeaturesTest, EveryDispatcherFollowsTheFeaturesInUse) {
+  const CpuFeatures& cpu = Cpu();
+  EXPECT_TRUE(Within(cpu, DetectCpuFeatures()));
+  if (const char* cap_text = std::getenv("GEMMSERVE_MAX_CPU_ISA")) {
+    CpuIsa cap;
+    ASSERT_TRUE(ParseCpuIsa(cap_text, &cap)) << cap_text;
+    EXPECT_LE(HighestCpuIsa(cpu), cap);
+    EXPECT_EQ(CpuIsaCapError(), "");
+    EXPECT_NE(CpuIsaDescription().find(std::string("GEMMSERVE_MAX_CPU_ISA=") + cap_text),
+              std::string::npos)
+        << CpuIsaDescription();
+  } else {
+    EXPECT_EQ(CpuIsaDescription(), CpuIsaName(HighestCpuIsa(DetectCpuFeatures())));
+  }
+  const std::string streaming = StreamingGemmIsa(), integer = int_gemm_internal::IntGemmIsa(),
+                    panels = Bf16PanelIsa();
+  EXPECT_EQ(streaming, cpu.Avx512Build() ? "avx512" : cpu.Avx2Build() ? "avx2" : "generic");
+  EXPECT_EQ(integer, cpu.Avx512Build() ? "avx512" : cpu.avx2 ? "avx2" : "generic");
+  if (!cpu.Avx512Build()) {
+    EXPECT_EQ(panels, "none");
+    EXPECT_FALSE(Bf16PanelsSupported());
+  } else if (!cpu.avx512_bf16) {
+    EXPECT_EQ(panels, "avx512f");
+  }
+}
+
+}  // namespace
+}  // namespace gemmserve
