@@ -387,8 +387,8 @@ absl::Status InferenceEngine::Warm(const std::shared_ptr<ServedModel>& served,
         std::shared_ptr<ServedModel> admitted;
         std::unique_ptr<Pending> pending;
         status = CatchAllocationFailure("a warmup request", [&] {
-          return AdmitTo(served, clock_->Now(), std::move(request), nullptr, done, &admitted,
-                         &pending);
+          return AdmitTo(served, clock_->Now(), std::move(request), nullptr, done,
+                         /*reserved=*/nullptr, &admitted, &pending);
         });
         if (status.ok()) {
           try {
@@ -524,8 +524,28 @@ std::vector<std::shared_ptr<const ServedModel>> InferenceEngine::models() const 
   return out;
 }
 
+absl::StatusOr<InferenceEngine::Reservation> InferenceEngine::Reserve(int64_t bytes,
+                                                                       absl::string_view what) {
+  if (bytes <= 0) return Reservation();
+  if (bytes > options_.max_inflight_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " would hold ", bytes, " bytes, over the server's limit of ",
+                     options_.max_inflight_bytes, " (raise it with --max_inflight_bytes)"));
+  }
+  const int64_t held = inflight_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  if (held > options_.max_inflight_bytes - bytes) {
+    inflight_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    return QueueFullError(absl::StrCat("queue full: the server holds ", held,
+                                       " bytes of accepted requests and ", what, " need ", bytes,
+                                       " more, over --max_inflight_bytes=",
+                                       options_.max_inflight_bytes, "; retry later"));
+  }
+  return Reservation(&inflight_bytes_, bytes);
+}
+
 absl::Status InferenceEngine::Submit(InferRequestView request_view,
-                                     std::function<bool()> is_cancelled, DoneCallback done) {
+                                     std::function<bool()> is_cancelled, DoneCallback done,
+                                     Reservation* reserved) {
   auto request = std::make_unique<InferRequestView>(std::move(request_view));
   // A model replaced between the lookup and the queue (a reload) closes its
   // queue: the request is then admitted again, to the model served now.
@@ -533,7 +553,8 @@ absl::Status InferenceEngine::Submit(InferRequestView request_view,
     std::shared_ptr<ServedModel> served;
     std::unique_ptr<Pending> pending;
     GEMMSERVE_RETURN_IF_ERROR(CatchAllocationFailure("the request's bookkeeping", [&] {
-      return Admit(std::move(request), std::move(is_cancelled), done, &served, &pending);
+      return Admit(std::move(request), std::move(is_cancelled), done, reserved, &served,
+                   &pending);
     }));
     // `pending` owns `done` now: from here every path answers it once, but
     // for a refusal by the batcher, which leaves it with us.
@@ -560,18 +581,20 @@ absl::Status InferenceEngine::Submit(InferRequestView request_view,
 
 absl::Status InferenceEngine::Admit(std::unique_ptr<InferRequestView> request,
                                     std::function<bool()> is_cancelled, DoneCallback& done,
+                                    Reservation* reserved,
                                     std::shared_ptr<ServedModel>* served_out,
                                     std::unique_ptr<Pending>* pending) {
   const absl::Time arrival = clock_->Now();
   GEMMSERVE_ASSIGN_OR_RETURN(std::shared_ptr<ServedModel> served,
                              Find(request->model_name, request->model_version));
   return AdmitTo(std::move(served), arrival, std::move(request), std::move(is_cancelled), done,
-                 served_out, pending);
+                 reserved, served_out, pending);
 }
 
 absl::Status InferenceEngine::AdmitTo(std::shared_ptr<ServedModel> served, absl::Time arrival,
                                       std::unique_ptr<InferRequestView> request,
                                       std::function<bool()> is_cancelled, DoneCallback& done,
+                                      Reservation* reserved,
                                       std::shared_ptr<ServedModel>* served_out,
                                       std::unique_ptr<Pending>* pending) {
   const ModelMetadata& metadata = served->metadata();
@@ -606,25 +629,30 @@ absl::Status InferenceEngine::AdmitTo(std::shared_ptr<ServedModel> served, absl:
                      "bookkeeping and scratch), over the server's limit of ",
                      options_.max_inflight_bytes, " (raise it with --max_inflight_bytes)"));
   }
-  const int64_t held = inflight_bytes_.fetch_add(cost, std::memory_order_relaxed);
-  if (held > options_.max_inflight_bytes - cost) {
-    inflight_bytes_.fetch_sub(cost, std::memory_order_relaxed);
-    return QueueFullError(absl::StrCat(
-        "queue full: the server holds ", held, " bytes of accepted requests and this one needs ",
-        cost, " more, over --max_inflight_bytes=", options_.max_inflight_bytes, "; retry later"));
+  // What the front end reserved is held already (it is part of the message).
+  const int64_t prepaid = reserved == nullptr ? 0 : std::min(reserved->bytes(), cost);
+  const int64_t more = cost - prepaid;
+  const int64_t held = inflight_bytes_.fetch_add(more, std::memory_order_relaxed);
+  if (held > options_.max_inflight_bytes - more) {
+    inflight_bytes_.fetch_sub(more, std::memory_order_relaxed);
+    return QueueFullError(absl::StrCat("queue full: the server holds ", held - prepaid,
+                                       " bytes of accepted requests and this one needs ", cost,
+                                       " more, over --max_inflight_bytes=",
+                                       options_.max_inflight_bytes, "; retry later"));
   }
   // Reserved: the Pending releases it. Until it exists, this does.
-  struct Reservation {
+  struct Hold {
     std::atomic<int64_t>* bytes;
     int64_t cost;
-    ~Reservation() {
+    ~Hold() {
       if (cost > 0) bytes->fetch_sub(cost, std::memory_order_relaxed);
     }
-  } reservation{&inflight_bytes_, cost};
+  } hold{&inflight_bytes_, more};
   *pending = std::make_unique<Pending>(
       served.get(), clock_, std::move(request), std::move(prepared), std::move(is_cancelled),
       std::move(done), arrival, type, input_bytes, &inflight_bytes_, options_.metrics, cost);
-  reservation.cost = 0;
+  hold.cost = 0;
+  if (reserved != nullptr) reserved->bytes_ -= prepaid;  // the Pending releases them
   if (options_.metrics) options_.metrics->AddInflightBytes(cost);
   served->RecordAdmitted(cost);
   *served_out = std::move(served);

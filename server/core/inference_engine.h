@@ -46,6 +46,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -174,6 +175,40 @@ class InferenceEngine {
  public:
   using DoneCallback = absl::AnyInvocable<void(absl::StatusOr<InferResult>) &&>;
 
+  // Bytes a front end is about to allocate for a request that Submit cannot
+  // count yet (client shared memory inputs, copied out of their regions),
+  // held against --max_inflight_bytes from Reserve on. Submit takes them over
+  // as part of the request's cost; a reservation Submit did not take is
+  // released when it goes.
+  class Reservation {
+   public:
+    Reservation() = default;
+    Reservation(Reservation&& other) noexcept { *this = std::move(other); }
+    Reservation& operator=(Reservation&& other) noexcept {
+      if (this != &other) {
+        Release();
+        held_ = other.held_;
+        bytes_ = other.bytes_;
+        other.bytes_ = 0;
+      }
+      return *this;
+    }
+    Reservation(const Reservation&) = delete;
+    Reservation& operator=(const Reservation&) = delete;
+    ~Reservation() { Release(); }
+    int64_t bytes() const { return bytes_; }
+
+   private:
+    friend class InferenceEngine;
+    Reservation(std::atomic<int64_t>* held, int64_t bytes) : held_(held), bytes_(bytes) {}
+    void Release() {
+      if (bytes_ > 0) held_->fetch_sub(bytes_, std::memory_order_relaxed);
+      bytes_ = 0;
+    }
+    std::atomic<int64_t>* held_ = nullptr;
+    int64_t bytes_ = 0;
+  };
+
   explicit InferenceEngine(EngineOptions options, Clock* clock = RealClock::Get());
   ~InferenceEngine();
 
@@ -218,8 +253,16 @@ class InferenceEngine {
   // or the "_unknown" label's. Null when the engine records no metrics.
   std::shared_ptr<ModelMetrics> MetricsFor(absl::string_view model_name) const;
 
+  // RESOURCE_EXHAUSTED when `bytes` alone pass --max_inflight_bytes; the
+  // queue-full UNAVAILABLE (QueueFullError) when what accepted requests hold
+  // leaves no room for them now. Nothing is held on an error.
+  absl::StatusOr<Reservation> Reserve(int64_t bytes, absl::string_view what);
+
+  // With `reserved`, the request's cost is counted from those bytes on (they
+  // must be part of its message_bytes); once it is accepted the request holds
+  // them and `reserved` is empty. An error means `done` was not taken.
   absl::Status Submit(InferRequestView request, std::function<bool()> is_cancelled,
-                      DoneCallback done);
+                      DoneCallback done, Reservation* reserved = nullptr);
 
   const EngineOptions& options() const { return options_; }
   int64_t inflight_bytes() const { return inflight_bytes_.load(); }
@@ -232,13 +275,14 @@ class InferenceEngine {
   // Validates the request and counts what it will hold; on success *pending
   // owns it and `done`.
   absl::Status Admit(std::unique_ptr<InferRequestView> request, std::function<bool()> is_cancelled,
-                     DoneCallback& done, std::shared_ptr<ServedModel>* served,
-                     std::unique_ptr<Pending>* pending);
+                     DoneCallback& done, Reservation* reserved,
+                     std::shared_ptr<ServedModel>* served, std::unique_ptr<Pending>* pending);
   // Admit, to `served` (found, or not yet published).
   absl::Status AdmitTo(std::shared_ptr<ServedModel> served, absl::Time arrival,
                        std::unique_ptr<InferRequestView> request,
                        std::function<bool()> is_cancelled, DoneCallback& done,
-                       std::shared_ptr<ServedModel>* served_out, std::unique_ptr<Pending>* pending);
+                       Reservation* reserved, std::shared_ptr<ServedModel>* served_out,
+                       std::unique_ptr<Pending>* pending);
   // Runs the warmup samples on `served`, not yet published; the first error.
   absl::Status Warm(const std::shared_ptr<ServedModel>& served,
                     const std::vector<WarmupSample>& samples);

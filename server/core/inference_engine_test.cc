@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "server/core/overload.h"
 #include "server/tensor/half.h"
 
 namespace gemmserve {
@@ -301,6 +302,80 @@ TEST_F(EngineFaultTest, AFullQueueRefusesWithoutCallingBack) {
   EXPECT_TRUE(queued.Wait().ok());
   engine_.reset();
   EXPECT_EQ(refused.calls(), 0);
+}
+
+// Bytes a front end reserves before it allocates them (client shared memory
+// inputs) are held from Reserve on, refused as a request over the limit or a
+// full server would be, and taken over by the request that holds them: never
+// counted twice, and released by whoever holds them last.
+TEST_F(EngineFaultTest, ReservedBytesAreHeldUntilTheRequestThatHoldsThemIsAnswered) {
+  EngineOptions options;
+  options.max_inflight_bytes = 100000;
+  options.inline_max_flops = 0;
+  Install(options, BatchingOptions{});
+
+  auto over = engine_->Reserve(100001, "the inputs");
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(over.status().message()),
+              AllOf(HasSubstr("the inputs"), HasSubstr("--max_inflight_bytes")));
+  auto none = engine_->Reserve(0, "the inputs");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->bytes(), 0);
+  EXPECT_EQ(engine_->inflight_bytes(), 0);
+
+  // A reservation that no request takes is released when it goes.
+  {
+    auto unused = engine_->Reserve(30000, "the inputs");
+    ASSERT_TRUE(unused.ok()) << unused.status();
+    EXPECT_EQ(engine_->inflight_bytes(), 30000);
+    InferenceEngine::Reservation moved = *std::move(unused);
+    EXPECT_EQ(moved.bytes(), 30000);
+    EXPECT_EQ(engine_->inflight_bytes(), 30000);
+  }
+  EXPECT_EQ(engine_->inflight_bytes(), 0);
+
+  model_->BlockNextBatch();
+  Request r = FakeRequest("fake", 1);
+  InferRequestView view = r.View();
+  view.message_bytes = 30000;  // what the front end copied, and reserved
+  auto reserved = engine_->Reserve(30000, "the inputs");
+  ASSERT_TRUE(reserved.ok()) << reserved.status();
+  Completion first, second;
+  ASSERT_TRUE(engine_->Submit(view, nullptr, first.Callback(), &*reserved).ok());
+  EXPECT_EQ(reserved->bytes(), 0);  // the request holds them now
+  model_->WaitUntilBlocked();
+  const int64_t one = engine_->inflight_bytes();
+  EXPECT_GT(one, 30000);
+  // The same request without a reservation costs the same: nothing twice.
+  ASSERT_TRUE(engine_->Submit(view, nullptr, second.Callback()).ok());
+  EXPECT_EQ(engine_->inflight_bytes(), 2 * one);
+
+  // No room: the queue-full refusal, and nothing held for it.
+  auto full = engine_->Reserve(100000 - 2 * one + 1, "the inputs");
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(IsQueueFull(full.status())) << full.status();
+  EXPECT_EQ(engine_->inflight_bytes(), 2 * one);
+
+  // A request refused at admission leaves its reservation with the caller.
+  auto kept = engine_->Reserve(100, "the inputs");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  Request unknown = FakeRequest("nobody", 1);
+  Completion never;
+  InferRequestView unknown_view = unknown.View();
+  unknown_view.message_bytes = 100;
+  EXPECT_EQ(engine_->Submit(unknown_view, nullptr, never.Callback(), &*kept).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(kept->bytes(), 100);
+  EXPECT_EQ(engine_->inflight_bytes(), 2 * one + 100);
+  *kept = InferenceEngine::Reservation();
+  EXPECT_EQ(engine_->inflight_bytes(), 2 * one);
+
+  model_->Release();
+  EXPECT_TRUE(first.Wait().ok());
+  EXPECT_TRUE(second.Wait().ok());
+  EXPECT_EQ(engine_->inflight_bytes(), 0);  // answered: released before the callback
+  engine_.reset();
+  EXPECT_EQ(never.calls(), 0);
 }
 
 }  // namespace

@@ -63,9 +63,12 @@ struct Serving::Call {
   absl::Time arrival;
   InferDone done;
   // Client shared memory: the regions the call holds until it is answered
-  // (so none is unregistered under it), the inputs read out of them, and the
-  // outputs to write there, each with the index of its lease.
+  // (so none is unregistered under it), the inputs read out of them (counted
+  // against --max_inflight_bytes before they are copied: `reservation`, which
+  // the engine takes over once it accepts the call), and the outputs to write
+  // there, each with the index of its lease.
   std::vector<SharedMemoryLease> leases;
+  InferenceEngine::Reservation reservation;
   std::vector<std::unique_ptr<char[]>> shm_inputs;
   std::vector<std::pair<OutputShmView, size_t>> shm_outputs;
 
@@ -104,6 +107,7 @@ struct Serving::Call {
     const absl::Status status = std::move(done)(std::move(result));
     leases.clear();  // answered: the regions may be unregistered
     shm_inputs.clear();
+    reservation = InferenceEngine::Reservation();
     serving->metrics_->AddInflight(-1);
     if (model_metrics) {
       model_metrics->RecordResponse(status.code(), absl::Now() - arrival);
@@ -170,8 +174,10 @@ absl::Status Serving::ResolveSharedMemory(const InferCall& call, InferRequestVie
                       : input_bytes + input.shm->byte_size;
   }
   if (!any) return absl::OkStatus();
-  // The inputs are copied out of the regions before the engine counts the
-  // request: they are bounded as a message on the socket would be.
+  // The inputs are copied out of the regions before the engine sees the
+  // request: they are bounded as a message on the socket would be, and held
+  // against --max_inflight_bytes before the copy is allocated, so that many
+  // callers at once cannot make the server allocate more than it accepts.
   if (input_bytes > static_cast<uint64_t>(max_message_bytes_)) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the request's shared memory inputs are ", input_bytes,
@@ -179,11 +185,23 @@ absl::Status Serving::ResolveSharedMemory(const InferCall& call, InferRequestVie
                      " (raise it with --max_message_bytes)"));
   }
   const std::string owner = ShmOwner(call.authorization);
-  for (InputTensorView& input : request.inputs) {
+  // The regions first (a request naming none of the caller's is refused as
+  // such, also when the server is full), then the room, then the copies.
+  const size_t first_input_lease = state.leases.size();
+  for (const InputTensorView& input : request.inputs) {
     if (!input.shm) continue;
     GEMMSERVE_ASSIGN_OR_RETURN(SharedMemoryLease lease, shm_->Acquire(owner, input.shm->region));
+    state.leases.push_back(std::move(lease));
+  }
+  GEMMSERVE_ASSIGN_OR_RETURN(
+      state.reservation,
+      engine_->Reserve(static_cast<int64_t>(input_bytes), "the request's shared memory inputs"));
+  size_t lease = first_input_lease;
+  for (InputTensorView& input : request.inputs) {
+    if (!input.shm) continue;
     std::unique_ptr<char[]> bytes(new char[std::max<uint64_t>(input.shm->byte_size, 1)]);
-    absl::Status read = lease.Read(input.shm->offset, input.shm->byte_size, bytes.get());
+    absl::Status read = state.leases[lease++].Read(input.shm->offset, input.shm->byte_size,
+                                                   bytes.get());
     if (!read.ok()) {
       return absl::Status(read.code(),
                           absl::StrCat("input '", ClientText(input.name), "': ", read.message()));
@@ -193,7 +211,6 @@ absl::Status Serving::ResolveSharedMemory(const InferCall& call, InferRequestVie
     input.count = static_cast<int64_t>(input.shm->byte_size);
     request.message_bytes += input.count;
     state.shm_inputs.push_back(std::move(bytes));
-    state.leases.push_back(std::move(lease));
   }
   for (const OutputShmView& output : request.output_shm) {
     GEMMSERVE_ASSIGN_OR_RETURN(SharedMemoryLease lease, shm_->Acquire(owner, output.ref.region));
@@ -247,7 +264,8 @@ void Serving::Infer(InferCall call, InferDone done) {
   }
   if (refused.ok()) {
     refused = CatchAllocationFailure("the request", [&] {
-      return engine_->Submit(*std::move(call.request), std::move(call.is_cancelled), finish);
+      return engine_->Submit(*std::move(call.request), std::move(call.is_cancelled), finish,
+                             &state->reservation);
     });
   }
   if (!refused.ok()) finish(refused);

@@ -3,7 +3,9 @@ regions made by this test process (a real client on the same host), inputs
 read from them and outputs written into them, and the RELIABILITY rows of its
 misuse (S1-S6): a window past the region, a region unregistered while a
 request holds it, a region its owner shrank, another client's region name,
-registration over the cap; each followed by a valid request of each model."""
+registration over the cap; each followed by a valid request of each model.
+Inputs read out of regions are held against --max_inflight_bytes before the
+server allocates their copy (SharedMemoryBudgetTest)."""
 import json
 import os
 import shutil
@@ -21,7 +23,7 @@ import numpy as np
 from gemmserve_client import decode_outputs, make_infer_request, pb2
 from gemmserve_client import shared_memory as shm
 from gemmserve_testing.base import GemmServeTestCase, serve_with_tokens
-from gemmserve_testing.process import metric_sum
+from gemmserve_testing.process import ProcessMemory, metric_sum, server_is_sanitized
 
 CAP = 64 << 20
 
@@ -414,6 +416,103 @@ class SharedMemoryInUseTest(SharedMemoryCase):
         np.testing.assert_array_equal(region.read(np.float32, (6, 4), offset=a.nbytes), a @ b)
         shm.unregister(self.stub, "held")
         self.assertEqual(shm.status(self.stub), {})
+
+
+class SharedMemoryBudgetTest(SharedMemoryCase):
+    """The server copies a request's inputs out of their regions (so that their
+    owner cannot change them under the computation). Those copies are counted
+    against --max_inflight_bytes before they are allocated: many callers at
+    once cannot make the server allocate more than it would accept, and a
+    request refused for room gets the same answer as one on the socket."""
+
+    LIMIT = 256 << 20
+    server_flags = ("--allow_client_shm", f"--max_client_shm_bytes={2 * (256 << 20)}",
+                    f"--max_inflight_bytes={256 << 20}")
+
+    def inflight_bytes(self):
+        return metric_sum(self.server.metrics_url, "gemmserve_inflight_bytes")
+
+    def shm_matmul(self, rows, region_name):
+        """A (rows, 1024) FP32 input in the region (its 4 KiB rows zero unless written),
+        B (1024, 1) on the wire."""
+        a = np.broadcast_to(np.float32(0), (rows, 1024))  # its shape: the bytes are the region's
+        request = make_infer_request("matmul", [("B", np.ones((1024, 1), np.float32))])
+        shm.use_for_input(request, "A", a, region_name)
+        return request
+
+    def test_inputs_over_the_limit_are_refused_before_their_copy(self):
+        rows = (self.LIMIT >> 12) + 16  # 64 KiB over the limit on its own
+        region = self.region(rows * 4096)
+        shm.register(self.stub, "huge", region)
+        memory = ProcessMemory(self.server.proc.pid)
+        memory.reset_peak()
+        self.assert_rejected(self.shm_matmul(rows, "huge"), grpc.StatusCode.RESOURCE_EXHAUSTED,
+                             ("shared memory inputs would hold", "--max_inflight_bytes"),
+                             before_admission=True)
+        if not server_is_sanitized():
+            # The copy would have been 256 MiB, every page of it touched by the read.
+            self.assertLess(memory.peak_growth(), 64 << 20, "the inputs were copied first")
+        self.assertEqual(self.inflight_bytes(), 0)
+
+    def test_a_full_server_refuses_shm_inputs_as_queue_full_and_serves_them_once_free(self):
+        # The region is ready before the server is made full: what follows the
+        # blocker's arrival must fit in its computation (a third of a second here).
+        region = self.region(self.LIMIT)
+        region.write(np.ones((self.LIMIT >> 12, 1024), np.float32))
+        shm.register(self.stub, "later", region)
+        rng = np.random.default_rng(9)
+        big = rng.standard_normal((2048, 2048))
+        blocker_request = make_infer_request("matmul", [("A", big), ("B", big)])
+
+        def attempt():
+            """True once it decided while the blocker ran; the request it was refused."""
+            blocker = self.stub.ModelInfer.future(blocker_request, timeout=120)
+            deadline = time.monotonic() + 60
+            while (held := int(self.inflight_bytes())) == 0:
+                if blocker.done():  # (exception() would wait for it)
+                    self.assertIsNone(blocker.exception())
+                    return False, None  # ended between two scrapes
+                self.assertLess(time.monotonic(), deadline, "the blocker never arrived")
+                time.sleep(0.002)
+            self.assertLess(held, self.LIMIT)
+            # Room for the inputs alone, not beside what the blocker holds.
+            rows = ((self.LIMIT - held) >> 12) + 16
+            request = self.shm_matmul(rows, "later")
+            before = self.admitted_bytes()
+            code, details = self.code_of(self.stub.ModelInfer, request, timeout=60)
+            # A region that is not the caller's is refused as such, full server or not.
+            other_code, other_details = self.code_of(
+                self.stub.ModelInfer, self.shm_matmul(4, "nobody's"), timeout=60)
+            admitted = self.admitted_bytes()
+            conclusive = not blocker.done()
+            blocker.result()
+            if not conclusive:
+                return False, None
+            self.assertEqual(code, grpc.StatusCode.UNAVAILABLE, details)
+            self.assertIn("shared memory inputs need", details)
+            self.assertIn("retry later", details)
+            self.assertEqual(admitted, before, "the refused request was accepted")
+            self.assertEqual(other_code, grpc.StatusCode.INVALID_ARGUMENT, other_details)
+            return True, (request, rows)
+
+        for _ in range(5):
+            decided, refused = attempt()
+            if decided:
+                break
+        else:
+            self.fail("the blocker ended before the scenario decided, 5 times")
+        self.assertGreater(metric_sum(self.server.metrics_url, "gemmserve_rejected_total",
+                                      reason="queue_full"), 0)
+        # Retried once the blocker is answered, the same request is served.
+        deadline = time.monotonic() + 60
+        while self.inflight_bytes() != 0:
+            self.assertLess(time.monotonic(), deadline, "the blocker's bytes were not released")
+            time.sleep(0.01)
+        request, rows = refused
+        y = decode_outputs(self.infer(request, timeout=120))["Y"]
+        np.testing.assert_array_equal(y, np.full((rows, 1), 1024, np.float32))
+        self.assertEqual(self.inflight_bytes(), 0)
+        self.assert_server_still_serves()
 
 
 class SharedMemoryOwnersTest(unittest.TestCase):
