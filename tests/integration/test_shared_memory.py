@@ -3,9 +3,8 @@ regions made by this test process (a real client on the same host), inputs
 read from them and outputs written into them, and the RELIABILITY rows of its
 misuse (S1-S6): a window past the region, a region unregistered while a
 request holds it, a region its owner shrank, another client's region name,
-registration over the cap; each followed by a valid request of each model.
-Inputs read out of regions are held against --max_inflight_bytes before the
-server allocates their copy (SharedMemoryBudgetTest)."""
+registration over the cap, inputs from regions beyond what the server may
+hold; each followed by a valid request of each model (docs/reliability.md)."""
 import json
 import os
 import shutil
@@ -419,7 +418,7 @@ class SharedMemoryInUseTest(SharedMemoryCase):
 
 
 class SharedMemoryBudgetTest(SharedMemoryCase):
-    """The server copies a request's inputs out of their regions (so that their
+    """S6: the server copies a request's inputs out of their regions (so that their
     owner cannot change them under the computation). Those copies are counted
     against --max_inflight_bytes before they are allocated: many callers at
     once cannot make the server allocate more than it would accept, and a
@@ -440,7 +439,7 @@ class SharedMemoryBudgetTest(SharedMemoryCase):
         shm.use_for_input(request, "A", a, region_name)
         return request
 
-    def test_inputs_over_the_limit_are_refused_before_their_copy(self):
+    def test_s6_inputs_over_the_limit_are_refused_before_their_copy(self):
         rows = (self.LIMIT >> 12) + 16  # 64 KiB over the limit on its own
         region = self.region(rows * 4096)
         shm.register(self.stub, "huge", region)
@@ -454,7 +453,7 @@ class SharedMemoryBudgetTest(SharedMemoryCase):
             self.assertLess(memory.peak_growth(), 64 << 20, "the inputs were copied first")
         self.assertEqual(self.inflight_bytes(), 0)
 
-    def test_a_full_server_refuses_shm_inputs_as_queue_full_and_serves_them_once_free(self):
+    def test_s6_a_full_server_refuses_shm_inputs_as_queue_full_and_serves_them_once_free(self):
         # The region is ready before the server is made full: what follows the
         # blocker's arrival must fit in its computation (a third of a second here).
         region = self.region(self.LIMIT)
