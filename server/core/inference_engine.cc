@@ -532,12 +532,17 @@ absl::StatusOr<InferenceEngine::Reservation> InferenceEngine::Reserve(int64_t by
         absl::StrCat(what, " would hold ", bytes, " bytes, over the server's limit of ",
                      options_.max_inflight_bytes, " (raise it with --max_inflight_bytes)"));
   }
+  return Hold(bytes, /*prepaid=*/0, what);
+}
+
+absl::StatusOr<InferenceEngine::Reservation> InferenceEngine::Hold(int64_t bytes, int64_t prepaid,
+                                                                    absl::string_view what) {
   const int64_t held = inflight_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   if (held > options_.max_inflight_bytes - bytes) {
     inflight_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-    return QueueFullError(absl::StrCat("queue full: the server holds ", held,
-                                       " bytes of accepted requests and ", what, " need ", bytes,
-                                       " more, over --max_inflight_bytes=",
+    return QueueFullError(absl::StrCat("queue full: the server holds ", held - prepaid,
+                                       " bytes of accepted requests and ", what, " would add ",
+                                       prepaid + bytes, ", over --max_inflight_bytes=",
                                        options_.max_inflight_bytes, "; retry later"));
   }
   return Reservation(&inflight_bytes_, bytes);
@@ -631,28 +636,13 @@ absl::Status InferenceEngine::AdmitTo(std::shared_ptr<ServedModel> served, absl:
   }
   // What the front end reserved is held already (it is part of the message).
   const int64_t prepaid = reserved == nullptr ? 0 : std::min(reserved->bytes(), cost);
-  const int64_t more = cost - prepaid;
-  const int64_t held = inflight_bytes_.fetch_add(more, std::memory_order_relaxed);
-  if (held > options_.max_inflight_bytes - more) {
-    inflight_bytes_.fetch_sub(more, std::memory_order_relaxed);
-    return QueueFullError(absl::StrCat("queue full: the server holds ", held - prepaid,
-                                       " bytes of accepted requests and this one needs ", cost,
-                                       " more, over --max_inflight_bytes=",
-                                       options_.max_inflight_bytes, "; retry later"));
-  }
-  // Reserved: the Pending releases it. Until it exists, this does.
-  struct Hold {
-    std::atomic<int64_t>* bytes;
-    int64_t cost;
-    ~Hold() {
-      if (cost > 0) bytes->fetch_sub(cost, std::memory_order_relaxed);
-    }
-  } hold{&inflight_bytes_, more};
+  // Held: the Pending releases it. Until it exists, `hold` does.
+  GEMMSERVE_ASSIGN_OR_RETURN(Reservation hold, Hold(cost - prepaid, prepaid, "this request"));
   *pending = std::make_unique<Pending>(
       served.get(), clock_, std::move(request), std::move(prepared), std::move(is_cancelled),
       std::move(done), arrival, type, input_bytes, &inflight_bytes_, options_.metrics, cost);
-  hold.cost = 0;
-  if (reserved != nullptr) reserved->bytes_ -= prepaid;  // the Pending releases them
+  hold.bytes_ = 0;
+  if (reserved != nullptr) reserved->bytes_ -= prepaid;
   if (options_.metrics) options_.metrics->AddInflightBytes(cost);
   served->RecordAdmitted(cost);
   *served_out = std::move(served);

@@ -277,6 +277,9 @@ class InferenceEngine {
   absl::Status Admit(std::unique_ptr<InferRequestView> request, std::function<bool()> is_cancelled,
                      DoneCallback& done, Reservation* reserved,
                      std::shared_ptr<ServedModel>* served, std::unique_ptr<Pending>* pending);
+  // Adds `bytes` to what accepted requests hold (`prepaid` more are held for
+  // `what` already), or the queue-full UNAVAILABLE when there is no room.
+  absl::StatusOr<Reservation> Hold(int64_t bytes, int64_t prepaid, absl::string_view what);
   // Admit, to `served` (found, or not yet published).
   absl::Status AdmitTo(std::shared_ptr<ServedModel> served, absl::Time arrival,
                        std::unique_ptr<InferRequestView> request,

@@ -488,7 +488,7 @@ class SharedMemoryBudgetTest(SharedMemoryCase):
             if not conclusive:
                 return False, None
             self.assertEqual(code, grpc.StatusCode.UNAVAILABLE, details)
-            self.assertIn("shared memory inputs need", details)
+            self.assertIn("shared memory inputs would add", details)
             self.assertIn("retry later", details)
             self.assertEqual(admitted, before, "the refused request was accepted")
             self.assertEqual(other_code, grpc.StatusCode.INVALID_ARGUMENT, other_details)
