@@ -474,7 +474,9 @@ TEST(ParsePerfRangeTest, RejectsWhatIsNotARange) {
                            "1:1000000", "nan", "1:inf"}) {
     absl::StatusOr<std::vector<double>> levels = ParsePerfRange("concurrency_range", text, true);
     EXPECT_EQ(levels.status().code(), absl::StatusCode::kInvalidArgument) << text;
-    if (!levels.ok()) EXPECT_THAT(levels.status().message(), HasSubstr("--concurrency_range"));
+    if (!levels.ok()) {
+      EXPECT_THAT(levels.status().message(), HasSubstr("--concurrency_range"));
+    }
   }
   for (const char* text : {"0", "nan", "1:inf", "2:1", "1:2:0", "x"}) {
     EXPECT_FALSE(ParsePerfRange("request_rate_range", text, false).ok()) << text;

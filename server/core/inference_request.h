@@ -57,7 +57,7 @@ struct InputTensorView {
   // Set when the input's bytes are in client shared memory: the front end
   // leaves `contents` kNone, and Serving reads the window and makes the view
   // kRaw before the engine sees it.
-  std::optional<SharedMemoryRef> shm;
+  std::optional<SharedMemoryRef> shm = std::nullopt;
 };
 
 // A requested output that goes to client shared memory.
@@ -104,7 +104,7 @@ struct SharedMemoryWritten {
 struct NamedTensor {
   std::string name;
   Tensor tensor;
-  std::optional<SharedMemoryWritten> shm;
+  std::optional<SharedMemoryWritten> shm = std::nullopt;
 };
 
 struct InferResult {

@@ -46,7 +46,7 @@ struct HttpSharedMemory {
 struct HttpRequestedOutput {
   std::string name;
   bool binary = false;
-  HttpSharedMemory shm;  // written to a region instead of the response
+  HttpSharedMemory shm{};  // written to a region instead of the response
 };
 
 // A decoded request and everything its view points to.

@@ -67,10 +67,10 @@ struct Serving::Call {
   // against --max_inflight_bytes before they are copied: `reservation`, which
   // the engine takes over once it accepts the call), and the outputs to write
   // there, each with the index of its lease.
-  std::vector<SharedMemoryLease> leases;
-  InferenceEngine::Reservation reservation;
-  std::vector<std::unique_ptr<char[]>> shm_inputs;
-  std::vector<std::pair<OutputShmView, size_t>> shm_outputs;
+  std::vector<SharedMemoryLease> leases{};
+  InferenceEngine::Reservation reservation{};
+  std::vector<std::unique_ptr<char[]>> shm_inputs{};
+  std::vector<std::pair<OutputShmView, size_t>> shm_outputs{};
 
   // Writes the outputs that go to shared memory; an error replaces the result.
   absl::Status WriteShmOutputs(InferResult& result) {

@@ -233,7 +233,9 @@ TEST(SharedMemoryManagerTest, RandomWindowsAndTruncationsAgreeWithTheModel) {
         std::string out(n, '\0');
         const absl::Status read = lease.Read(at, n, out.data());
         ASSERT_EQ(read.ok(), inside && present) << at << " " << n << " " << read;
-        if (read.ok() && n > 0) EXPECT_EQ(out, contents.substr(offset + at, n));
+        if (read.ok() && n > 0) {
+          EXPECT_EQ(out, contents.substr(offset + at, n));
+        }
       } else {
         std::string data(n, '\0');
         for (char& c : data) c = static_cast<char>(rng());

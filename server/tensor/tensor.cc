@@ -10,12 +10,16 @@
 
 namespace gemmserve {
 
+namespace {
+// Where TouchMemory's sum goes, so the reads cannot be optimised away.
+volatile uint8_t touch_sink;
+}  // namespace
+
 void TouchMemory(const void* data, int64_t bytes) {
   const auto* p = static_cast<const volatile uint8_t*>(data);
   uint8_t sum = 0;
   for (int64_t i = 0; i < bytes; i += 64) sum = static_cast<uint8_t>(sum + p[i]);
-  static volatile uint8_t sink;
-  sink = sum;
+  touch_sink = sum;
 }
 
 absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(int64_t bytes) {
