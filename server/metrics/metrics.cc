@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "server/common/model_name.h"
+#include "server/metrics/exposer_stop.h"
 
 namespace gemmserve {
 namespace {
@@ -205,6 +206,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& bind_
     m->exposer_->RegisterCollectable(m->registry_);
     const std::vector<int> ports = m->exposer_->GetListeningPorts();
     m->port_ = ports.empty() ? 0 : ports.front();
+    m->bind_address_ = bind_address;
   }
   return m;
 }
@@ -212,6 +214,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& bind_
 Metrics::Metrics() = default;
 
 Metrics::~Metrics() {
+  StopExposerPromptly(std::move(exposer_), bind_address_, port_);
   // Series of names still held elsewhere are dropped with the registry.
   unknown_.reset();
 }

@@ -148,6 +148,7 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string bind_address_;  // as asked, for StopExposerPromptly
   int port_ = 0;
   MetricsOptions options_;
   mutable absl::Mutex mu_;
