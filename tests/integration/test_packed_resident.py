@@ -19,7 +19,7 @@ from onnx import TensorProto
 
 from gemmserve_client import decode_outputs, make_infer_request, pb2
 from gemmserve_testing.base import GemmServeTestCase
-from gemmserve_testing.cpu import kernels_have
+from gemmserve_testing.cpu import avx512_build, kernel_flags
 from gemmserve_testing.onnx_models import batching_config, grouped_graph, matmul_graph, write_model
 from gemmserve_testing.references import (assert_grouped_matmul_result, assert_matmul_result,
                                           random_wire, small_int_wire)
@@ -135,7 +135,7 @@ class PackedResidentTest(GemmServeTestCase):
 
     def test_the_bf16_layout_is_the_one_asked_for(self):
         on = "--bf16_panels=on" in self.server_flags
-        want = "panels" if on and kernels_have("avx512f") else "row_major"
+        want = "panels" if on and avx512_build(kernel_flags()) else "row_major"
         for name in ("moe_bf16_real", "lin_bf16_real"):
             config = self.stub.ModelConfig(pb2.ModelConfigRequest(name=name), timeout=10).config
             self.assertEqual(config.parameters["weights_layout"].string_value, want, name)
@@ -159,7 +159,7 @@ class PackedLayoutTest(GemmServeTestCase):
         log = self.server.stderr_text(limit=1 << 24)
         self.assertRegex(log, r"BF16 weights (pair panels|row-major) \(auto: vdpbf16ps does "
                               r"[0-9.]+x FP32 FMA's flops here|BF16 weights row-major \(no AVX-512")
-        packed = {"FP32"} | ({"FP16"} if kernels_have("avx512f") else set())
+        packed = {"FP32"} | ({"FP16"} if avx512_build(kernel_flags()) else set())
         if "BF16 weights pair panels" in log:
             packed.add("BF16")
         for datatype, kind in ((d, k) for d in DATATYPES for k in ("moe", "lin")):

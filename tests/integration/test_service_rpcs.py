@@ -12,8 +12,9 @@ import numpy as np
 from gemmserve_client import pb2, pb2_grpc
 from gemmserve_testing import wire
 from gemmserve_testing.base import GemmServeTestCase, open_channel
-from gemmserve_testing.cpu import cpu_flags
-from gemmserve_testing.server import ServerProcess
+from gemmserve_testing.cpu import (blis_config_number, cpu_flags, expected_blis_config,
+                                   highest_isa, isa_levels_below)
+from gemmserve_testing.server import ServerProcess, server_binary
 
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 REFLECTION_INFO = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
@@ -161,20 +162,20 @@ class ComputeEnvironmentTest(unittest.TestCase):
             log = server.stderr_text()
         finally:
             server.stop(timeout=20)
-        flags = cpu_flags()
-        self.assertRegex(log, r"BLIS config \w+")
-        if {"avx512f", "avx512dq", "avx512bw", "avx512vl"} <= flags:
-            self.assertIn("BLIS config skx", log)
-        elif {"avx2", "fma"} <= flags:
-            self.assertNotIn("BLIS config generic", log)
+        # What this CPU's flags and BLIS's own choice call for (cpu.py), e.g. skx on any
+        # AVX-512 CPU, zen3 on an AVX2-only Zen 3, haswell where BLIS knows no AVX2 CPU.
+        self.assertIn(f"BLIS config {expected_blis_config(server_binary())},", log)
 
     def test_a_blis_configuration_the_user_set_wins(self):
-        server = self.start_with_env(BLIS_ARCH_TYPE="3")  # BLIS_ARCH_HASWELL
+        # BLIS_ARCH_TYPE takes the number of an arch_t: the one BLIS itself names
+        # "generic", which the server would never choose on a CPU with AVX2.
+        number = blis_config_number(server_binary(), "generic")
+        server = self.start_with_env(BLIS_ARCH_TYPE=str(number))
         try:
             log = server.stderr_text()
         finally:
             server.stop(timeout=20)
-        self.assertIn("BLIS config haswell", log)
+        self.assertIn("BLIS config generic,", log)
 
     def matmul_through(self, server, datatype):
         """A prime-shaped MatMul of `datatype` through gRPC, against numpy in float64."""
@@ -211,15 +212,14 @@ class ComputeEnvironmentTest(unittest.TestCase):
         choice, BLIS's too, and the answers stay right."""
         if "BLIS_ARCH_TYPE" in os.environ:
             self.skipTest("BLIS_ARCH_TYPE is set in the test environment")
-        flags = cpu_flags()
-        cases = [("generic", "BLIS config generic")]
-        if {"avx2", "fma", "f16c"} <= flags:
-            # An AVX-512 CPU's BLIS choice (skx) is too wide under the cap; an AVX2
-            # one keeps BLIS's own AVX2 choice.
-            cases.append(("avx2", "BLIS config haswell"
-                          if "avx512f" in flags else "BLIS config "))
-        for cap, blis in cases:
-            with self.subTest(cap=cap):
+        caps = [cap for cap in isa_levels_below() if cap in ("avx2", "generic")]
+        if not caps:
+            self.skipTest(f"the CPU reaches only {highest_isa(cpu_flags())}: no lower kernels")
+        for cap in caps:
+            # The configuration BLIS's own choice and the capped flags call for: haswell
+            # on Zen 5 and Intel, zen3 on Zen 4 under avx2; generic under generic.
+            blis = expected_blis_config(server_binary(), cap)
+            with self.subTest(cap=cap, blis=blis):
                 server = ServerProcess(compute_threads=1,
                                        env={"GEMMSERVE_MAX_CPU_ISA": cap}).start()
                 try:
@@ -229,7 +229,7 @@ class ComputeEnvironmentTest(unittest.TestCase):
                 finally:
                     server.stop(timeout=20)
                 self.assertIn(f"kernels {cap} (GEMMSERVE_MAX_CPU_ISA={cap}", log)
-                self.assertIn(blis, log)
+                self.assertIn(f"BLIS config {blis},", log)
                 self.assertNotIn("BLIS config skx", log)
 
     def test_an_unknown_cpu_isa_cap_stops_the_server_with_its_name(self):

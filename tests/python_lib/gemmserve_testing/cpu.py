@@ -1,6 +1,17 @@
-"""The CPU features the tests expect the server's kernels to use: /proc/cpuinfo's flags,
-less what GEMMSERVE_MAX_CPU_ISA caps (server/ops/kernels/cpu_features.h)."""
+"""The CPU features the tests expect the server's kernels to use, derived from what the
+machine reports, never from a vendor's name: /proc/cpuinfo's flags, less what
+GEMMSERVE_MAX_CPU_ISA caps (server/ops/kernels/cpu_features.h), and BLIS's own query
+functions for the configuration BLIS would pick by itself.
+
+    flags = kernel_flags({"GEMMSERVE_MAX_CPU_ISA": "avx2"})
+    if avx512_build(flags): ...
+    expected_blis_config(cap="avx2")   # "haswell" on Zen 5, "zen3" on Zen 4
+"""
+import functools
 import os
+import re
+import subprocess
+import sys
 
 # The flags each level of the cap adds to the one below it.
 _LEVELS = (
@@ -9,6 +20,8 @@ _LEVELS = (
     ("avx512", {"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
     ("avx512_bf16", {"avx512_bf16"}),
 )
+# BLIS configurations whose kernels are AVX-512 (BLIS 0.9's x86_64 family).
+_BLIS_AVX512_CONFIGS = {"skx", "knl", "knc"}
 
 
 def cpu_flags():
@@ -32,5 +45,91 @@ def kernel_flags(env=None):
     return flags
 
 
-def kernels_have(flag):
-    return flag in kernel_flags()
+def avx2_build(flags):
+    """What the server's AVX2 builds need (CpuFeatures::Avx2Build)."""
+    return {"avx2", "fma", "f16c"} <= flags
+
+
+def avx512_build(flags):
+    """What the server's AVX-512 builds need (CpuFeatures::Avx512Build)."""
+    return {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"} <= flags
+
+
+def highest_isa(flags):
+    """The highest GEMMSERVE_MAX_CPU_ISA level `flags` reach (HighestCpuIsa)."""
+    if avx512_build(flags):
+        return "avx512_bf16" if "avx512_bf16" in flags else "avx512"
+    return "avx2" if avx2_build(flags) else "generic"
+
+
+def isa_levels_below():
+    """The cap levels under what this CPU reaches, highest first: each changes the kernels."""
+    names = [name for name, _ in _LEVELS]
+    return list(reversed(names[:names.index(highest_isa(cpu_flags()))]))
+
+
+def _blis_library(binary):
+    """The libblis the server binary loads (ldd), so the query asks the same BLIS."""
+    ldd = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    match = re.search(r"libblis[^ ]*\s+=>\s+(\S+)", ldd)
+    if not match:
+        raise AssertionError(f"{binary} does not load libblis:\n{ldd}")
+    return match.group(1)
+
+
+_QUERY = """
+import ctypes, sys
+blis = ctypes.CDLL(sys.argv[1])
+blis.bli_arch_string.restype = ctypes.c_char_p
+blis.bli_init()
+print(blis.bli_arch_string(blis.bli_arch_query_id()).decode())
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def blis_own_choice(binary):
+    """The configuration BLIS picks by itself on this CPU (bli_arch_query_id with no
+    BLIS_ARCH_TYPE set), asked in a child process of the library `binary` loads."""
+    env = {k: v for k, v in os.environ.items() if k != "BLIS_ARCH_TYPE"}
+    return subprocess.run([sys.executable, "-c", _QUERY, _blis_library(binary)], env=env,
+                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+
+
+_NUMBER = """
+import ctypes, sys
+blis = ctypes.CDLL(sys.argv[1])
+blis.bli_arch_string.restype = ctypes.c_char_p
+# arch_t runs from 0 to BLIS_ARCH_GENERIC, the last configuration.
+for number in range(64):
+    name = blis.bli_arch_string(number).decode()
+    if name == sys.argv[2] or name == "generic":
+        break
+print(number if name == sys.argv[2] else -1)
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def blis_config_number(binary, name):
+    """The arch_t number BLIS_ARCH_TYPE takes for the configuration `name`, from BLIS's own
+    table of names (bli_arch_string) in the library `binary` loads."""
+    number = int(subprocess.run([sys.executable, "-c", _NUMBER, _blis_library(binary), name],
+                                capture_output=True, text=True, check=True, timeout=60).stdout)
+    if number < 0:
+        raise AssertionError(f"this BLIS has no configuration named {name}")
+    return number
+
+
+def expected_blis_config(binary, cap=None):
+    """The BLIS configuration the server must report under GEMMSERVE_MAX_CPU_ISA=`cap`
+    (None: uncapped): the rule of BlisArchitectureFor (compute_environment.h) applied to
+    the machine's flags and BLIS's own choice."""
+    flags = kernel_flags({} if cap is None else {"GEMMSERVE_MAX_CPU_ISA": cap})
+    capped = highest_isa(flags) != highest_isa(cpu_flags())
+    own = blis_own_choice(binary)
+    if avx512_build(flags):
+        return "skx"
+    if {"avx2", "fma"} <= flags:
+        if own == "generic" or (capped and own in _BLIS_AVX512_CONFIGS):
+            return "haswell"
+        return own
+    return "generic" if capped else own

@@ -1,0 +1,28 @@
+# What the test registrations share (server/, client/, tests/): the CPU guards
+# of the variants that need a feature, and the labels that place each test in
+# the stages of tests/run.sh (docs/testing.md):
+#
+#   unit, integration   every stage: Release, and ASan + UBSan
+#   capped              Release only: a suite again under GEMMSERVE_MAX_CPU_ISA
+#                       or a forced BLIS configuration
+#   benchmark           Release only: benchmark smoke tests and reports
+#   script              Release only: the Python-only tests of scripts/
+#   soak                Release only: the soak (10 s; 60 s with GEMMSERVE_LONG=1)
+#   release_only        Release only: checks of the Release binary itself
+#
+# tests/asan.sh selects the sanitizer stage's tests by these labels.
+
+# gemmserve_cpu_guard(OUT FLAG...): the start of a `sh -c` command that exits
+# 77 (ctest's skip, SKIP_RETURN_CODE) unless /proc/cpuinfo lists every FLAG.
+function(gemmserve_cpu_guard out)
+  set(guard "")
+  foreach(flag ${ARGN})
+    string(APPEND guard "grep -qw ${flag} /proc/cpuinfo || exit 77; ")
+  endforeach()
+  set(${out} "${guard}" PARENT_SCOPE)
+endfunction()
+
+# The flags the server's AVX-512 and AVX2 builds need (CpuFeatures::Avx512Build
+# and Avx2Build in server/ops/kernels/cpu_features.h).
+set(GEMMSERVE_AVX512_FLAGS avx512f avx512bw avx512vl avx512dq fma)
+set(GEMMSERVE_AVX2_FLAGS avx2 fma f16c)
