@@ -36,49 +36,74 @@ def read(path):
 
 class DockerfileTest(unittest.TestCase):
     def stages(self):
+        """The Dockerfile's stages in order, as (name or None, text after FROM)."""
         text = read(os.path.join(ROOT, "Dockerfile"))
-        stages = re.split(r"^FROM ", text, flags=re.M)[1:]
-        self.assertEqual(len(stages), 2, "expected a build stage and a runtime stage")
+        stages = []
+        for stage in re.split(r"^FROM ", text, flags=re.M)[1:]:
+            named = re.match(r"\S+ AS (\S+)", stage)
+            stages.append((named.group(1) if named else None, stage))
+        self.assertEqual([name for name, _ in stages], ["runtime", "build", None],
+                         "expected the stages runtime, build, and the image")
         return stages
 
+    def stage(self, name):
+        return dict(self.stages())[name]
+
+    def test_runtime_comes_first_and_the_image_is_it_with_the_built_files(self):
+        # `docker build --target runtime` must build nothing else with the legacy
+        # builder too, which runs every stage before the target.
+        self.assertTrue(self.stages()[0][1].startswith("debian:bookworm-slim AS runtime"))
+        image = self.stages()[-1][1]
+        self.assertTrue(image.startswith("runtime\n"))
+        prebuilt = read(os.path.join(ROOT, "tests", "container", "prebuilt.Dockerfile"))
+        # The gate's image puts the Release stage's files where this one puts them.
+        destinations = [re.findall(r"(?m)^COPY .* (\S+)$", text) for text in (image, prebuilt)]
+        self.assertEqual(destinations[0], ["/usr/local/bin/", "/models"])
+        self.assertEqual(destinations[0], destinations[1])
+        sources = [re.findall(r"(?m)^COPY (?:--from=build )?(.*) \S+$", text)
+                   for text in (image, prebuilt)]
+        self.assertEqual([[os.path.basename(p) for p in line.split()] for line in sources[0]],
+                         [[os.path.basename(p) for p in line.split()] for line in sources[1]])
+
     def test_runtime_stage_installs_every_library_the_binaries_load(self):
-        runtime = self.stages()[1]
+        runtime = self.stage("runtime")
         self.assertTrue(runtime.startswith("debian:bookworm-slim"))
         install = re.search(r"apt-get install -y --no-install-recommends(.*?)(?:&&|$)",
                             runtime.replace("\\\n", " "), re.S)
         self.assertIsNotNone(install, "runtime stage installs nothing")
         packages = set(install.group(1).split())
         binaries = [server_binary(), os.path.join(os.path.dirname(server_binary()), "gemmserve-cli")]
+        loaded = {}  # each library's path as ldd gives it -> (real path, binary)
         for binary in binaries:
             ldd = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True)
-            for line in ldd.stdout.splitlines():
-                match = re.search(r"=> (/\S+)", line)
-                if not match:
-                    continue
-                path = os.path.realpath(match.group(1))
-                owner = None
-                for candidate in (path, match.group(1)):
-                    found = subprocess.run(["dpkg", "-S", candidate], capture_output=True,
-                                           text=True)
-                    if found.returncode == 0:
-                        owner = found.stdout.split(":")[0]
-                        break
-                self.assertIsNotNone(owner, f"{path} ({os.path.basename(binary)}) belongs "
-                                            "to no Debian package")
-                with self.subTest(library=os.path.basename(path)):
-                    self.assertTrue(owner in packages or owner in BASE_IMAGE_PACKAGES,
-                                    f"{path} comes from {owner}, which the runtime stage "
-                                    "does not install")
+            for match in re.finditer(r"=> (/\S+)", ldd.stdout):
+                loaded.setdefault(match.group(1), (os.path.realpath(match.group(1)), binary))
+        # One dpkg query for every path, real and as linked (dpkg knows a library
+        # by either): one pass over dpkg's file lists instead of one per path.
+        candidates = sorted({p for path, (real, _) in loaded.items() for p in (path, real)})
+        found = subprocess.run(["dpkg", "-S", *candidates], capture_output=True, text=True)
+        owners = {}
+        for line in found.stdout.splitlines():
+            owner, _, owned = line.partition(": ")
+            owners[owned.strip()] = owner.split(":")[0]
+        for path, (real, binary) in sorted(loaded.items()):
+            owner = owners.get(real) or owners.get(path)
+            self.assertIsNotNone(owner, f"{real} ({os.path.basename(binary)}) belongs "
+                                        "to no Debian package")
+            with self.subTest(library=os.path.basename(real)):
+                self.assertTrue(owner in packages or owner in BASE_IMAGE_PACKAGES,
+                                f"{real} comes from {owner}, which the runtime stage "
+                                "does not install")
 
     def test_runtime_stage_is_non_root_with_healthcheck_and_exec_entrypoint(self):
-        runtime = self.stages()[1]
+        runtime = self.stage("runtime")
         self.assertRegex(runtime, r"(?m)^USER [1-9]")
         self.assertRegex(runtime, r"(?m)^EXPOSE 8000 8001 8002$")
         self.assertRegex(runtime, r'(?m)^HEALTHCHECK .*CMD \["gemmserve-cli", .*"health"\]')
         self.assertRegex(runtime, r'(?m)^ENTRYPOINT \["gemmserve"')
 
     def test_build_stage_runs_what_ci_runs(self):
-        build = self.stages()[0]
+        build = self.stage("build")
         tests_run = read(os.path.join(ROOT, "tests", "run.sh"))
         self.assertIn("install_deps.sh", build)
         self.assertIn("scripts/install_deps.sh", tests_run)

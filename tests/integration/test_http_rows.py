@@ -59,6 +59,24 @@ def raw_call(port, data, timeout=10.0, shut_write=False):
     return status, headers, body
 
 
+TCP_ESTABLISHED = 1  # include/net/tcp_states.h, as /proc/net/tcp writes it (hex)
+
+
+def server_end_state(server_port, client_port):
+    """The kernel's TCP state of the server's end of a loopback connection (the
+    socket whose local port is `server_port` and remote port `client_port`), from
+    /proc/net/tcp and tcp6; None when the kernel holds no such socket any more."""
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(path) as table:
+            next(table)
+            for line in table:
+                local, remote, state = line.split()[1:4]
+                if (int(local.rsplit(":", 1)[1], 16) == server_port
+                        and int(remote.rsplit(":", 1)[1], 16) == client_port):
+                    return int(state, 16)
+    return None
+
+
 def post(path, body, headers=()):
     head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
     head += "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
@@ -296,6 +314,9 @@ class ConnectionRowsTest(HttpRowsCase):
             s.close()
         greedy = socket.create_connection(("127.0.0.1", port))
         greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        greedy_port = greedy.getsockname()[1]
+        self.assertEqual(server_end_state(port, greedy_port), TCP_ESTABLISHED,
+                         "the server's end of a new connection is not in /proc/net/tcp")
         body = json.dumps({"inputs": [
             {"name": "A", "shape": [2000, 1], "datatype": "FP32", "data": [1.5] * 2000},
             {"name": "B", "shape": [1, 2000], "datatype": "FP32", "data": [1.25] * 2000}]}).encode()
@@ -309,9 +330,14 @@ class ConnectionRowsTest(HttpRowsCase):
         for _ in range(5):
             self.assert_server_still_serves()
             self.assertTrue(self.http.ready())
-        # The server closes every one of them at its timeout (1.5 s; the socket
-        # timeout of 60 s only bounds a server that never does).
-        for name, s in [("slow", slow), ("greedy", greedy), *(("idle", i) for i in idle)]:
+        # The server closes every one of them at its timeout (1.5 s; the waits of
+        # 60 s only bound a server that never does). The greedy client's end still
+        # has megabytes in flight, which a 4 KiB window drains in minutes: the
+        # kernel's table says whether the server has let go of its end, unread.
+        self.wait_for(lambda: server_end_state(port, greedy_port) != TCP_ESTABLISHED,
+                      "the server to close the connection of the client that does not read")
+        greedy.close()
+        for name, s in [("slow", slow), *(("idle", i) for i in idle)]:
             s.settimeout(60)
             try:
                 while s.recv(1 << 20):
