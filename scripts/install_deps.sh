@@ -21,6 +21,7 @@ if [[ "${1:-}" == "--test" ]]; then
   # OpenMP, and llvm-symbolizer for readable stacks.
   PACKAGES+=(clang libclang-rt-14-dev libomp-dev llvm)
   PACKAGES+=(libdnnl-dev)  # oneDNN: gemmserve-bench's baseline for resident GroupedMatMul
+  PACKAGES+=(ccache)  # the gate's compiler cache (tests/build_env.sh)
 fi
 
 # The container stage (tests/container.sh): a Docker engine and client,

@@ -27,7 +27,9 @@ if ! command -v clang++ >/dev/null || ! echo 'extern "C" int LLVMFuzzerTestOneIn
 fi
 
 # Compilers named explicitly: a tree once configured with gcc is reconfigured.
-cmake -S . -B "$BUILD_DIR" -DCMAKE_C_COMPILER="$(command -v clang)" \
+# The compiler cache and -Werror as in every tree of the gate.
+source tests/build_env.sh
+cmake -S . -B "$BUILD_DIR" "${GEMMSERVE_CMAKE_ARGS[@]}" -DCMAKE_C_COMPILER="$(command -v clang)" \
   -DCMAKE_CXX_COMPILER="$(command -v clang++)" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGEMMSERVE_SANITIZE=ON -DGEMMSERVE_FUZZ=ON \
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \

@@ -2,8 +2,10 @@
 # Fuzzing (fuzz/README.md): builds the libFuzzer targets with clang, ASan and
 # UBSan in the sanitizer tree (tests/asan_tree.sh), replays every saved
 # regression input, then fuzzes each target for SECONDS (default 30) from a
-# copy of its seed corpus, so the repository is never written. Exits non-zero on any crash, sanitizer report
-# or failed check, and prints the reproducer's path.
+# copy of its seed corpus, so the repository is never written; as many
+# targets at once as the machine has cores (each libFuzzer run is one
+# process on one core). Exits non-zero on any crash, sanitizer report or
+# failed check, and prints the reproducer's path.
 #
 #   tests/fuzz.sh            # 30 s per target
 #   tests/fuzz.sh 600        # longer
@@ -37,7 +39,6 @@ if [ -x /usr/lib/llvm-14/bin/llvm-symbolizer ] && [ -z "${ASAN_SYMBOLIZER_PATH:-
   export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer
 fi
 
-passed=0
 failed=0
 report_failure() {  # target, log, what
   failed=$((failed + 1))
@@ -52,13 +53,11 @@ report_failure() {  # target, log, what
   fi
 }
 
+# Saved crash inputs first: each must now pass (run once each, no fuzzing).
+fuzzable=()
 for target in "${TARGETS[@]}"; do
   bin="$BUILD_DIR/bin/$target"
-  artifacts="$WORK/$target/artifacts"
-  corpus="$WORK/$target/corpus"
-  mkdir -p "$artifacts" "$corpus"
-
-  # Saved crash inputs first: each must now pass (run once each, no fuzzing).
+  mkdir -p "$WORK/$target/artifacts" "$WORK/$target/corpus"
   regressions=()
   if [ -d "fuzz/regressions/$target" ]; then
     while IFS= read -r -d '' f; do regressions+=("$f"); done \
@@ -66,7 +65,7 @@ for target in "${TARGETS[@]}"; do
   fi
   if [ ${#regressions[@]} -gt 0 ]; then
     log="$WORK/$target/regressions.log"
-    if "$bin" -rss_limit_mb=2048 -timeout=10 -artifact_prefix="$artifacts/" \
+    if "$bin" -rss_limit_mb=2048 -timeout=10 -artifact_prefix="$WORK/$target/artifacts/" \
         "${regressions[@]}" >"$log" 2>&1; then
       echo "fuzz: $target: ${#regressions[@]} regression inputs pass"
     else
@@ -74,12 +73,35 @@ for target in "${TARGETS[@]}"; do
       continue
     fi
   fi
+  fuzzable+=("$target")
+done
 
-  cp -R "fuzz/corpus/$target/." "$corpus/"
+# fuzz_one TARGET: one libFuzzer run; its exit code in WORK/TARGET/status.
+fuzz_one() {
+  local target=$1 rc=0
+  cp -R "fuzz/corpus/$target/." "$WORK/$target/corpus/"
+  "$BUILD_DIR/bin/$target" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -timeout=10 \
+    -artifact_prefix="$WORK/$target/artifacts/" -print_final_stats=1 "$WORK/$target/corpus" \
+    >"$WORK/$target/fuzz.log" 2>&1 || rc=$?
+  echo "$rc" >"$WORK/$target/status"
+}
+jobs_at_once=$(nproc)
+echo "fuzz: ${#fuzzable[@]} targets for ${SECONDS_PER_TARGET}s each, $jobs_at_once at once ..."
+running=0
+for target in "${fuzzable[@]}"; do
+  if [ "$running" -ge "$jobs_at_once" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  fuzz_one "$target" &
+  running=$((running + 1))
+done
+wait
+
+passed=0
+for target in "${fuzzable[@]}"; do
   log="$WORK/$target/fuzz.log"
-  echo "fuzz: $target for ${SECONDS_PER_TARGET}s ..."
-  if "$bin" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -timeout=10 \
-      -artifact_prefix="$artifacts/" -print_final_stats=1 "$corpus" >"$log" 2>&1; then
+  if [ "$(cat "$WORK/$target/status" 2>/dev/null)" == 0 ]; then
     passed=$((passed + 1))
     stats=$(grep -E "^#[0-9]+[[:space:]]+DONE" "$log" | tail -1 | sed -E 's/^#([0-9]+)[[:space:]]+DONE[[:space:]]+/\1 runs, /')
     echo "fuzz: $target ok: ${stats:-done}"

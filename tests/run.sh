@@ -1,53 +1,133 @@
 #!/usr/bin/env bash
-# The whole test suite: installs dependencies, builds, runs every test through
-# ctest. Exits non-zero if anything fails.
-#   tests/run.sh                 # Release build in build/, then the sanitizer stages
+# The whole test suite, and the gate CI runs (.ci/run): installs dependencies,
+# builds, runs every stage, and prints each stage's wall time and the slowest
+# ten tests at the end. Exits non-zero if anything fails. docs/testing.md says
+# which stage runs which test, and why.
+#
+#   tests/run.sh                     # every stage
+#   GEMMSERVE_LONG=1 tests/run.sh    # before a release: the 60 s soak, 5 minutes
+#                                    # of fuzzing per target, the image from source
 #   GEMMSERVE_SKIP_TSAN=1 GEMMSERVE_SKIP_ASAN=1 GEMMSERVE_SKIP_FUZZ=1 \
 #     GEMMSERVE_SKIP_CONTAINER=1 tests/run.sh
-#                                # the Release stage only
+#                                    # the Release stage only
+#
+# Stages: Release build (build/, gcc -O3), Release tests (ctest, as many at
+# once as the machine has cores), TSan (the dynamic batcher), ASan + UBSan
+# build and tests (build-asan/, clang), fuzzing (the same tree), container.
+# CI=true or GEMMSERVE_WERROR=1 makes our warnings errors (tests/build_env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install_deps.sh --test
+export GEMMSERVE_LONG=${GEMMSERVE_LONG:-0}
 BUILD_DIR=${BUILD_DIR:-build}
 if [[ "$BUILD_DIR" == build-asan || "$BUILD_DIR" == build-tsan ]]; then
   echo "tests/run.sh: $BUILD_DIR is a sanitizer stage's tree; pick another BUILD_DIR" >&2
   exit 2
 fi
-# shellcheck disable=SC2086
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
-cmake --build "$BUILD_DIR" -j"$(nproc)"
-(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 600)
+JOBS=$(nproc)
+GATE_DIR="$(pwd)/$BUILD_DIR/gate"
+rm -rf "$GATE_DIR"
+mkdir -p "$GATE_DIR"
+
+# stage NAME COMMAND...: runs a stage, noting its wall time and outcome.
+stage() {
+  local name=$1 start rc=0
+  shift
+  echo "==> gate: $name"
+  start=$(date +%s%N)
+  "$@" || rc=$?
+  printf '%s\t%s\t%s\n' "$name" "$(awk "BEGIN { print ($(date +%s%N) - $start) / 1e9 }")" \
+    "$([[ $rc -eq 0 ]] && echo passed || echo "FAILED ($rc)")" >>"$GATE_DIR/stages.tsv"
+  return "$rc"
+}
+container_pid=""
+finish() {
+  if [[ -n "$container_pid" ]] && kill -0 "$container_pid" 2>/dev/null; then
+    kill -TERM "$container_pid" 2>/dev/null || true  # it removes what it made
+    wait "$container_pid" 2>/dev/null || true
+  fi
+  /usr/bin/python3 tests/gate_summary.py "$GATE_DIR" || true
+}
+trap finish EXIT
+skipped() {  # NAME VARIABLE
+  printf '%s\t0\tskipped (%s=1)\n' "$1" "$2" >>"$GATE_DIR/stages.tsv"
+}
+
+stage dependencies scripts/install_deps.sh --test
+source tests/build_env.sh
+
+release_build() {
+  # shellcheck disable=SC2086
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${GEMMSERVE_CMAKE_ARGS[@]}" \
+    ${CMAKE_ARGS:-}
+  cmake --build "$BUILD_DIR" -j"$JOBS"
+}
+stage release-build release_build
+stage release-tests ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 600 -j"$JOBS" \
+  --output-junit "$GATE_DIR/ctest-release.xml"
+
+# The container image (tests/container.sh) is made in the background from
+# here on: a base image by debootstrap and the runtime stage's packages are
+# downloads and unpacking, which the sanitizer stages' compiling hardly
+# notices. Its checks wait for the last stage, on a quiet machine.
+if [[ "${GEMMSERVE_SKIP_CONTAINER:-0}" != 1 ]]; then
+  tests/container.sh --checks-after "$GATE_DIR/container.go" >"$GATE_DIR/container.log" 2>&1 &
+  container_pid=$!
+fi
 
 # ThreadSanitizer on the dynamic batcher's tests (their threaded stress test
 # included): the batcher locks with std::mutex, which TSan sees; Debian's
 # Abseil is not TSan-built, so the rest of the server would report its
-# absl::Mutex locking as races. About 2 minutes.
-if [[ "${GEMMSERVE_SKIP_TSAN:-0}" != 1 ]]; then
-  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGEMMSERVE_TSAN=ON >/dev/null
-  cmake --build build-tsan -j"$(nproc)" --target dynamic_batcher_test
+# absl::Mutex locking as races.
+tsan() {
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGEMMSERVE_TSAN=ON \
+    "${GEMMSERVE_CMAKE_ARGS[@]}" >/dev/null
+  cmake --build build-tsan -j"$JOBS" --target dynamic_batcher_test
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" build-tsan/bin/dynamic_batcher_test
-fi
+}
+if [[ "${GEMMSERVE_SKIP_TSAN:-0}" != 1 ]]; then stage tsan tsan; else skipped tsan GEMMSERVE_SKIP_TSAN; fi
 
-# The suite again, built with ASan + UBSan in the clang sanitizer tree
-# build-asan/ (tests/asan.sh): unit tests, and integration tests against a
-# sanitized server. About 6 minutes on 2 cores, build included.
+# ASan + UBSan in the clang tree build-asan/ (tests/asan.sh): the unit tests,
+# the request paths, loaders and front ends through the integration suites
+# and clients, against a sanitized server; not the reruns under a CPU cap, the
+# soak, the benchmarks or the scripts' own tests (their labels).
 if [[ "${GEMMSERVE_SKIP_ASAN:-0}" != 1 ]]; then
-  tests/asan.sh
+  stage asan-build tests/asan.sh --build-only
+  stage asan-tests tests/asan.sh --output-junit "$GATE_DIR/ctest-asan.xml"
+else
+  skipped asan GEMMSERVE_SKIP_ASAN
 fi
 
 # Fuzzing under ASan + UBSan (fuzz/README.md): every saved regression input,
-# then each libFuzzer target for GEMMSERVE_FUZZ_SECONDS (default 30) from its
-# seed corpus, in the same build-asan/ tree.
+# then each libFuzzer target from its seed corpus, as many at once as there
+# are cores: 30 s each (GEMMSERVE_FUZZ_SECONDS), 300 s with GEMMSERVE_LONG=1.
 if [[ "${GEMMSERVE_SKIP_FUZZ:-0}" != 1 ]]; then
-  tests/fuzz.sh "${GEMMSERVE_FUZZ_SECONDS:-30}"
+  fuzz_seconds=${GEMMSERVE_FUZZ_SECONDS:-$([[ "$GEMMSERVE_LONG" == 1 ]] && echo 300 || echo 30)}
+  stage fuzz tests/fuzz.sh "$fuzz_seconds"
+else
+  skipped fuzz GEMMSERVE_SKIP_FUZZ
 fi
 
-# The container (tests/container.sh, README: Docker): builds the image from this
-# checkout in a real Docker engine (starting dockerd if none runs) and checks it
-# serving under the Kubernetes manifest's restrictions, its HEALTHCHECK, docker
-# stop, a mounted repository, and docker-compose with Prometheus. Skipped with a
-# message where no engine can start. About 7 minutes on a fresh machine.
-if [[ "${GEMMSERVE_SKIP_CONTAINER:-0}" != 1 ]]; then
-  tests/container.sh
+# The container (tests/container.sh, README: Deploying): the image from the
+# Release stage's binaries (from source when the Dockerfile, deploy/ or the
+# dependency list changed, or with GEMMSERVE_LONG=1) in a real Docker engine,
+# checked serving under the Kubernetes manifest's restrictions, its
+# HEALTHCHECK, docker stop, a mounted repository, and docker-compose with
+# Prometheus. Skipped with a message where no engine can start.
+container_checks() {
+  local rc=0
+  touch "$GATE_DIR/container.go"
+  wait "$container_pid" || rc=$?
+  container_pid=""
+  cat "$GATE_DIR/container.log"
+  local image
+  image=$(sed -n 's/^container: built .* in \([0-9]*\) s:.*/\1/p' "$GATE_DIR/container.log")
+  printf 'container-image\t%s\tbackground, beside the sanitizer stages\n' "${image:-0}" \
+    >>"$GATE_DIR/stages.tsv"
+  return "$rc"
+}
+if [[ -n "$container_pid" ]]; then
+  stage container-checks container_checks
+else
+  skipped container GEMMSERVE_SKIP_CONTAINER
 fi

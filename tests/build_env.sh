@@ -1,0 +1,31 @@
+# Sourced by tests/run.sh and tests/asan_tree.sh (from the repository root):
+# what every build tree of the gate is configured with, in the array
+# GEMMSERVE_CMAKE_ARGS (docs/testing.md):
+#
+# - ccache as the compiler launcher, where it is installed (scripts/
+#   install_deps.sh --test installs it) and GEMMSERVE_CCACHE is not 0. Paths
+#   under the clone are hashed relative to it (CCACHE_BASEDIR) and the working
+#   directory is left out of the hash (CCACHE_NOHASHDIR, for the -g trees), so
+#   a clone in another folder hits what an earlier one compiled. The cache is
+#   ccache's own (~/.cache/ccache); a cold machine builds as without it.
+# - -DGEMMSERVE_WERROR=ON (warnings are errors, our targets only) under CI=true
+#   or GEMMSERVE_WERROR=1; OFF otherwise, so a compiler other than the ones CI
+#   builds with does not stop a user.
+#
+#   source tests/build_env.sh
+#   cmake -S . -B build "${GEMMSERVE_CMAKE_ARGS[@]}" ...
+
+GEMMSERVE_CMAKE_ARGS=()
+if [[ "${GEMMSERVE_CCACHE:-1}" != 0 ]] && command -v ccache >/dev/null 2>&1; then
+  CCACHE_BASEDIR=$(pwd)
+  export CCACHE_BASEDIR
+  export CCACHE_NOHASHDIR=true
+  GEMMSERVE_CMAKE_ARGS+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+else
+  GEMMSERVE_CMAKE_ARGS+=(-UCMAKE_C_COMPILER_LAUNCHER -UCMAKE_CXX_COMPILER_LAUNCHER)
+fi
+if [[ "${CI:-}" == true || "${GEMMSERVE_WERROR:-0}" == 1 ]]; then
+  GEMMSERVE_CMAKE_ARGS+=(-DGEMMSERVE_WERROR=ON)
+else
+  GEMMSERVE_CMAKE_ARGS+=(-DGEMMSERVE_WERROR=OFF)
+fi
