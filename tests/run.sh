@@ -6,7 +6,8 @@
 #
 #   tests/run.sh                     # every stage
 #   GEMMSERVE_LONG=1 tests/run.sh    # before a release: the 60 s soak, 5 minutes
-#                                    # of fuzzing per target, the image from source
+#                                    # of fuzzing per target, the image from source,
+#                                    # the suite at each lower CPU level
 #   GEMMSERVE_SKIP_TSAN=1 GEMMSERVE_SKIP_ASAN=1 GEMMSERVE_SKIP_FUZZ=1 \
 #     GEMMSERVE_SKIP_CONTAINER=1 tests/run.sh
 #                                    # the Release stage only
@@ -65,6 +66,12 @@ release_build() {
 stage release-build release_build
 stage release-tests ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 600 -j"$JOBS" \
   --output-junit "$GATE_DIR/ctest-release.xml"
+
+# Before a release (GEMMSERVE_LONG=1): the Release suite again under each
+# GEMMSERVE_MAX_CPU_ISA level below this CPU's (tests/cpu_levels.sh).
+if [[ "$GEMMSERVE_LONG" == 1 ]]; then
+  stage cpu-levels env BUILD_DIR="$BUILD_DIR" tests/cpu_levels.sh
+fi
 
 # The container image (tests/container.sh) is made in the background from
 # here on: a base image by debootstrap and the runtime stage's packages are
