@@ -26,3 +26,12 @@ endfunction()
 # and Avx2Build in server/ops/kernels/cpu_features.h).
 set(GEMMSERVE_AVX512_FLAGS avx512f avx512bw avx512vl avx512dq fma)
 set(GEMMSERVE_AVX2_FLAGS avx2 fma f16c)
+
+# What the test binaries' own sources compile at (gemmserve_test in
+# server/CMakeLists.txt): -O0 in the sanitizer tree, -O1 in a Release tree,
+# the tree's level otherwise (the TSan tree's RelWithDebInfo).
+if(GEMMSERVE_SANITIZE)
+  set(GEMMSERVE_TEST_OPTIMIZATION -O0)
+else()
+  set(GEMMSERVE_TEST_OPTIMIZATION $<$<CONFIG:Release>:-O1>)
+endif()

@@ -6,8 +6,11 @@
 #   install_deps.sh --test installs it) and GEMMSERVE_CCACHE is not 0. Paths
 #   under the clone are hashed relative to it (CCACHE_BASEDIR) and the working
 #   directory is left out of the hash (CCACHE_NOHASHDIR, for the -g trees), so
-#   a clone in another folder hits what an earlier one compiled. The cache is
-#   ccache's own (~/.cache/ccache); a cold machine builds as without it.
+#   a clone in another folder hits what an earlier one compiled. Depend mode
+#   (CCACHE_DEPEND) takes the headers from the compiler's -MD output instead
+#   of running the preprocessor first, so a miss costs next to nothing more
+#   than the compile. The cache is ccache's own (~/.cache/ccache); a cold
+#   machine builds as without it.
 # - -DGEMMSERVE_WERROR=ON (warnings are errors, our targets only) under CI=true
 #   or GEMMSERVE_WERROR=1; OFF otherwise, so a compiler other than the ones CI
 #   builds with does not stop a user.
@@ -19,7 +22,7 @@ GEMMSERVE_CMAKE_ARGS=()
 if [[ "${GEMMSERVE_CCACHE:-1}" != 0 ]] && command -v ccache >/dev/null 2>&1; then
   CCACHE_BASEDIR=$(pwd)
   export CCACHE_BASEDIR
-  export CCACHE_NOHASHDIR=true
+  export CCACHE_NOHASHDIR=true CCACHE_DEPEND=true
   GEMMSERVE_CMAKE_ARGS+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 else
   GEMMSERVE_CMAKE_ARGS+=(-UCMAKE_C_COMPILER_LAUNCHER -UCMAKE_CXX_COMPILER_LAUNCHER)

@@ -163,6 +163,7 @@ size=$("$DOCKER" image inspect -f '{{.Size}}' "$IMAGE")
 base=$("$DOCKER" image inspect -f '{{.Size}}' debian:bookworm-slim)
 echo "container: built $IMAGE in $(( $(date +%s) - start )) s: $(( size / 1000000 )) MB" \
      "($(( base / 1000000 )) MB of it the base image)"
+echo "container: image ready after $SECONDS s (engine, base image, build)"
 if [[ -n "$checks_after" ]]; then
   # Waits for the word, or until whoever started this is gone (a day at most).
   parent=$PPID

@@ -119,13 +119,11 @@ def blis_config_number(binary, name):
     return number
 
 
-def expected_blis_config(binary, cap=None):
-    """The BLIS configuration the server must report under GEMMSERVE_MAX_CPU_ISA=`cap`
-    (None: uncapped): the rule of BlisArchitectureFor (compute_environment.h) applied to
-    the machine's flags and BLIS's own choice."""
-    flags = kernel_flags({} if cap is None else {"GEMMSERVE_MAX_CPU_ISA": cap})
-    capped = highest_isa(flags) != highest_isa(cpu_flags())
-    own = blis_own_choice(binary)
+def blis_config_for(own, flags, cpu):
+    """The rule of BlisArchitectureFor (server/ops/kernels/compute_environment.h): the BLIS
+    configuration the server runs, given BLIS's own choice `own`, the kernels' (capped)
+    `flags` and the CPU's own flags `cpu`."""
+    capped = highest_isa(flags) != highest_isa(cpu)
     if avx512_build(flags):
         return "skx"
     if {"avx2", "fma"} <= flags:
@@ -133,3 +131,10 @@ def expected_blis_config(binary, cap=None):
             return "haswell"
         return own
     return "generic" if capped else own
+
+
+def expected_blis_config(binary, cap=None):
+    """The BLIS configuration the server must report under GEMMSERVE_MAX_CPU_ISA=`cap`
+    (None: uncapped), from the machine's flags and BLIS's own choice on it."""
+    flags = kernel_flags({} if cap is None else {"GEMMSERVE_MAX_CPU_ISA": cap})
+    return blis_config_for(blis_own_choice(binary), flags, cpu_flags())
