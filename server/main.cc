@@ -15,6 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "server/common/descriptor_limit.h"
 #include "server/common/logging.h"
 #include "server/ops/kernels/bf16_panel_gemm.h"
 #include "server/ops/kernels/compute_environment.h"
@@ -175,6 +176,14 @@ int main(int argc, char** argv) {
   http_options.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
   http_options.tls = grpc.tls;
   const std::string host = serving.host;
+  {
+    // Every connection and shared-memory region holds a descriptor.
+    const gemmserve::DescriptorPlan plan = gemmserve::PlanDescriptors(
+        gemmserve::RaiseDescriptorLimit(), http_port == -1 ? 0 : http_options.max_connections,
+        serving.shm.max_regions);
+    serving.shm.max_regions = plan.shm_max_regions;
+    if (!plan.warning.empty()) GEMMSERVE_LOG(WARNING) << plan.warning;
+  }
 
   if (const std::string cap = gemmserve::CpuIsaCapError(); !cap.empty()) {
     GEMMSERVE_LOG(ERROR) << "cannot start: " << cap;

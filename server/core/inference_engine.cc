@@ -178,7 +178,7 @@ class InferenceEngine::Pending final : public BatchTask {
   Pending(ServedModel* served, Clock* clock, std::unique_ptr<InferRequestView> request,
           std::unique_ptr<PreparedInference> prepared, std::function<bool()> is_cancelled,
           DoneCallback done, absl::Time arrival, DataType type, int64_t input_bytes,
-          std::atomic<int64_t>* inflight_bytes, Metrics* metrics, int64_t cost)
+          Reservation held)
       : type_(type),
         input_bytes_(input_bytes),
         served_(served),
@@ -188,9 +188,7 @@ class InferenceEngine::Pending final : public BatchTask {
         is_cancelled_(std::move(is_cancelled)),
         done_(std::move(done)),
         arrival_(arrival),
-        inflight_bytes_(inflight_bytes),
-        metrics_(metrics),
-        cost_(cost) {}
+        held_(std::move(held)) {}
   ~Pending() override {
     if (done_) {
       GEMMSERVE_LOG(ERROR) << "a request to model '" << served_->metadata().name
@@ -209,8 +207,14 @@ class InferenceEngine::Pending final : public BatchTask {
     Answer(std::move(status));
   }
 
+  // A result carries what the request is counted at to the front end,
+  // which holds it until the answer is written; an error frees it here.
   void Answer(absl::StatusOr<InferResult> result) {
-    Release();
+    if (result.ok()) {
+      result->held = std::move(held_);
+    } else {
+      Release();
+    }
     if (!done_) return;
     DoneCallback done = std::move(done_);
     done_ = nullptr;
@@ -250,17 +254,9 @@ class InferenceEngine::Pending final : public BatchTask {
   std::function<bool()> is_cancelled_;
   DoneCallback done_;
   absl::Time arrival_;
-  std::atomic<int64_t>* inflight_bytes_;
-  Metrics* metrics_;
-  int64_t cost_;
+  Reservation held_;
 
-  void Release() {
-    if (cost_ > 0) {
-      inflight_bytes_->fetch_sub(cost_, std::memory_order_relaxed);
-      if (metrics_) metrics_->AddInflightBytes(-cost_);
-    }
-    cost_ = 0;
-  }
+  void Release() { held_.Release(); }
 };
 
 namespace {
@@ -535,6 +531,19 @@ absl::StatusOr<InferenceEngine::Reservation> InferenceEngine::Reserve(int64_t by
   return Hold(bytes, /*prepaid=*/0, what);
 }
 
+absl::Status InferenceEngine::Grow(Reservation* reservation, int64_t more, absl::string_view what) {
+  if (more <= 0) return absl::OkStatus();
+  const int64_t total = SaturatingAdd(reservation->bytes(), more);
+  if (total > options_.max_inflight_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " would hold ", total, " bytes, over the server's limit of ",
+                     options_.max_inflight_bytes, " (raise it with --max_inflight_bytes)"));
+  }
+  GEMMSERVE_ASSIGN_OR_RETURN(Reservation added, Hold(more, reservation->bytes(), what));
+  reservation->Absorb(std::move(added));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<InferenceEngine::Reservation> InferenceEngine::Hold(int64_t bytes, int64_t prepaid,
                                                                     absl::string_view what) {
   const int64_t held = inflight_bytes_.fetch_add(bytes, std::memory_order_relaxed);
@@ -545,7 +554,8 @@ absl::StatusOr<InferenceEngine::Reservation> InferenceEngine::Hold(int64_t bytes
                                        prepaid + bytes, ", over --max_inflight_bytes=",
                                        options_.max_inflight_bytes, "; retry later"));
   }
-  return Reservation(&inflight_bytes_, bytes);
+  if (options_.metrics) options_.metrics->AddInflightBytes(bytes);
+  return Reservation(&inflight_bytes_, bytes, options_.metrics);
 }
 
 absl::Status InferenceEngine::Submit(InferRequestView request_view,
@@ -636,14 +646,12 @@ absl::Status InferenceEngine::AdmitTo(std::shared_ptr<ServedModel> served, absl:
   }
   // What the front end reserved is held already (it is part of the message).
   const int64_t prepaid = reserved == nullptr ? 0 : std::min(reserved->bytes(), cost);
-  // Held: the Pending releases it. Until it exists, `hold` does.
+  // Held: the Pending, then the answer, releases it. Until it exists, `hold` does.
   GEMMSERVE_ASSIGN_OR_RETURN(Reservation hold, Hold(cost - prepaid, prepaid, "this request"));
+  if (reserved != nullptr) hold.Absorb(reserved->Take(prepaid));
   *pending = std::make_unique<Pending>(
       served.get(), clock_, std::move(request), std::move(prepared), std::move(is_cancelled),
-      std::move(done), arrival, type, input_bytes, &inflight_bytes_, options_.metrics, cost);
-  hold.bytes_ = 0;
-  if (reserved != nullptr) reserved->bytes_ -= prepaid;
-  if (options_.metrics) options_.metrics->AddInflightBytes(cost);
+      std::move(done), arrival, type, input_bytes, std::move(hold));
   served->RecordAdmitted(cost);
   *served_out = std::move(served);
   return absl::OkStatus();

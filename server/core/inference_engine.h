@@ -59,6 +59,7 @@
 #include "server/core/inference_request.h"
 #include "server/core/model.h"
 #include "server/core/model_warmup.h"
+#include "server/core/reservation.h"
 #include "server/core/worker_pool.h"
 #include "server/metrics/metrics.h"
 
@@ -175,39 +176,8 @@ class InferenceEngine {
  public:
   using DoneCallback = absl::AnyInvocable<void(absl::StatusOr<InferResult>) &&>;
 
-  // Bytes a front end is about to allocate for a request that Submit cannot
-  // count yet (client shared memory inputs, copied out of their regions),
-  // held against --max_inflight_bytes from Reserve on. Submit takes them over
-  // as part of the request's cost; a reservation Submit did not take is
-  // released when it goes.
-  class Reservation {
-   public:
-    Reservation() = default;
-    Reservation(Reservation&& other) noexcept { *this = std::move(other); }
-    Reservation& operator=(Reservation&& other) noexcept {
-      if (this != &other) {
-        Release();
-        held_ = other.held_;
-        bytes_ = other.bytes_;
-        other.bytes_ = 0;
-      }
-      return *this;
-    }
-    Reservation(const Reservation&) = delete;
-    Reservation& operator=(const Reservation&) = delete;
-    ~Reservation() { Release(); }
-    int64_t bytes() const { return bytes_; }
-
-   private:
-    friend class InferenceEngine;
-    Reservation(std::atomic<int64_t>* held, int64_t bytes) : held_(held), bytes_(bytes) {}
-    void Release() {
-      if (bytes_ > 0) held_->fetch_sub(bytes_, std::memory_order_relaxed);
-      bytes_ = 0;
-    }
-    std::atomic<int64_t>* held_ = nullptr;
-    int64_t bytes_ = 0;
-  };
+  // Bytes held against --max_inflight_bytes (reservation.h).
+  using Reservation = gemmserve::Reservation;
 
   explicit InferenceEngine(EngineOptions options, Clock* clock = RealClock::Get());
   ~InferenceEngine();
@@ -257,10 +227,15 @@ class InferenceEngine {
   // queue-full UNAVAILABLE (QueueFullError) when what accepted requests hold
   // leaves no room for them now. Nothing is held on an error.
   absl::StatusOr<Reservation> Reserve(int64_t bytes, absl::string_view what);
+  // Adds `more` bytes to `reservation` (an empty one included), with the
+  // errors of Reserve for what it would then hold; unchanged on an error.
+  absl::Status Grow(Reservation* reservation, int64_t more, absl::string_view what);
 
   // With `reserved`, the request's cost is counted from those bytes on (they
   // must be part of its message_bytes); once it is accepted the request holds
-  // them and `reserved` is empty. An error means `done` was not taken.
+  // them and `reserved` is empty. An error means `done` was not taken. A
+  // result hands the request's whole cost to `done` (InferResult::held): the
+  // front end holds it until the answer is written.
   absl::Status Submit(InferRequestView request, std::function<bool()> is_cancelled,
                       DoneCallback done, Reservation* reserved = nullptr);
 

@@ -371,9 +371,16 @@ TEST_F(EngineFaultTest, ReservedBytesAreHeldUntilTheRequestThatHoldsThemIsAnswer
   EXPECT_EQ(engine_->inflight_bytes(), 2 * one);
 
   model_->Release();
-  EXPECT_TRUE(first.Wait().ok());
-  EXPECT_TRUE(second.Wait().ok());
-  EXPECT_EQ(engine_->inflight_bytes(), 0);  // answered: released before the callback
+  ASSERT_TRUE(first.Wait().ok());
+  ASSERT_TRUE(second.Wait().ok());
+  // Answered: each answer carries its request's bytes to the front end,
+  // which holds them until it has written the answer.
+  EXPECT_EQ(first.Wait()->held.bytes(), one);
+  EXPECT_EQ(engine_->inflight_bytes(), 2 * one);
+  first.Wait()->held.Release();
+  EXPECT_EQ(engine_->inflight_bytes(), one);
+  second.Wait() = absl::CancelledError("the answer was written and freed");
+  EXPECT_EQ(engine_->inflight_bytes(), 0);
   engine_.reset();
   EXPECT_EQ(never.calls(), 0);
 }

@@ -9,11 +9,12 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "server/core/reservation.h"
 #include "server/tensor/tensor.h"
 
 namespace gemmserve {
@@ -111,6 +112,10 @@ struct InferResult {
   std::string model_name;
   std::string model_version;
   std::vector<NamedTensor> outputs;
+  // What the request is counted at against --max_inflight_bytes: the front
+  // end keeps it until the answer has been handed to the socket, so an
+  // answer a client does not read stays counted.
+  Reservation held{};
 };
 
 }  // namespace gemmserve

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
+#include <new>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -11,8 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/types/span.h"
 #include "server/common/allocation.h"
 #include "server/common/client_text.h"
+#include "server/common/status_macros.h"
 
 namespace gemmserve {
 namespace {
@@ -51,52 +55,114 @@ ContentCoding NegotiateContentCoding(absl::string_view accept_encoding) {
   return gzip ? ContentCoding::kGzip : deflate ? ContentCoding::kDeflate : ContentCoding::kIdentity;
 }
 
-absl::StatusOr<std::string> Inflate(absl::string_view in, ContentCoding coding, int64_t max_bytes) {
-  if (coding == ContentCoding::kIdentity) return std::string(in);
+namespace {
+
+// Runs `in` through zlib once. With `out` empty the output goes to a scratch
+// chunk and only its size is kept (RESOURCE_EXHAUSTED past `max_bytes`); else
+// it fills `out`, which must be exactly the size a first pass found.
+absl::StatusOr<int64_t> RunInflate(absl::string_view in, ContentCoding coding, int64_t max_bytes,
+                                   absl::Span<char> out) {
   if (in.size() > std::numeric_limits<uInt>::max()) {
     return absl::ResourceExhaustedError("the compressed body is too large");
   }
+  const bool counting = out.empty();
+  std::unique_ptr<char[]> scratch;
+  if (counting) scratch.reset(new (std::nothrow) char[kChunk]);
+  if (counting && scratch == nullptr) return AllocationFailure("decompression");
   z_stream z{};
   if (inflateInit2(&z, kAutoRead) != Z_OK) return AllocationFailure("decompression");
-  std::string out;
-  absl::Status status = CatchAllocationFailure("the decompressed body", [&]() -> absl::Status {
-    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-    z.avail_in = static_cast<uInt>(in.size());
-    for (;;) {
-      const size_t have = out.size();
-      const int64_t room = max_bytes - static_cast<int64_t>(have);
-      // One byte past the limit tells "exactly the limit" from "over it".
-      const size_t chunk = static_cast<size_t>(std::min<int64_t>(kChunk, room + 1));
-      out.resize(have + chunk);
-      z.next_out = reinterpret_cast<Bytef*>(out.data() + have);
-      z.avail_out = static_cast<uInt>(chunk);
-      const int r = inflate(&z, Z_NO_FLUSH);
-      out.resize(have + chunk - z.avail_out);
-      if (static_cast<int64_t>(out.size()) > max_bytes) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("the decompressed request body is over ", max_bytes,
-                         " bytes; --max_message_bytes raises the limit"));
-      }
-      if (r == Z_STREAM_END) {
-        if (z.avail_in != 0) {
-          return absl::InvalidArgumentError("the compressed body has data after its end");
-        }
-        return absl::OkStatus();
-      }
-      if (r == Z_MEM_ERROR) return AllocationFailure("decompression");
-      if (r != Z_OK && r != Z_BUF_ERROR) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the request body is not valid ",
-                         coding == ContentCoding::kGzip ? "gzip" : "deflate", " data"));
-      }
-      if (r == Z_BUF_ERROR && z.avail_in == 0) {
-        return absl::InvalidArgumentError("the compressed request body is cut short");
-      }
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  int64_t produced = 0;
+  absl::Status status;
+  for (;;) {
+    // Counting: one byte past the limit tells "exactly the limit" from "over it".
+    const int64_t room =
+        counting ? max_bytes - produced + 1 : static_cast<int64_t>(out.size()) - produced;
+    const size_t chunk = static_cast<size_t>(std::min<int64_t>(kChunk, std::max<int64_t>(room, 1)));
+    char* const into = counting ? scratch.get() : out.data() + produced;
+    z.next_out = reinterpret_cast<Bytef*>(into);
+    z.avail_out = static_cast<uInt>(room > 0 ? chunk : 0);
+    if (!counting && room <= 0) {
+      // The stream must end here: one byte more of room would be a change.
+      char probe;
+      z.next_out = reinterpret_cast<Bytef*>(&probe);
+      z.avail_out = 1;
     }
-  });
+    const int r = inflate(&z, Z_NO_FLUSH);
+    const int64_t made = static_cast<int64_t>((room > 0 ? chunk : 1) - z.avail_out);
+    produced += made;
+    if (produced > (counting ? max_bytes : static_cast<int64_t>(out.size()))) {
+      status = counting ? absl::ResourceExhaustedError(
+                              absl::StrCat("the decompressed request body is over ", max_bytes,
+                                           " bytes; --max_message_bytes raises the limit"))
+                        : absl::InternalError("the body inflated differently the second time");
+      break;
+    }
+    if (r == Z_STREAM_END) {
+      if (z.avail_in != 0) {
+        status = absl::InvalidArgumentError("the compressed body has data after its end");
+      }
+      break;
+    }
+    if (r == Z_MEM_ERROR) {
+      status = AllocationFailure("decompression");
+      break;
+    }
+    if (r != Z_OK && r != Z_BUF_ERROR) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("the request body is not valid ",
+                       coding == ContentCoding::kGzip ? "gzip" : "deflate", " data"));
+      break;
+    }
+    if (r == Z_BUF_ERROR && z.avail_in == 0) {
+      status = absl::InvalidArgumentError("the compressed request body is cut short");
+      break;
+    }
+  }
   inflateEnd(&z);
   if (!status.ok()) return status;
+  return produced;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> InflatedSize(absl::string_view in, ContentCoding coding,
+                                     int64_t max_bytes) {
+  if (coding == ContentCoding::kIdentity) {
+    if (static_cast<int64_t>(in.size()) > max_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the request body is over ", max_bytes, " bytes; --max_message_bytes raises the limit"));
+    }
+    return static_cast<int64_t>(in.size());
+  }
+  return RunInflate(in, coding, max_bytes, {});
+}
+
+absl::StatusOr<std::string> InflateExactly(absl::string_view in, ContentCoding coding,
+                                           int64_t size) {
+  if (coding == ContentCoding::kIdentity) return std::string(in);
+  std::string out;
+  GEMMSERVE_RETURN_IF_ERROR(CatchAllocationFailure("the decompressed body", [&] {
+    out.resize(static_cast<size_t>(size));
+    return absl::OkStatus();
+  }));
+  if (size == 0) {
+    // Nothing to fill: the stream must still be an empty one.
+    if (!RunInflate(in, coding, 0, {}).ok()) {
+      return absl::InternalError("the body inflated differently the second time");
+    }
+    return out;
+  }
+  GEMMSERVE_ASSIGN_OR_RETURN(int64_t produced,
+                             RunInflate(in, coding, size, absl::MakeSpan(out.data(), out.size())));
+  if (produced != size) return absl::InternalError("the body inflated differently the second time");
   return out;
+}
+
+absl::StatusOr<std::string> Inflate(absl::string_view in, ContentCoding coding, int64_t max_bytes) {
+  GEMMSERVE_ASSIGN_OR_RETURN(int64_t size, InflatedSize(in, coding, max_bytes));
+  return InflateExactly(in, coding, size);
 }
 
 absl::StatusOr<std::string> Deflate(absl::string_view in, ContentCoding coding) {

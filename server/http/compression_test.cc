@@ -35,6 +35,34 @@ TEST(Compression, BombIsRefusedAtTheLimitWithoutInflatingIt) {
             absl::StatusCode::kResourceExhausted);
 }
 
+// The two passes agree on every size around the 64 KiB scratch chunk, and
+// the second allocates exactly the size the first counted.
+TEST(Compression, SizeThenExactInflateAgreeAtChunkEdges) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{65535}, size_t{65536}, size_t{65537},
+                   size_t{3 * 65536}, size_t{200003}}) {
+    std::string text(n, '\0');
+    for (size_t i = 0; i < n; ++i) text[i] = static_cast<char>((i * 2654435761u) >> 13);
+    for (ContentCoding c : {ContentCoding::kGzip, ContentCoding::kDeflate}) {
+      absl::StatusOr<std::string> z = Deflate(text, c);
+      ASSERT_TRUE(z.ok());
+      absl::StatusOr<int64_t> size = InflatedSize(*z, c, static_cast<int64_t>(n));
+      ASSERT_TRUE(size.ok()) << n << ": " << size.status();
+      EXPECT_EQ(*size, static_cast<int64_t>(n));
+      absl::StatusOr<std::string> back = InflateExactly(*z, c, *size);
+      ASSERT_TRUE(back.ok()) << n << ": " << back.status();
+      EXPECT_EQ(*back, text);
+      EXPECT_EQ(back->capacity() < n + 64, true) << "one allocation of the size";
+      if (n > 0) {
+        EXPECT_EQ(InflatedSize(*z, c, static_cast<int64_t>(n) - 1).status().code(),
+                  absl::StatusCode::kResourceExhausted);
+        // A size the stream does not have is a fault, never an overrun.
+        EXPECT_FALSE(InflateExactly(*z, c, static_cast<int64_t>(n) - 1).ok());
+        EXPECT_FALSE(InflateExactly(*z, c, static_cast<int64_t>(n) + 1).ok());
+      }
+    }
+  }
+}
+
 TEST(Compression, CorruptCutAndTrailingDataAreInvalid) {
   absl::StatusOr<std::string> z = Deflate(std::string(5000, 'y'), ContentCoding::kGzip);
   ASSERT_TRUE(z.ok());

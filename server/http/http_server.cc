@@ -6,8 +6,11 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -18,15 +21,23 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "server/common/allocation.h"
 #include "server/common/logging.h"
+#include "server/common/status_macros.h"
+#include "server/core/reservation.h"
 #include "server/http/compression.h"
 #include "server/http/http_service.h"
 #include "server/http/model_json.h"
@@ -51,6 +62,9 @@ struct Shared {
   HttpService service;
   const HttpOptions options;
   int64_t max_body_bytes = 0;
+  // Where bodies too large to decode on an I/O thread are inflated and
+  // decoded (kInlineBodyBytes); joined by Shutdown.
+  std::unique_ptr<net::thread_pool> decode_pool;
 
   absl::Mutex mu;
   bool open ABSL_GUARDED_BY(mu) = true;
@@ -73,9 +87,47 @@ struct Shared {
   }
 };
 
-std::string HeaderValue(const http::request<http::string_body>& req, http::field f) {
-  auto it = req.find(f);
-  return it == req.end() ? std::string() : std::string(it->value());
+// An identity body up to this size is decoded on the I/O thread that read it
+// (about 0.1 ms of JSON); a larger or compressed one on the decode pool.
+constexpr int64_t kInlineBodyBytes = 64 << 10;
+
+template <typename Fields>
+std::string HeaderValue(const Fields& fields, http::field f) {
+  auto it = fields.find(f);
+  return it == fields.end() ? std::string() : std::string(it->value());
+}
+
+// RFC 9112 6.1-6.3 for a request's framing: a Transfer-Encoding other than
+// exactly `chunked`, or one beside a Content-Length, could let the bytes
+// after what we read as the body run as a second request. 400 (or 501 for a
+// transfer coding we do not implement), and the connection closes.
+template <typename Fields>
+absl::Status CheckFraming(const Fields& fields, unsigned version) {
+  std::vector<std::string> codings;
+  auto range = fields.equal_range(http::field::transfer_encoding);
+  for (auto it = range.first; it != range.second; ++it) {
+    const absl::string_view value(it->value().data(), it->value().size());
+    for (absl::string_view c : absl::StrSplit(value, ',')) {
+      codings.push_back(absl::AsciiStrToLower(absl::StripAsciiWhitespace(c)));
+    }
+  }
+  if (codings.empty()) return absl::OkStatus();
+  if (codings.back() != "chunked") {
+    return absl::InvalidArgumentError(
+        "malformed HTTP request: a Transfer-Encoding must end with chunked");
+  }
+  if (codings.size() > 1) {
+    return absl::UnimplementedError(
+        "transfer codings other than chunked are not supported; use Content-Encoding");
+  }
+  if (fields.count(http::field::content_length) != 0) {
+    return absl::InvalidArgumentError(
+        "malformed HTTP request: both Transfer-Encoding and Content-Length");
+  }
+  if (version < 11) {
+    return absl::InvalidArgumentError("malformed HTTP request: Transfer-Encoding in HTTP/1.0");
+  }
+  return absl::OkStatus();
 }
 
 template <typename Stream>
@@ -85,6 +137,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   Session(std::shared_ptr<Shared> shared, Args&&... args)
       : shared_(std::move(shared)), stream_(std::forward<Args>(args)...) {
     shared_->connections.fetch_add(1);
+    on_chunk_ = [this](uint64_t size, beast::string_view, beast::error_code& ec) {
+      OnChunk(size, ec);
+    };
   }
   ~Session() { shared_->connections.fetch_sub(1); }
 
@@ -115,7 +170,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   void ReadHeader() {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(shared_->options.max_header_bytes));
-    parser_->body_limit(static_cast<uint64_t>(shared_->max_body_bytes));
+    // The route's limit is set once the head is read (OnHeader), which also
+    // holds a Content-Length against it: until then nothing of the body is read.
+    parser_->body_limit(std::numeric_limits<uint64_t>::max());
+    refusal_ = absl::OkStatus();
     Lowest().expires_after(Ms(shared_->options.idle_timeout_ms));
     http::async_read_header(
         stream_, buffer_, *parser_,
@@ -126,6 +184,33 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (ec) return OnReadError(ec);
     Lowest().expires_after(Ms(shared_->options.request_timeout_ms));
     auto& header = parser_->get();
+    keep_alive_ = header.keep_alive();
+    version_ = header.version();
+    // Nothing of the body is read, nor `100 Continue` sent, before the
+    // framing, the token and the room for the body are checked.
+    if (absl::Status framing = CheckFraming(header, header.version()); !framing.ok()) {
+      return Refuse(framing);
+    }
+    HttpHead head;
+    head.method = absl::string_view(header.method_string().data(), header.method_string().size());
+    head.target = absl::string_view(header.target().data(), header.target().size());
+    auto auth = header.equal_range(http::field::authorization);
+    for (auto it = auth.first; it != auth.second; ++it) {
+      head.authorization.emplace_back(it->value().data(), it->value().size());
+    }
+    absl::StatusOr<int64_t> limit = shared_->service.Admit(head);
+    if (!limit.ok()) return Refuse(limit.status());
+    body_limit_ = *limit;
+    const boost::optional<uint64_t> length = parser_->content_length();
+    if (length && *length > static_cast<uint64_t>(body_limit_)) return Refuse(OverLimit());
+    parser_->body_limit(static_cast<uint64_t>(body_limit_));
+    if (length && *length > 0) {
+      absl::StatusOr<Reservation> held =
+          shared_->serving->engine().Reserve(static_cast<int64_t>(*length), "the request body");
+      if (!held.ok()) return Refuse(held.status());
+      reserved_ = *std::move(held);
+    }
+    if (parser_->chunked()) parser_->on_chunk_header(on_chunk_);
     auto expect = header.find(http::field::expect);
     if (expect != header.end() && beast::iequals(expect->value(), "100-continue")) {
       continue_.emplace(http::status::continue_, header.version());
@@ -137,6 +222,50 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       return;
     }
     ReadBody();
+  }
+
+  absl::Status OverLimit() const {
+    return absl::ResourceExhaustedError(
+        body_limit_ == kMaxControlBodyBytes
+            ? absl::StrCat("the request body is over ", body_limit_,
+                           " bytes, the most this route takes")
+            : absl::StrCat("the request body is over ", body_limit_,
+                           " bytes; --max_message_bytes raises the limit"));
+  }
+
+  // A chunk of a chunked body is announced: its bytes are counted (with the
+  // body's room to grow into, which is then allocated) before they are read.
+  void OnChunk(uint64_t size, beast::error_code& ec) {
+    std::string& body = parser_->get().body();
+    if (size > static_cast<uint64_t>(body_limit_) ||
+        body.size() + size > static_cast<uint64_t>(body_limit_)) {
+      refusal_ = OverLimit();
+      ec = http::error::body_limit;
+      return;
+    }
+    const int64_t need = static_cast<int64_t>(body.size() + size);
+    if (need <= static_cast<int64_t>(body.capacity())) return;
+    const int64_t room =
+        std::max(need, std::min<int64_t>(body_limit_, 2 * static_cast<int64_t>(body.capacity())));
+    absl::Status grown =
+        shared_->serving->engine().Grow(&reserved_, room - reserved_.bytes(), "the request body");
+    if (grown.ok())
+      grown = CatchAllocationFailure("the request body", [&] {
+        body.reserve(static_cast<size_t>(room));
+        return absl::OkStatus();
+      });
+    if (!grown.ok()) {
+      refusal_ = grown;
+      ec = http::error::body_limit;
+    }
+  }
+
+  // Answers a request refused on its head; its body is not read, so the
+  // connection closes after the answer (a lingering close).
+  void Refuse(const absl::Status& status) {
+    keep_alive_ = false;
+    reserved_.Release();
+    Send(HttpService::Error(status));
   }
 
   void ReadBody() {
@@ -153,6 +282,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     keep_alive_ = false;
     version_ = 11;
+    reserved_.Release();
+    if (!refusal_.ok()) return Send(HttpService::Error(std::exchange(refusal_, absl::OkStatus())));
     if (ec == http::error::body_limit) {
       return Send(HttpService::Error(absl::ResourceExhaustedError(
           absl::StrCat("the request body is over ", shared_->max_body_bytes,
@@ -190,20 +321,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     absl::StatusOr<ContentCoding> encoding =
         ParseContentEncoding(HeaderValue(req, http::field::content_encoding));
     if (!encoding.ok()) {
+      reserved_.Release();
       HttpReply r = HttpService::Error(encoding.status());
       r.status = 415;
       return Send(std::move(r));
     }
-    if (*encoding == ContentCoding::kIdentity) {
-      call.body = std::move(req.body());
-    } else {
-      absl::StatusOr<std::string> body = Inflate(req.body(), *encoding, shared_->max_body_bytes);
-      if (!body.ok()) {
-        keep_alive_ = false;
-        return Send(HttpService::Error(body.status()));
-      }
-      call.body = *std::move(body);
-    }
+    call.body = std::move(req.body());
+    call.reserved = std::move(reserved_);
     req = {};
 
     cancelled_ = std::make_shared<std::atomic<bool>>(false);
@@ -211,12 +335,46 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     awaiting_ = true;
     WatchForHangUp();
     shared_->AddCalls(1);
-    const ContentCoding coding = coding_;
-    const int64_t min_bytes = shared_->options.compress_min_bytes;
-    shared_->service.Handle(std::move(call), [self = this->shared_from_this(), shared = shared_,
-                                              coding, min_bytes](HttpReply reply) mutable {
-      // Compressed here, on the replying thread (an engine worker for an
-      // inference), not on the I/O threads.
+    const bool inline_ok = *encoding == ContentCoding::kIdentity &&
+                           static_cast<int64_t>(call.body.size()) <= kInlineBodyBytes;
+    if (inline_ok) return Process(std::move(call), *encoding);
+    net::post(*shared_->decode_pool,
+              [self = this->shared_from_this(), call = std::move(call),
+               coding = *encoding]() mutable { self->Process(std::move(call), coding); });
+  }
+
+  // On the I/O thread or the decode pool: inflates the body (counted before
+  // it is allocated) and hands the call to the service. Touches nothing of
+  // the session that the I/O thread uses meanwhile.
+  void Process(HttpCall call, ContentCoding encoding) {
+    if (encoding != ContentCoding::kIdentity) {
+      absl::Status inflated = InflateCounted(call, encoding);
+      if (!inflated.ok()) {
+        call.reserved.Release();
+        return ReplyWith()(HttpService::Error(inflated));
+      }
+    }
+    shared_->service.Handle(std::move(call), ReplyWith());
+  }
+
+  absl::Status InflateCounted(HttpCall& call, ContentCoding encoding) {
+    const int64_t limit = body_limit_;
+    GEMMSERVE_ASSIGN_OR_RETURN(int64_t size, InflatedSize(call.body, encoding, limit));
+    GEMMSERVE_RETURN_IF_ERROR(
+        shared_->serving->engine().Grow(&call.reserved, size, "the decompressed request body"));
+    GEMMSERVE_ASSIGN_OR_RETURN(std::string inflated, InflateExactly(call.body, encoding, size));
+    const int64_t compressed = static_cast<int64_t>(call.body.capacity());
+    call.body = std::move(inflated);
+    call.reserved.Shrink(compressed);
+    return absl::OkStatus();
+  }
+
+  // The reply's way back: compressed on the replying thread (an engine
+  // worker for an inference, not an I/O thread), then written by the I/O
+  // thread of this connection.
+  HttpService::Reply ReplyWith() {
+    return [self = this->shared_from_this(), shared = shared_, coding = coding_,
+            min_bytes = shared_->options.compress_min_bytes](HttpReply reply) mutable {
       if (coding != ContentCoding::kIdentity &&
           static_cast<int64_t>(reply.body.size()) >= min_bytes) {
         absl::StatusOr<std::string> z = Deflate(reply.body, coding);
@@ -233,7 +391,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         });
       }
       shared->AddCalls(-1);
-    });
+    };
   }
 
   // A client that closes its connection while its request waits: its
@@ -277,12 +435,14 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     res->body() = std::move(reply.body);
     res->prepare_payload();
     response_ = res;
+    held_ = std::move(reply.held);  // counted until written, or the connection is cut
     shared_->AddWriting(1);
     Lowest().expires_after(Ms(shared_->options.request_timeout_ms));
     http::async_write(stream_, *res,
                       [self = this->shared_from_this()](beast::error_code ec, size_t) {
                         self->shared_->AddWriting(-1);
                         self->response_.reset();
+                        self->held_.Release();
                         if (ec || !self->keep_alive_) return self->Close();
                         self->ReadHeader();
                       });
@@ -319,7 +479,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   Stream stream_;
   beast::flat_buffer buffer_;
   char discard_[4096];
+  // Declared before the parser, which refers to it.
+  std::function<void(uint64_t, beast::string_view, beast::error_code&)> on_chunk_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  int64_t body_limit_ = 0;  // the route's (HttpService::Admit)
+  Reservation reserved_;    // the body's bytes, from its head on
+  absl::Status refusal_;    // why OnChunk stopped the body
+  Reservation held_;        // the reply's bytes, until written
   std::optional<http::response<http::empty_body>> continue_;
   std::shared_ptr<http::response<http::string_body>> response_;
   std::shared_ptr<std::atomic<bool>> cancelled_;
@@ -374,13 +540,35 @@ class HttpServer::Impl {
     }
     port_ = acceptor_.local_endpoint().port();
     address_ = absl::StrCat(HostForPort(host), ":", port_);
+    // Asio opens each context's reactor (an epoll and an eventfd) when the
+    // context first needs one; opened now, a context never needs a
+    // descriptor later, when there may be none to take.
+    try {
+      for (auto& ioc : iocs_) backoff_.push_back(std::make_unique<net::steady_timer>(*ioc));
+      shared_->decode_pool = std::make_unique<net::thread_pool>(shared_->options.threads);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("cannot start the HTTP threads: ", e.what()));
+    }
     Accept();
     for (auto& ioc : iocs_) {
       // Kept running while nothing is pending on it, until Shutdown.
       guards_.push_back(net::make_work_guard(*ioc));
-      threads_.emplace_back([ioc = ioc.get()] { ioc->run(); });
+      threads_.emplace_back([ioc = ioc.get()] { RunLogged(*ioc); });
     }
     return absl::OkStatus();
+  }
+
+  // Runs `ioc` until it is stopped; a handler that throws is logged and the
+  // loop goes on (its connection is dropped with it), never terminate().
+  static void RunLogged(net::io_context& ioc) {
+    for (;;) {
+      try {
+        ioc.run();
+        return;
+      } catch (const std::exception& e) {
+        GEMMSERVE_LOG(ERROR) << "an HTTP handler failed: " << e.what();
+      }
+    }
   }
 
   void Shutdown(absl::Time deadline) {
@@ -403,6 +591,9 @@ class HttpServer::Impl {
     for (auto& ioc : iocs_) ioc->stop();
     for (std::thread& t : threads_) t.join();
     threads_.clear();
+    // Decodes still running hand their calls to the service, which answers
+    // them into the closed gate.
+    if (shared_->decode_pool) shared_->decode_pool->join();
     // A call still computing replies into the closed gate; its connection
     // is dropped on that thread, which must happen before the I/O context
     // (and the sockets' service) goes away.
@@ -420,6 +611,9 @@ class HttpServer::Impl {
   std::vector<net::executor_work_guard<net::io_context::executor_type>> guards_;
   std::vector<std::thread> threads_;
   size_t next_context_ = 0;  // the acceptor's thread only
+  bool backing_off_ = false;  // the acceptor's thread only
+  // One per context, made at Listen (see there); the first times back-offs.
+  std::vector<std::unique_ptr<net::steady_timer>> backoff_;
   std::string address_;
   int port_ = 0;
   bool stopped_ = false;
@@ -437,8 +631,33 @@ class HttpServer::Impl {
     net::io_context& ioc = *iocs_[next_context_++ % iocs_.size()];
     acceptor_.async_accept(ioc, [this](beast::error_code ec, tcp::socket s) {
       if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
-      if (!ec) Admit(std::move(s));
+      if (ec) return BackOff(ec);
+      if (backing_off_) GEMMSERVE_LOG(INFO) << "HTTP accept works again";
+      backing_off_ = false;
+      try {
+        Admit(std::move(s));
+      } catch (const std::exception& e) {
+        GEMMSERVE_LOG(ERROR) << "an HTTP connection could not be set up: " << e.what();
+      }
       Accept();
+    });
+  }
+
+  // Out of descriptors (EMFILE, ENFILE) or memory, accept fails at once for
+  // as long as that lasts: wait a moment before the next try instead of
+  // spinning, and say so once per episode. The waiting connections stay in
+  // the listen queue.
+  void BackOff(const beast::error_code& ec) {
+    if (!backing_off_) {
+      GEMMSERVE_LOG(WARNING) << "HTTP accept failed (" << ec.message()
+                             << "); retrying every 50 ms. Raise the descriptor limit "
+                                "(ulimit -n) or lower --http_max_connections.";
+    }
+    backing_off_ = true;
+    net::steady_timer& timer = *backoff_[0];  // on the acceptor's context
+    timer.expires_after(std::chrono::milliseconds(50));
+    timer.async_wait([this](beast::error_code wait) {
+      if (!wait && acceptor_.is_open()) Accept();
     });
   }
 

@@ -1,13 +1,24 @@
 // HttpServer: the REST front end's sockets, on Boost.Beast over Asio. A few
-// I/O threads (--http_threads) run every connection asynchronously: they
-// read a request whole (within --http_idle_timeout_ms for its header and
-// --http_request_timeout_ms for its body, capped at --http_max_header_bytes
-// and --max_message_bytes, decompressed under the same cap), hand it to
-// HttpService and write the reply when it comes back from the engine. No
-// compute runs on them, and a slow or silent client only holds its own
-// connection, never a thread: every read and write is asynchronous and timed.
-// A client that closes its connection while its inference is queued cancels
-// it, as a cancelled gRPC call does.
+// I/O threads (--http_threads) run every connection asynchronously, and
+// nothing is spent on a request before it is admitted:
+//   - its head is read (within --http_idle_timeout_ms, capped at
+//     --http_max_header_bytes) and judged alone: framing (RFC 9112: a
+//     Transfer-Encoding other than exactly `chunked` is 400 and closes), the
+//     token and the route's body limit (HttpService::Admit), then the
+//     declared body size is held against --max_inflight_bytes (a chunked
+//     body's chunks as they are announced) before a byte of it is read or
+//     `100 Continue` is sent;
+//   - the body is read within --http_request_timeout_ms; a compressed one is
+//     measured, counted, then inflated into a buffer of exactly its size;
+//   - a large or compressed body is inflated and decoded on a small pool of
+//     its own, off the I/O threads, which only move bytes and judge heads
+//     (small bodies are decoded where they were read);
+//   - the reply's bytes stay counted until they are written; a client that
+//     stops reading is cut at --http_request_timeout_ms and its bytes freed.
+// A slow or silent client only holds its own connection, never a thread. A
+// client that closes its connection while its inference is queued cancels
+// it, as a cancelled gRPC call does. Accept backs off when descriptors run
+// out, and a handler that throws is logged, never fatal.
 //
 //   HttpOptions options;
 //   options.port = 0;

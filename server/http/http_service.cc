@@ -12,6 +12,7 @@
 #include "server/common/allocation.h"
 #include "server/common/client_text.h"
 #include "server/common/public_status.h"
+#include "server/common/status_macros.h"
 #include "server/http/infer_json.h"
 #include "server/http/model_json.h"
 
@@ -68,6 +69,28 @@ absl::StatusOr<std::vector<std::string>> PathSegments(absl::string_view target) 
 }
 
 }  // namespace
+
+absl::StatusOr<int64_t> HttpService::Admit(const HttpHead& head) const {
+  if (head.authorization.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(head.authorization.size(), " Authorization headers; send one"));
+  }
+  absl::StatusOr<std::vector<std::string>> parsed = PathSegments(head.target);
+  // Handle answers a bad path, or one outside /v2, without a token.
+  if (!parsed.ok() || parsed->empty() || (*parsed)[0] != "v2") return kMaxControlBodyBytes;
+  const std::vector<std::string>& p = *parsed;
+  if (p.size() == 3 && p[1] == "health") return kMaxControlBodyBytes;
+  std::optional<absl::string_view> authorization;
+  if (!head.authorization.empty()) authorization = head.authorization.front();
+  GEMMSERVE_RETURN_IF_ERROR(serving_->Authenticate(authorization));
+  if (p.size() >= 2 && p[1] == "systemsharedmemory" && p.back() == "register") {
+    GEMMSERVE_RETURN_IF_ERROR(serving_->shm().CheckEnabled());
+  }
+  const bool infer = p.size() >= 4 && p[1] == "models" && p.back() == "infer";
+  const bool load = p.size() == 5 && p[1] == "repository" && p[4] == "load";
+  if (infer || load) return serving_->engine().options().max_message_bytes;
+  return kMaxControlBodyBytes;
+}
 
 int HttpStatusOf(const absl::Status& status) {
   switch (status.code()) {
@@ -163,6 +186,9 @@ void HttpService::Handle(HttpCall call, Reply reply) {
     }
     if (action == "register" && !region.empty()) {
       if (!post) return method_not_allowed("POST");
+      if (absl::Status on = serving_->shm().CheckEnabled(); !on.ok()) {
+        return std::move(reply)(Error(on));
+      }
       absl::StatusOr<ShmRegisterBody> body = ParseShmRegisterRequest(call.body);
       if (!body.ok()) return std::move(reply)(Error(body.status()));
       absl::Status s =
@@ -184,16 +210,29 @@ void HttpService::Handle(HttpCall call, Reply reply) {
     if (p.size() == 5 && p[2] == "models" && (p[4] == "load" || p[4] == "unload")) {
       if (!post) return method_not_allowed("POST");
       if (p[4] == "unload") {
-        absl::Status s = serving_->repository().Unload(p[3]);
-        return std::move(reply)(s.ok() ? Json("{}") : Error(s));
+        // Queued behind any load in progress; the reply goes from there.
+        auto shared = std::make_shared<Reply>(std::move(reply));
+        serving_->repository().UnloadAsync(p[3], [shared](absl::Status s) {
+          std::move (*shared)(s.ok() ? Json("{}") : Error(s));
+        });
+        return;
       }
+      // The parse copies the body's strings and decodes its files: counted
+      // (as twice the body) with the body, until the load is done.
+      absl::Status room = serving_->engine().Grow(
+          &call.reserved, 2 * static_cast<int64_t>(call.body.size()), "the model load");
+      if (!room.ok()) return std::move(reply)(Error(room));
       absl::StatusOr<ModelLoadRequest> load = ParseModelLoadRequest(call.body);
       if (!load.ok()) return std::move(reply)(Error(load.status()));
+      call.body = std::string();
       // The load runs on the repository's thread; the reply goes from there.
       auto shared = std::make_shared<Reply>(std::move(reply));
-      serving_->repository().LoadAsync(p[3], *std::move(load), [shared](absl::Status s) {
-        std::move (*shared)(s.ok() ? Json("{}") : Error(s));
-      });
+      serving_->repository().LoadAsync(
+          p[3], *std::move(load),
+          [shared, held = std::move(call.reserved)](absl::Status s) mutable {
+            std::move (*shared)(s.ok() ? Json("{}") : Error(s));
+            held.Release();
+          });
       return;
     }
   }
@@ -261,6 +300,7 @@ void HttpService::Infer(HttpCall call, absl::string_view model, absl::string_vie
     infer.request = decoded;
   }
   infer.is_cancelled = std::move(call.is_cancelled);
+  infer.reserved = std::move(call.reserved);
   serving_->Infer(std::move(infer),
                   [request, reply = std::move(reply)](absl::StatusOr<InferResult> result) mutable {
                     if (!result.ok()) {
@@ -274,6 +314,7 @@ void HttpService::Infer(HttpCall call, absl::string_view model, absl::string_vie
                       return status;
                     }
                     HttpReply r;
+                    r.held = std::move(result->held);
                     r.body = std::move(out.body);
                     r.header_length = out.header_length;
                     if (out.header_length) r.content_type = "application/octet-stream";

@@ -23,6 +23,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
@@ -39,12 +40,27 @@ namespace gemmserve {
 // anything else 500.
 int HttpStatusOf(const absl::Status& status);
 
+// Control routes' bodies (index, unload, shared memory) are small JSON
+// objects: a longer one is refused before it is read.
+inline constexpr int64_t kMaxControlBodyBytes = 64 << 10;
+
+// What a request's header says, before its body is read.
+struct HttpHead {
+  absl::string_view method;
+  absl::string_view target;
+  std::vector<absl::string_view> authorization;  // every Authorization header
+};
+
 struct HttpCall {
   std::string method;  // "GET", "POST", ...
   std::string target;  // path and query, as sent
   std::optional<std::string> authorization;
   std::optional<std::string> header_length;  // Inference-Header-Content-Length
   std::string body;                          // decompressed
+  // The body's bytes, held against --max_inflight_bytes since before it was
+  // read: an inference's admission takes them over; a load holds them (and
+  // its parse) until it is done.
+  Reservation reserved;
   // Polled while an inference waits: true once the client has gone.
   std::function<bool()> is_cancelled;
 };
@@ -55,6 +71,9 @@ struct HttpReply {
   std::string content_type = "application/json";
   std::optional<size_t> header_length;                        // Inference-Header-Content-Length
   ContentCoding content_encoding = ContentCoding::kIdentity;  // set by the server
+  // An inference's bytes (InferResult::held): the server keeps them counted
+  // until the reply is written.
+  Reservation held{};
 };
 
 class HttpService {
@@ -66,6 +85,15 @@ class HttpService {
   // from one of the engine's workers.
   using Reply = absl::AnyInvocable<void(HttpReply) &&>;
   void Handle(HttpCall call, Reply reply);
+
+  // Decides from the head alone, before a byte of the body is read or `100
+  // Continue` is sent: the route's token (UNAUTHENTICATED; the health checks
+  // need none), more than one Authorization header (INVALID_ARGUMENT), a
+  // shared memory registration while client shared memory is off
+  // (PERMISSION_DENIED). Returns the most bytes the route's body may have:
+  // --max_message_bytes for inferences and model loads, kMaxControlBodyBytes
+  // for the rest.
+  absl::StatusOr<int64_t> Admit(const HttpHead& head) const;
 
   static HttpReply Error(const absl::Status& status);
 

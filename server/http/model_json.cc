@@ -1,5 +1,6 @@
 #include "server/http/model_json.h"
 
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -8,6 +9,8 @@
 #include "absl/time/time.h"
 #include "rapidjson/document.h"
 #include "rapidjson/error/en.h"
+#include "rapidjson/memorystream.h"
+#include "rapidjson/reader.h"
 #include "server/common/client_text.h"
 #include "server/tensor/datatype.h"
 
@@ -231,7 +234,40 @@ std::string RepositoryIndexJson(const std::vector<ModelStatus>& index) {
 
 namespace {
 
+// Counts a document's values (keys included) as a SAX reader meets them and
+// stops the parse past a bound, so that a body of many small values (about
+// 17 bytes of DOM for each byte of `[0,0,...]`) is refused before a DOM of it
+// is built.
+class ValueCounter : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, ValueCounter> {
+ public:
+  explicit ValueCounter(int64_t max_values) : left_(max_values) {}
+  bool Default() { return --left_ >= 0; }
+  bool String(const char*, rapidjson::SizeType, bool) { return Default(); }
+  bool Key(const char*, rapidjson::SizeType, bool) { return Default(); }
+  bool StartObject() { return Default(); }
+  bool EndObject(rapidjson::SizeType) { return true; }
+  bool StartArray() { return Default(); }
+  bool EndArray(rapidjson::SizeType) { return true; }
+  bool exhausted() const { return left_ < 0; }
+
+ private:
+  int64_t left_;
+};
+
+// A control body has a few fields: this many values is more than any needs.
+constexpr int64_t kMaxControlValues = 4096;
+
 absl::StatusOr<rapidjson::Document> ParseObject(absl::string_view body, const char* what) {
+  {
+    ValueCounter counter(kMaxControlValues);
+    rapidjson::Reader reader;
+    rapidjson::MemoryStream stream(body.data(), body.size());
+    reader.Parse<rapidjson::kParseIterativeFlag>(stream, counter);
+    if (counter.exhausted()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the ", what, " body has more than ", kMaxControlValues, " JSON values"));
+    }
+  }
   rapidjson::Document doc;
   doc.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(body.data(),
                                                                                     body.size());

@@ -1,8 +1,9 @@
 #include "server/repository/model_repository.h"
 
 #include <algorithm>
-#include <set>
 #include <filesystem>
+#include <memory>
+#include <set>
 #include <utility>
 
 #include <google/protobuf/io/tokenizer.h>
@@ -268,26 +269,52 @@ absl::Status ModelRepository::Load(const std::string& name, const ModelLoadReque
   return status;
 }
 
-void ModelRepository::LoadAsync(std::string name, ModelLoadRequest request,
-                                absl::AnyInvocable<void(absl::Status) &&> done) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (jobs_.size() < kMaxQueuedLoads) {
-      jobs_.push_back([this, name = std::move(name), request = std::move(request),
-                       done = std::move(done)]() mutable { std::move(done)(Load(name, request)); });
-      return;
-    }
-  }
-  std::move(done)(absl::UnavailableError(
-      absl::StrCat("too many model loads waiting (", kMaxQueuedLoads, "); retry later")));
+bool ModelRepository::TryEnqueue(absl::AnyInvocable<void() &&>& job) {
+  absl::MutexLock lock(&mu_);
+  if (jobs_.size() >= kMaxQueuedLoads) return false;
+  jobs_.push_back(std::move(job));
+  return true;
 }
 
-absl::Status ModelRepository::Unload(const std::string& name) {
+absl::Status ModelRepository::TooManyWaiting() {
+  return absl::UnavailableError(absl::StrCat("too many model loads and unloads waiting (",
+                                             kMaxQueuedLoads, "); retry later"));
+}
+
+void ModelRepository::LoadAsync(std::string name, ModelLoadRequest request,
+                                absl::AnyInvocable<void(absl::Status) &&> done) {
+  auto shared = std::make_shared<absl::AnyInvocable<void(absl::Status) &&>>(std::move(done));
+  absl::AnyInvocable<void()&&> job = [this, name = std::move(name), request = std::move(request),
+                                      shared]() mutable {
+    std::move (*shared)(Load(name, request));
+  };
+  if (!TryEnqueue(job)) std::move (*shared)(TooManyWaiting());
+}
+
+absl::Status ModelRepository::CheckUnloadable(const std::string& name) const {
   GEMMSERVE_RETURN_IF_ERROR(ValidateModelName(name));
   if (std::find(builtin_.begin(), builtin_.end(), name) != builtin_.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", name, "' is a built-in model and cannot be unloaded"));
   }
+  for (const ModelStatus& s : engine_->States()) {
+    if (s.name == name) return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
+}
+
+void ModelRepository::UnloadAsync(std::string name,
+                                  absl::AnyInvocable<void(absl::Status) &&> done) {
+  if (absl::Status s = CheckUnloadable(name); !s.ok()) return std::move(done)(s);
+  auto shared = std::make_shared<absl::AnyInvocable<void(absl::Status) &&>>(std::move(done));
+  absl::AnyInvocable<void()&&> job = [this, name = std::move(name), shared]() mutable {
+    std::move (*shared)(Unload(name));
+  };
+  if (!TryEnqueue(job)) std::move (*shared)(TooManyWaiting());
+}
+
+absl::Status ModelRepository::Unload(const std::string& name) {
+  GEMMSERVE_RETURN_IF_ERROR(CheckUnloadable(name));
   absl::MutexLock serial(&load_mu_);
   // A model of the repository's directory stays known (UNAVAILABLE,
   // "unloaded"); an uploaded one, or a failed load's name, leaves nothing.

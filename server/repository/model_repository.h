@@ -66,10 +66,17 @@ class ModelRepository {
   // NOT_FOUND: no such model directory; INVALID_ARGUMENT: a model file or
   // config error (the previous version, if any, keeps serving).
   absl::Status Load(const std::string& name, const ModelLoadRequest& request);
-  // UNAVAILABLE at once (through `done`) when too many loads wait.
+  // Load on the repository's thread, after the loads and unloads queued
+  // before; UNAVAILABLE at once (through `done`) when too many wait.
   void LoadAsync(std::string name, ModelLoadRequest request,
                  absl::AnyInvocable<void(absl::Status) &&> done);
+  // Stops serving `name`: INVALID_ARGUMENT for a built-in model or a name no
+  // model can have, NOT_FOUND for a name the server does not know. Unload
+  // waits for a load in progress; UnloadAsync never waits: it answers those
+  // errors at once and queues the unload behind the loads like LoadAsync, so
+  // front ends call it from their I/O threads.
   absl::Status Unload(const std::string& name);
+  void UnloadAsync(std::string name, absl::AnyInvocable<void(absl::Status) &&> done);
 
   // Every model known: built in, in the repository, or loaded by request,
   // by name. Where each stands is the engine's (InferenceEngine::States);
@@ -79,6 +86,10 @@ class ModelRepository {
 
  private:
   void WorkerLoop();
+  // Queues `job` (taking it) unless kMaxQueuedLoads jobs wait already.
+  bool TryEnqueue(absl::AnyInvocable<void() &&>& job);
+  static absl::Status TooManyWaiting();
+  absl::Status CheckUnloadable(const std::string& name) const;
   absl::Status LoadOrThrow(const std::string& name, const ModelLoadRequest& request);
   absl::Status LoadFrom(const std::string& name, const ModelFiles& files,
                         const std::optional<std::string>& config_text);

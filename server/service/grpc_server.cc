@@ -5,6 +5,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
@@ -70,6 +71,12 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(ServerOptions opti
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
                                static_cast<int>(g.max_connection_age_grace_ms));
   }
+  // gRPC's own buffers (messages being received, replies being sent) come
+  // from a quota of the same size as the engine's: a client cannot make
+  // gRPC hold more than the limits promise, beside what the engine counts.
+  grpc::ResourceQuota quota("gemmserve");
+  quota.Resize(static_cast<size_t>(options.serving.engine.max_inflight_bytes));
+  builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
   builder.RegisterService(server->service_.get());

@@ -22,9 +22,14 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-}  // namespace
-
-namespace {
+// A unary reactor that keeps an answer's bytes counted against
+// --max_inflight_bytes (InferResult::held) until gRPC is done sending it, or
+// the call ended otherwise.
+class HoldingReactor final : public grpc::ServerUnaryReactor {
+ public:
+  void OnDone() override { delete this; }
+  Reservation held;
+};
 
 // The `authorization` header of the call, as it came; nullopt when absent.
 std::optional<absl::string_view> Authorization(const grpc::CallbackServerContext& context) {
@@ -97,12 +102,13 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     call.request->deadline = absl::FromChrono(context->deadline());
   }
   call.is_cancelled = [context] { return context->IsCancelled(); };
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  // gRPC owns `request` and `response` until Finish, so a worker may read the
-  // one and fill the other.
+  auto* reactor = new HoldingReactor;
+  // gRPC owns `request` and `response` until the reactor is done, so a
+  // worker may read the one and fill the other.
   serving_->Infer(std::move(call), [reactor, request, response](absl::StatusOr<InferResult> r) {
     const absl::Status status =
         r.ok() ? EncodeInferResponse(*r, request->id(), response) : r.status();
+    if (r.ok()) reactor->held = std::move(r->held);
     reactor->Finish(ToGrpcStatus(status));
     return status;
   });
@@ -182,7 +188,11 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
     grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse*) {
   GEMMSERVE_AUTHENTICATE(context);
-  return FinishNow(context, ToGrpcStatus(serving_->repository().Unload(request->model_name())));
+  // Queued behind any load in progress, answered from the repository's thread.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  serving_->repository().UnloadAsync(
+      request->model_name(), [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(

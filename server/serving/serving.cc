@@ -62,11 +62,12 @@ struct Serving::Call {
   std::shared_ptr<ModelMetrics> model_metrics;
   absl::Time arrival;
   InferDone done;
-  // Client shared memory: the regions the call holds until it is answered
+  // What the front end reserved for the message (InferCall::reserved), and
+  // client shared memory: the regions the call holds until it is answered
   // (so none is unregistered under it), the inputs read out of them (counted
-  // against --max_inflight_bytes before they are copied: `reservation`, which
-  // the engine takes over once it accepts the call), and the outputs to write
-  // there, each with the index of its lease.
+  // against --max_inflight_bytes before they are copied, added to
+  // `reservation`, which the engine takes over once it accepts the call), and
+  // the outputs to write there, each with the index of its lease.
   std::vector<SharedMemoryLease> leases{};
   InferenceEngine::Reservation reservation{};
   std::vector<std::unique_ptr<char[]>> shm_inputs{};
@@ -193,9 +194,8 @@ absl::Status Serving::ResolveSharedMemory(const InferCall& call, InferRequestVie
     GEMMSERVE_ASSIGN_OR_RETURN(SharedMemoryLease lease, shm_->Acquire(owner, input.shm->region));
     state.leases.push_back(std::move(lease));
   }
-  GEMMSERVE_ASSIGN_OR_RETURN(
-      state.reservation,
-      engine_->Reserve(static_cast<int64_t>(input_bytes), "the request's shared memory inputs"));
+  GEMMSERVE_RETURN_IF_ERROR(engine_->Grow(&state.reservation, static_cast<int64_t>(input_bytes),
+                                          "the request's shared memory inputs"));
   size_t lease = first_input_lease;
   for (InputTensorView& input : request.inputs) {
     if (!input.shm) continue;
@@ -254,6 +254,7 @@ void Serving::Infer(InferCall call, InferDone done) {
   metrics_->AddInflight(1);
   *state = Call{this, engine_->MetricsFor(call.model_name), absl::Now(), std::move(done)};
   auto finish = [state](absl::StatusOr<InferResult> result) { state->Finish(std::move(result)); };
+  state->reservation = std::move(call.reserved);  // the front end's, for the message
   // An error here means the engine never took `finish` (Submit's contract).
   absl::Status refused = Authenticate(call.authorization);
   if (refused.ok()) refused = call.request.status();

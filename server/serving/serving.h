@@ -93,9 +93,14 @@ class Serving {
     std::optional<absl::string_view> authorization;
     absl::StatusOr<InferRequestView> request;  // decoded, or why it could not be
     std::function<bool()> is_cancelled;        // may be empty: never cancelled
+    // Bytes of the request's message the front end reserved before it
+    // received them (HttpServer: the body): taken over by the engine's
+    // admission as part of the request's cost, freed with a refusal.
+    Reservation reserved;
   };
-  // Encodes the result (or the error) for the client and sends it; returns
-  // the status the call ended with, which the metrics count.
+  // Encodes the result (or the error) for the client and sends it, keeping
+  // the result's `held` bytes until the answer is written; returns the
+  // status the call ended with, which the metrics count.
   using InferDone = absl::AnyInvocable<absl::Status(absl::StatusOr<InferResult>) &&>;
 
   // The one entry point of an inference call. While draining it answers

@@ -152,6 +152,10 @@ absl::Status SharedMemoryLease::Write(uint64_t offset, absl::string_view data) c
 
 SharedMemoryManager::~SharedMemoryManager() = default;
 
+absl::Status SharedMemoryManager::CheckEnabled() const {
+  return enabled() ? absl::OkStatus() : PermissionDenied();
+}
+
 absl::Status SharedMemoryManager::Register(absl::string_view owner, absl::string_view name,
                                            absl::string_view key, uint64_t offset,
                                            uint64_t byte_size) {
@@ -212,7 +216,9 @@ absl::Status SharedMemoryManager::Register(absl::string_view owner, absl::string
   }
   if (static_cast<int>(regions_.size()) >= options_.max_regions) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("the server holds ", regions_.size(), " shared memory regions, its cap"));
+        absl::StrCat("the server holds ", regions_.size(),
+                     " shared memory regions, its cap (each holds a descriptor: the cap "
+                     "follows the descriptor limit, ulimit -n)"));
   }
   if (static_cast<int64_t>(byte_size) > options_.max_registered_bytes - registered_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat(

@@ -97,6 +97,8 @@ class SharedMemoryManager {
   ~SharedMemoryManager();
 
   bool enabled() const { return options_.allow_client_shm; }
+  // PERMISSION_DENIED naming --allow_client_shm when it is off.
+  absl::Status CheckEnabled() const;
 
   // PERMISSION_DENIED when client shared memory is off. INVALID_ARGUMENT for
   // a name that is empty, over kMaxRegionNameBytes or holds control
