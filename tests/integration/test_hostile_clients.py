@@ -1,0 +1,375 @@
+"""The HTTP front end and the process under hostile and careless clients (issue 38,
+docs/reliability.md rows H7-H13): nothing is spent on a request before it is admitted,
+an I/O thread never waits, answers count until they are written, and descriptors
+running out never stop the process. Each row is sent through the real front end of a
+real server process, and each is followed by valid requests that must be answered."""
+import base64
+import gzip
+import json
+import os
+import socket
+import statistics
+import threading
+import time
+import unittest
+
+import numpy as np
+
+from gemmserve_client.http import HttpClient, encode_infer_request
+from gemmserve_testing.base import GemmServeTestCase, serve_with_tokens
+from gemmserve_testing.onnx_models import grouped_graph, model_bytes
+from gemmserve_testing.process import ProcessMemory, metric_sum, server_is_sanitized
+from gemmserve_testing.server import ServerProcess
+
+MIB = 1 << 20
+
+
+def connect(port, timeout=10.0):
+    return socket.create_connection(("127.0.0.1", port), timeout=timeout)
+
+
+def read_answers(sock, timeout=5.0):
+    """Everything the server sends until it closes the connection (or `timeout` of
+    silence): the raw bytes, and whether it closed."""
+    sock.settimeout(timeout)
+    received = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            return received, False
+        except ConnectionResetError:
+            return received, True
+        if not chunk:
+            return received, True
+        received += chunk
+
+
+def status_of(raw):
+    return int(raw.split(b" ", 2)[1]) if raw.startswith(b"HTTP/1.1 ") else 0
+
+
+def health_latency(port):
+    """Seconds for GET /v2/health/live on a new connection; inf when it did not answer."""
+    start = time.monotonic()
+    with connect(port, timeout=5.0) as s:
+        s.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        raw, _ = read_answers(s, timeout=5.0)
+    return time.monotonic() - start if status_of(raw) == 200 else float("inf")
+
+
+class ServedCase(GemmServeTestCase):
+    def setUp(self):
+        self.http = HttpClient(self.server.http_url)
+        self.addCleanup(self.http.close)
+
+    def assert_still_serves_http(self):
+        self.server.assert_alive()
+        self.assert_server_still_serves()
+        a = np.arange(6, dtype=np.float32).reshape(2, 3)
+        y = self.http.infer("matmul", [("A", a), ("B", np.eye(3, dtype=np.float32))])["Y"]
+        np.testing.assert_array_equal(y, a)
+
+    def inflight_bytes(self):
+        return metric_sum(self.server.metrics_url, "gemmserve_inflight_bytes")
+
+
+class FramingTest(ServedCase):
+    """H7: RFC 9112 6.3: a Transfer-Encoding other than exactly `chunked` is 400 (501 for
+    a transfer coding not implemented) and the connection closes, so the bytes after
+    what a lenient reader would take for the body never run as a second request."""
+
+    SMUGGLED = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    def test_h7_transfer_encodings_other_than_chunked_are_refused_and_close(self):
+        cases = [("identity", 400), ("chunked, identity", 400), ("xchunked", 400),
+                 ("gzip, chunked", 501), ("chunked\r\nContent-Length: 5", 400)]
+        for coding, code in cases:
+            with self.subTest(coding=coding), connect(self.server.http_port) as s:
+                s.sendall(b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n"
+                          b"Transfer-Encoding: " + coding.encode() + b"\r\n\r\n"
+                          + self.SMUGGLED)
+                raw, closed = read_answers(s)
+                self.assertEqual(status_of(raw), code, raw[:200])
+                self.assertTrue(closed, "the connection must close after the refusal")
+                self.assertEqual(raw.count(b"HTTP/1.1 "), 1, "the smuggled request ran")
+        # Plain chunked still works, pipelined request and all.
+        with connect(self.server.http_port) as s:
+            s.sendall(b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
+                      + self.SMUGGLED.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+            raw, _ = read_answers(s)
+            self.assertEqual(raw.count(b"HTTP/1.1 200"), 2, raw[:400])
+        self.assert_still_serves_http()
+
+
+class TokensBeforeBodiesTest(unittest.TestCase):
+    """H8: with tokens on, a request is authenticated from its head: before its body is
+    read or inflated, and before `100 Continue`."""
+
+    TOKEN = "hostile-clients-token"
+
+    @classmethod
+    def setUpClass(cls):
+        serve_with_tokens(cls, f"{cls.TOKEN}\n", "--max_message_bytes=268435456")
+
+    def exchange(self, head, body=b"", timeout=5.0):
+        with connect(self.server.http_port) as s:
+            s.sendall(head + body)
+            return read_answers(s, timeout)
+
+    def test_h8_unauthenticated_bodies_are_refused_before_they_are_read(self):
+        bomb = gzip.compress(b"\0" * (200 * MIB), compresslevel=1)
+        memory = ProcessMemory(self.server.proc.pid)
+        memory.reset_peak()
+        raw, closed = self.exchange(
+            b"POST /v2/models/matmul/infer HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
+            b"Content-Length: " + str(len(bomb)).encode() + b"\r\n\r\n", bomb)
+        self.assertEqual(status_of(raw), 401, raw[:300])
+        self.assertTrue(closed)
+        if not server_is_sanitized():
+            self.assertLess(memory.peak_growth(), 32 * MIB, "the bomb was inflated")
+        # Expect: 100-continue gets the 401, never 100 Continue.
+        raw, _ = self.exchange(b"POST /v2/models/matmul/infer HTTP/1.1\r\nHost: x\r\n"
+                               b"Expect: 100-continue\r\nContent-Length: 1000000\r\n\r\n")
+        self.assertEqual(status_of(raw), 401, raw[:300])
+        self.assertNotIn(b"100 Continue", raw)
+
+    def test_h8_two_authorization_headers_are_refused(self):
+        good = f"Authorization: Bearer {self.TOKEN}\r\n".encode()
+        for second in (good, b"Authorization: Bearer other\r\n"):
+            raw, _ = self.exchange(b"GET /v2 HTTP/1.1\r\nHost: x\r\n" + good + second + b"\r\n")
+            self.assertEqual(status_of(raw), 400, raw[:300])
+            self.assertIn(b"Authorization headers", raw)
+        raw, _ = self.exchange(b"GET /v2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                               + good + b"\r\n")
+        self.assertEqual(status_of(raw), 200, raw[:300])
+
+
+class AdmissionTest(ServedCase):
+    """H9, H10, H11: a body's declared size is held against --max_inflight_bytes before it
+    is read; control bodies are small and parsed without a DOM that multiplies them; an
+    answer stays counted until it is written."""
+
+    server_flags = ("--max_inflight_bytes=200000000", "--max_message_bytes=80000000",
+                    "--max_output_bytes=80000000", "--http_request_timeout_ms=20000")
+
+    def wait_for_inflight(self, at_least, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = self.inflight_bytes()
+            if value >= at_least:
+                return value
+            time.sleep(0.02)
+        return self.inflight_bytes()
+
+    def test_h9_declared_bodies_are_held_before_they_are_read(self):
+        head = (b"POST /v2/models/matmul/infer HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Length: 70000000\r\n\r\n")
+        held = []
+        for _ in range(2):  # 140 of 200 MB declared, one byte of each sent
+            held.append(connect(self.server.http_port))
+            self.addCleanup(held[-1].close)
+            held[-1].sendall(head + b"{")
+        self.assertGreaterEqual(self.wait_for_inflight(140000000), 140000000)
+        # A second such body has no room: 503 at its head, nothing of it read.
+        start = time.monotonic()
+        with connect(self.server.http_port) as s:
+            s.sendall(head)
+            raw, closed = read_answers(s)
+        self.assertEqual(status_of(raw), 503, raw[:300])
+        self.assertIn(b"retry later", raw)
+        self.assertTrue(closed)
+        self.assertLess(time.monotonic() - start, 2.0)
+        # A chunked body is counted chunk by chunk, as each is announced.
+        with connect(self.server.http_port) as s:
+            s.sendall(b"POST /v2/models/matmul/infer HTTP/1.1\r\nHost: x\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % 70000000)
+            raw, _ = read_answers(s)
+        self.assertEqual(status_of(raw), 503, raw[:300])
+        for s in held:
+            s.close()
+        deadline = time.monotonic() + 10
+        while self.inflight_bytes() != 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(self.inflight_bytes(), 0)
+        self.assert_still_serves_http()
+
+    def test_h10_control_bodies_are_bounded(self):
+        # 32 MiB of {"ready":[0,0,...]} in a 31 kB gzip: refused at 64 KiB, inflating nothing more.
+        body = b'{"ready":[' + b"0," * (16 * MIB - 1) + b"0]}"
+        bomb = gzip.compress(body)
+        memory = ProcessMemory(self.server.proc.pid)
+        memory.reset_peak()
+        status, _, data = self.http.request("POST", "/v2/repository/index", bomb,
+                                            {"Content-Encoding": "gzip"})
+        self.assertEqual(status, 413, data[:300])
+        if not server_is_sanitized():
+            self.assertLess(memory.peak_growth(), 16 * MIB)
+        # Under the size cap, too many values: refused before a DOM is built.
+        status, _, data = self.http.request("POST", "/v2/repository/index",
+                                            b'{"ready":[' + b"0," * 20000 + b"0]}")
+        self.assertEqual(status, 400, data[:300])
+        self.assertIn("more than 4096 JSON values", json.loads(data)["error"])
+        # Client shared memory is off: a registration is refused before its body is read.
+        status, _, data = self.http.request(
+            "POST", "/v2/systemsharedmemory/region/r/register", b"not even JSON")
+        self.assertEqual(status, 403, data[:300])
+        self.assertIn("--allow_client_shm", json.loads(data)["error"])
+        self.assert_still_serves_http()
+
+    def test_h11_an_answer_a_client_does_not_read_stays_counted(self):
+        # 3000 x 5000 FP32 = 60 MB of answer for a 32 kB request.
+        a = np.ones((3000, 1), np.float32)
+        b = np.ones((1, 5000), np.float32)
+        body, header_length = encode_infer_request([("A", a), ("B", b)], binary_outputs=True)
+        head = (b"POST /v2/models/matmul/infer HTTP/1.1\r\nHost: x\r\n"
+                b"Inference-Header-Content-Length: " + str(header_length).encode() +
+                b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        reader = connect(self.server.http_port)
+        self.addCleanup(reader.close)
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.sendall(head + body)  # and never reads
+        held = self.wait_for_inflight(120000000)
+        self.assertGreaterEqual(held, 120000000, "the unwritten answer is not counted")
+        time.sleep(0.3)
+        self.assertGreaterEqual(self.inflight_bytes(), 120000000)
+        # No room for a second one while the first is unread.
+        status, _, data = self.http.request("POST", "/v2/models/matmul/infer", body,
+                                            {"Inference-Header-Content-Length":
+                                             str(header_length)})
+        self.assertEqual(status, 503, data[:300])
+        reader.close()
+        deadline = time.monotonic() + 10
+        while self.inflight_bytes() != 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(self.inflight_bytes(), 0, "the answer's bytes were not freed")
+        status, _, data = self.http.request("POST", "/v2/models/matmul/infer", body,
+                                            {"Inference-Header-Content-Length":
+                                             str(header_length)})
+        self.assertEqual(status, 200)
+        self.assertGreater(len(data), 60000000)  # the 60 MB output, and its JSON header
+        self.assert_still_serves_http()
+
+
+_G, _K, _N = 8, 512, 512
+# A model whose warmup takes minutes: its load holds the repository's thread. It is
+# uploaded with the load request (Triton's "file:" parameters), as base64 JSON.
+_SLOW_CONFIG = ('model_warmup { name: "long" count: 1000\n'
+                f'  inputs {{ key: "tokens" value {{ data_type: TYPE_FP32 dims: [4096, {_K}] '
+                'random_data: true } }\n'
+                '  inputs { key: "routing" value { data_type: TYPE_INT64 dims: [4096, 2] '
+                'zero_data: true } }\n}\n')
+_SLOW_MODEL = model_bytes(grouped_graph(
+    "slow", np.random.default_rng(38).standard_normal((_G, _K, _N)).astype(np.float32), 2))
+SLOW_LOAD_BODY = json.dumps({"parameters": {
+    "config": _SLOW_CONFIG,
+    "file:1/model.onnx": base64.b64encode(_SLOW_MODEL.SerializeToString()).decode()}}).encode()
+
+
+class HealthStaysFastTest(unittest.TestCase):
+    """H12: health answers in milliseconds while a load warms up, unloads pile up behind
+    it and two gzip bombs are inflated: no I/O thread waits or inflates."""
+
+    def test_h12_health_is_fast_under_a_slow_load_an_unload_storm_and_bombs(self):
+        server = ServerProcess("--max_message_bytes=536870912").start()
+        try:
+            port = server.http_port
+            http = HttpClient(server.http_url)
+            self.addCleanup(http.close)
+            loading = threading.Thread(
+                target=lambda: http_request(port, "POST", "/v2/repository/models/slow/load",
+                                     SLOW_LOAD_BODY))
+            loading.daemon = True
+            loading.start()
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not is_loading(port, "slow"):
+                time.sleep(0.01)
+            self.assertTrue(is_loading(port, "slow"), "the slow load never began")
+            storm = [threading.Thread(target=http_request, daemon=True,
+                                      args=(port, "POST", "/v2/repository/models/slow/unload"))
+                     for _ in range(4)]
+            bomb = gzip.compress(b"\0" * (512 * MIB), compresslevel=1)
+            bombs = [threading.Thread(target=http_request, daemon=True,
+                                      args=(port, "POST", "/v2/models/matmul/infer", bomb,
+                                            {"Content-Encoding": "gzip"}))
+                     for _ in range(2)]
+            for t in storm + bombs:
+                t.start()
+            latencies = [health_latency(port) for _ in range(20)]
+            self.assertTrue(is_loading(port, "slow"), "the load ended before the checks")
+            # A sanitized server is several times slower at everything: the bound
+            # there only says that health never waits for the load or a bomb.
+            slack = 10 if server_is_sanitized() else 1
+            self.assertLess(statistics.median(latencies), 0.1 * slack, latencies)
+            self.assertLess(max(latencies), 1.0 * slack, latencies)
+            status, _, _ = http_request(port, "POST", "/v2/repository/models/nobody/unload")
+            self.assertEqual(status, 404, "an unknown name waits for nothing")
+            for t in bombs:
+                t.join(timeout=60)
+            self.assertLess(health_latency(port), 1.0 * slack)
+        finally:
+            server.proc.kill()
+            server.proc.wait(timeout=10)
+
+
+def http_request(port, method, path, body=b"", headers=None):
+    with connect(port, timeout=60) as s:
+        head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        head += f"Content-Length: {len(body)}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        s.sendall(head.encode() + b"\r\n" + body)
+        raw, _ = read_answers(s, timeout=60)
+    head, _, data = raw.partition(b"\r\n\r\n")
+    return status_of(raw), head, data
+
+
+def is_loading(port, name):
+    status, _, data = http_request(port, "POST", "/v2/repository/index", b"{}")
+    if status != 200:
+        return False
+    return any(m["name"] == name and m.get("state") == "LOADING" for m in json.loads(data))
+
+
+class DescriptorsTest(unittest.TestCase):
+    """H13: out of descriptors, HTTP accept waits instead of spinning or aborting, and the
+    server answers again as soon as descriptors free up."""
+
+    def test_h13_running_out_of_descriptors_neither_aborts_nor_spins(self):
+        server = ServerProcess().start()
+        self.addCleanup(server.stop)
+        pid = server.proc.pid
+        open_fds = len(os.listdir(f"/proc/{pid}/fd"))
+        limit = open_fds + 40
+        os.system(f"prlimit --pid={pid} --nofile={limit}:{limit}")
+        # Idle TCP connections to the gRPC port take the rest.
+        idle = []
+        self.addCleanup(lambda: [s.close() for s in idle])
+        for _ in range(60):
+            idle.append(connect(server.port))
+        time.sleep(0.5)
+        self.assertGreaterEqual(len(os.listdir(f"/proc/{pid}/fd")), limit - 2)
+        waiting = connect(server.http_port)
+        self.addCleanup(waiting.close)
+        waiting.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        cpu_before = cpu_seconds(pid)
+        time.sleep(1.0)
+        server.assert_alive()
+        self.assertLess(cpu_seconds(pid) - cpu_before, 0.5, "the server spins on accept")
+        for s in idle:
+            s.close()
+        idle.clear()
+        raw, _ = read_answers(waiting, timeout=10)
+        self.assertEqual(status_of(raw), 200, raw[:200])
+        server.assert_alive()
+        self.assertLess(health_latency(server.http_port), 1.0)
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+if __name__ == "__main__":
+    unittest.main()
