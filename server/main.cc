@@ -81,6 +81,9 @@ ABSL_FLAG(int64_t, grpc_keepalive_timeout_ms, kGrpc.keepalive_timeout_ms,
           "Keepalive ping acknowledgement timeout.");
 ABSL_FLAG(int32_t, grpc_max_concurrent_streams, kGrpc.max_concurrent_streams,
           "Concurrent calls per HTTP/2 connection.");
+ABSL_FLAG(int32_t, grpc_max_connections, kGrpc.max_connections,
+          "Open gRPC connections at most (plaintext port); more are closed at once and their "
+          "clients retry. Each holds a descriptor.");
 ABSL_FLAG(int64_t, grpc_max_connection_idle_ms, kGrpc.max_connection_idle_ms,
           "Close connections idle this long (0: never).");
 ABSL_FLAG(int64_t, grpc_max_connection_age_ms, kGrpc.max_connection_age_ms,
@@ -163,6 +166,7 @@ int main(int argc, char** argv) {
   grpc.keepalive_time_ms = absl::GetFlag(FLAGS_grpc_keepalive_time_ms);
   grpc.keepalive_timeout_ms = absl::GetFlag(FLAGS_grpc_keepalive_timeout_ms);
   grpc.max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
+  grpc.max_connections = absl::GetFlag(FLAGS_grpc_max_connections);
   grpc.max_connection_idle_ms = absl::GetFlag(FLAGS_grpc_max_connection_idle_ms);
   grpc.max_connection_age_ms = absl::GetFlag(FLAGS_grpc_max_connection_age_ms);
 
@@ -178,9 +182,10 @@ int main(int argc, char** argv) {
   const std::string host = serving.host;
   {
     // Every connection and shared-memory region holds a descriptor.
+    const int64_t connections = (http_port == -1 ? 0 : http_options.max_connections) +
+                                (grpc.tls.cert_file.empty() ? grpc.max_connections : 0);
     const gemmserve::DescriptorPlan plan = gemmserve::PlanDescriptors(
-        gemmserve::RaiseDescriptorLimit(), http_port == -1 ? 0 : http_options.max_connections,
-        serving.shm.max_regions);
+        gemmserve::RaiseDescriptorLimit(), connections, serving.shm.max_regions);
     serving.shm.max_regions = plan.shm_max_regions;
     if (!plan.warning.empty()) GEMMSERVE_LOG(WARNING) << plan.warning;
   }

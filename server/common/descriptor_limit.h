@@ -2,14 +2,14 @@
 // Every HTTP connection, gRPC connection and registered shared-memory region
 // holds a descriptor; a process out of them fails accept(), shm_open() and
 // Asio's own set-up. At start-up the soft RLIMIT_NOFILE is raised to the hard
-// one (as nginx's worker_rlimit_nofile and Envoy's start-up do), and what the
-// configured maxima need is held against it: the shared-memory regions get
-// what HTTP and a reserve leave, and a limit too small for HTTP alone is
-// reported with the numbers.
+// one, and what the configured maxima need is held against it: the
+// shared-memory regions get what the connection caps (HTTP and gRPC) and a
+// reserve leave, and a limit too small for the connections alone is reported
+// with the numbers.
 //
 //   const int64_t limit = gemmserve::RaiseDescriptorLimit();
 //   gemmserve::DescriptorPlan plan =
-//       gemmserve::PlanDescriptors(limit, http_max_connections, shm_max_regions);
+//       gemmserve::PlanDescriptors(limit, max_connections, shm_max_regions);
 //   if (!plan.warning.empty()) GEMMSERVE_LOG(WARNING) << plan.warning;
 #ifndef GEMMSERVE_SERVER_COMMON_DESCRIPTOR_LIMIT_H_
 #define GEMMSERVE_SERVER_COMMON_DESCRIPTOR_LIMIT_H_
@@ -34,11 +34,12 @@ struct DescriptorPlan {
   std::string warning;      // empty when everything fits
 };
 
-// How `http_max_connections` and `shm_max_regions` fit under `limit`: the
-// regions are cut to what HTTP and kReservedDescriptors leave (never below
-// 0); the warning says what was cut, or that HTTP alone does not fit (the
-// server then still runs: accept backs off while descriptors are short).
-DescriptorPlan PlanDescriptors(int64_t limit, int64_t http_max_connections, int shm_max_regions);
+// How `max_connections` (HTTP's and gRPC's caps together) and
+// `shm_max_regions` fit under `limit`: the regions are cut to what the
+// connections and kReservedDescriptors leave (never below 0); the warning
+// says what was cut, or that the connections alone do not fit (the server
+// then still runs: its accepts back off while descriptors are short).
+DescriptorPlan PlanDescriptors(int64_t limit, int64_t max_connections, int shm_max_regions);
 
 }  // namespace gemmserve
 

@@ -52,7 +52,16 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(ServerOptions opti
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string host = HostForPort(options.serving.host);
-  builder.AddListeningPort(absl::StrCat(host, ":", g.port), *credentials, &server->port_);
+  std::unique_ptr<GrpcAcceptor> acceptor;
+  if (g.tls.cert_file.empty()) {
+    // Plaintext: the port is ours (GrpcAcceptor), for its connection cap and
+    // so that running out of descriptors never stops it for good.
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        acceptor, GrpcAcceptor::Listen(options.serving.host, g.port, g.max_connections));
+    server->port_ = acceptor->port();
+  } else {
+    builder.AddListeningPort(absl::StrCat(host, ":", g.port), *credentials, &server->port_);
+  }
   // HTTP/2 limits with safe defaults (SECURITY.md): keepalive pings both
   // ways, a cap on concurrent streams per connection, idle and age limits.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(g.keepalive_time_ms));
@@ -84,6 +93,10 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(ServerOptions opti
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", g.port));
   }
+  if (acceptor) {
+    acceptor->Serve(server->server_.get());
+    server->acceptor_ = std::move(acceptor);
+  }
   server->address_ = absl::StrCat(host, ":", server->port_);
   // "" is the whole server; probes may also name the service.
   server->server_->GetHealthCheckService()->SetServingStatus(true);
@@ -92,6 +105,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(ServerOptions opti
 }
 
 GemmServer::~GemmServer() {
+  if (acceptor_) acceptor_->Stop();
   if (server_) server_->Shutdown();
 }
 
@@ -105,6 +119,7 @@ void GemmServer::Shutdown(std::chrono::system_clock::time_point deadline) {
     GEMMSERVE_LOG(WARNING) << "shutdown grace period over with calls still running; "
                               "cancelling them";
   }
+  if (acceptor_) acceptor_->Stop();
   server_->Shutdown(deadline);
 }
 

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "server/service/inference_service.h"
 #include "server/service/tls.h"
+#include "server/service/grpc_acceptor.h"
 #include "server/serving/serving.h"
 
 namespace gemmserve {
@@ -37,6 +38,8 @@ struct GrpcOptions {
   int64_t keepalive_time_ms = 60000;
   int64_t keepalive_timeout_ms = 20000;
   int max_concurrent_streams = 256;
+  // Open connections at most (plaintext; GrpcAcceptor): more are closed at once.
+  int max_connections = 1024;
   int64_t max_connection_idle_ms = 600000;  // 0: never
   int64_t max_connection_age_ms = 0;        // 0: unlimited
   int64_t max_connection_age_grace_ms = 30000;
@@ -71,6 +74,7 @@ class GemmServer {
   std::unique_ptr<Serving> serving_;  // outlives the service and gRPC
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<GrpcAcceptor> acceptor_;  // plaintext: the port's listener
   std::string address_;
   int port_ = 0;
 };

@@ -13,10 +13,12 @@ import threading
 import time
 import unittest
 
+import grpc
 import numpy as np
 
+from gemmserve_client import pb2, pb2_grpc
 from gemmserve_client.http import HttpClient, encode_infer_request
-from gemmserve_testing.base import GemmServeTestCase, serve_with_tokens
+from gemmserve_testing.base import GemmServeTestCase, open_channel, serve_with_tokens
 from gemmserve_testing.onnx_models import grouped_graph, model_bytes
 from gemmserve_testing.process import ProcessMemory, metric_sum, server_is_sanitized
 from gemmserve_testing.server import ServerProcess
@@ -363,6 +365,37 @@ class DescriptorsTest(unittest.TestCase):
         self.assertEqual(status_of(raw), 200, raw[:200])
         server.assert_alive()
         self.assertLess(health_latency(server.http_port), 1.0)
+        # gRPC's port too: gRPC 1.51's own listener stopped accepting for good on the
+        # first EMFILE; the server's (GrpcAcceptor) waits and accepts again.
+        channel = open_channel(server.address, timeout=10)
+        self.addCleanup(channel.close)
+        stub = pb2_grpc.GRPCInferenceServiceStub(channel)
+        self.assertTrue(stub.ServerLive(pb2.ServerLiveRequest(), timeout=10).live)
+
+    def test_h13_grpc_connections_over_the_cap_are_closed_until_one_goes(self):
+        server = ServerProcess("--grpc_max_connections=3").start()
+        self.addCleanup(server.stop)
+        def own_connection():
+            # A channel of its own connection: by default a process's channels of the
+            # same arguments share one.
+            return grpc.insecure_channel(server.address,
+                                         options=[("grpc.use_local_subchannel_pool", 1)])
+
+        channels = [own_connection() for _ in range(3)]
+        for c in channels:
+            grpc.channel_ready_future(c).result(timeout=10)
+            self.addCleanup(c.close)
+            stub = pb2_grpc.GRPCInferenceServiceStub(c)
+            self.assertTrue(stub.ServerLive(pb2.ServerLiveRequest(), timeout=10).live)
+        extra = own_connection()
+        self.addCleanup(extra.close)
+        with self.assertRaises(grpc.FutureTimeoutError):
+            grpc.channel_ready_future(extra).result(timeout=1.5)
+        channels[0].close()
+        grpc.channel_ready_future(extra).result(timeout=20)
+        stub = pb2_grpc.GRPCInferenceServiceStub(extra)
+        self.assertTrue(stub.ServerLive(pb2.ServerLiveRequest(), timeout=10).live)
+        server.assert_alive()
 
 
 def cpu_seconds(pid):
