@@ -12,7 +12,8 @@ proto/grpc_service.proto. fuzz_shapes, fuzz_grouped_indices and
 fuzz_resident_model read their input front to back as fuzz/fuzz_support.h's
 ByteReader does; the layouts are described at the top of each target.
 fuzz_model_loader gets real one-node models (tests/python_lib's onnx_models)
-with config.pbtxt texts.
+with config.pbtxt texts. fuzz_http_connection gets raw HTTP connections: requests
+over every route and framing, after a byte that says how they are sent.
 """
 import importlib.util
 import os
@@ -340,6 +341,47 @@ def write(target, seeds):
     print("%s: %d seeds, %d bytes" % (target, len(seeds), sum(len(s) for s in seeds.values())))
 
 
+def http_connection_seeds():
+    """Raw bytes of HTTP connections, after a first byte that says how they are sent
+    (0: at once; 0x80 | n: in pieces of n + 1 bytes)."""
+    import gzip
+    import json
+
+    def post(path, body, headers=""):
+        return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+                f"{headers}\r\n").encode() + body
+
+    matmul = json.dumps({"inputs": [
+        {"name": "A", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]},
+        {"name": "B", "shape": [2, 1], "datatype": "FP32", "data": [3, 4]}]}).encode()
+    binary_header = json.dumps({"inputs": [
+        {"name": "A", "shape": [1, 1], "datatype": "FP32", "parameters": {"binary_data_size": 4}},
+        {"name": "B", "shape": [1, 1], "datatype": "FP32", "parameters": {"binary_data_size": 4}}],
+        "outputs": [{"name": "Y", "parameters": {"binary_data": True}}]}).encode()
+    binary = binary_header + struct.pack("<ff", 2.0, 3.0)
+    chunked = (b"POST /v2/models/matmul/infer HTTP/1.1\r\nHost: x\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(matmul) + matmul
+               + b"\r\n0\r\n\r\n")
+    health = b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+    return {
+        "infer_json": b"\0" + post("/v2/models/matmul/infer", matmul),
+        "infer_binary": b"\0" + post("/v2/models/matmul/infer", binary,
+                                     f"Inference-Header-Content-Length: {len(binary_header)}\r\n"),
+        "infer_gzip": b"\x85" + post("/v2/models/matmul/infer", gzip.compress(matmul),
+                                     "Content-Encoding: gzip\r\n"),
+        "chunked_in_pieces": b"\x83" + chunked,
+        "pipelined": b"\0" + health + post("/v2/repository/index", b'{"ready":true}') + health,
+        "expect_continue": b"\0" + post("/v2/models/matmul/infer", matmul,
+                                        "Expect: 100-continue\r\n"),
+        "smuggling": b"\0" + b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n"
+                     b"Transfer-Encoding: chunked, identity\r\n\r\n" + health,
+        "load_unload": b"\0" + post("/v2/repository/models/nobody/unload", b"")
+                       + post("/v2/repository/models/nobody/load", b'{"parameters":{}}'),
+        "shm_register": b"\0" + post("/v2/systemsharedmemory/region/r/register",
+                                     b'{"key":"/x","byte_size":8}'),
+    }
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         write("fuzz_infer_request", infer_request_seeds(load_protocol(tmp)))
@@ -347,6 +389,7 @@ def main():
     write("fuzz_grouped_indices", grouped_indices_seeds())
     write("fuzz_resident_model", resident_model_seeds())
     write("fuzz_model_loader", model_loader_seeds())
+    write("fuzz_http_connection", http_connection_seeds())
 
 
 if __name__ == "__main__":

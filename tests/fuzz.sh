@@ -23,7 +23,7 @@ fi
 # The sanitizer tree (tests/asan_tree.sh), shared with tests/asan.sh.
 BUILD_DIR=${ASAN_BUILD_DIR:-build-asan}
 TARGETS=(fuzz_infer_request fuzz_shapes fuzz_grouped_indices fuzz_resident_model fuzz_model_loader
-         fuzz_http_infer_json)
+         fuzz_http_infer_json fuzz_http_connection)
 
 scripts/install_deps.sh --test
 # Every library is instrumented (coverage for libFuzzer, ASan, UBSan made

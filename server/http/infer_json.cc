@@ -759,6 +759,13 @@ absl::Status Parse(absl::string_view header, HttpInferRequest* request,
   reader.Parse<kParseFlags>(stream, handler);
   if (!reader.HasParseError()) return absl::OkStatus();
   if (!handler.error.ok()) return handler.error;
+  if (reader.GetParseErrorCode() == rapidjson::kParseErrorNumberTooBig) {
+    // RapidJSON's own words ("too big to be stored in double") say nothing to
+    // a client that sent an INT64 or UINT64 value.
+    return absl::InvalidArgumentError(
+        absl::StrCat("the number at byte ", reader.GetErrorOffset(),
+                     " is out of range for every datatype (past 1.8e308)"));
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("malformed JSON at byte ", reader.GetErrorOffset(), ": ",
                    rapidjson::GetParseError_En(reader.GetParseErrorCode())));

@@ -108,8 +108,9 @@ absl::StatusOr<bool> ReadStoredBytes(const onnx::TensorProto& proto, int64_t byt
     if (length < 0) length = file_size - std::min(offset, file_size);
     if (length != bytes) return size_error(length, "bytes");
     if (offset > file_size || length > file_size - offset) {
-      return ctx.Invalid(absl::StrCat("initializer '", name, "': external data range [", offset,
-                                      ", ", offset + length, ") is beyond the end of '",
+      // offset + length may not fit in int64: the range is written as offset and length.
+      return ctx.Invalid(absl::StrCat("initializer '", name, "': external data of ", length,
+                                      " bytes at offset ", offset, " is beyond the end of '",
                                       ClientText(location), "' (", file_size, " bytes)"));
     }
     GEMMSERVE_ASSIGN_OR_RETURN(void* dst, allocate());
@@ -321,6 +322,13 @@ absl::StatusOr<QuantizedWeights> ReadDequantizeLinear(
   bool output_dtype_given = false;
   int64_t output_dtype = 0;
   for (const auto& attr : node.attribute()) {
+    const bool known =
+        attr.name() == "axis" || attr.name() == "block_size" || attr.name() == "output_dtype";
+    if (known && attr.type() != onnx::AttributeProto::INT) {
+      // A FLOAT or STRING attribute's i() is 0: read as such it would be a guess.
+      return ctx.Invalid(absl::StrCat("DequantizeLinear attribute '", attr.name(),
+                                      "' must be an INT attribute"));
+    }
     if (attr.name() == "axis") {
       layout.axis = attr.i();
     } else if (attr.name() == "block_size") {

@@ -1,5 +1,5 @@
-"""The HTTP front end and the process under hostile and careless clients (issue 38,
-docs/reliability.md rows H7-H13): nothing is spent on a request before it is admitted,
+"""The HTTP front end and the process under hostile and careless clients (issue 38;
+RELIABILITY.md rows H7-H10 and P1-P3, docs/reliability.md): nothing is spent on a request before it is admitted,
 an I/O thread never waits, answers count until they are written, and descriptors
 running out never stop the process. Each row is sent through the real front end of a
 real server process, and each is followed by valid requests that must be answered."""
@@ -77,13 +77,13 @@ class ServedCase(GemmServeTestCase):
 
 
 class FramingTest(ServedCase):
-    """H7: RFC 9112 6.3: a Transfer-Encoding other than exactly `chunked` is 400 (501 for
+    """H9: RFC 9112 6.3: a Transfer-Encoding other than exactly `chunked` is 400 (501 for
     a transfer coding not implemented) and the connection closes, so the bytes after
     what a lenient reader would take for the body never run as a second request."""
 
     SMUGGLED = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
 
-    def test_h7_transfer_encodings_other_than_chunked_are_refused_and_close(self):
+    def test_h9_transfer_encodings_other_than_chunked_are_refused_and_close(self):
         cases = [("identity", 400), ("chunked, identity", 400), ("xchunked", 400),
                  ("gzip, chunked", 501), ("chunked\r\nContent-Length: 5", 400)]
         for coding, code in cases:
@@ -106,7 +106,7 @@ class FramingTest(ServedCase):
 
 
 class TokensBeforeBodiesTest(unittest.TestCase):
-    """H8: with tokens on, a request is authenticated from its head: before its body is
+    """H7, H10: with tokens on, a request is authenticated from its head: before its body is
     read or inflated, and before `100 Continue`."""
 
     TOKEN = "hostile-clients-token"
@@ -120,7 +120,7 @@ class TokensBeforeBodiesTest(unittest.TestCase):
             s.sendall(head + body)
             return read_answers(s, timeout)
 
-    def test_h8_unauthenticated_bodies_are_refused_before_they_are_read(self):
+    def test_h7_unauthenticated_bodies_are_refused_before_they_are_read(self):
         bomb = gzip.compress(b"\0" * (200 * MIB), compresslevel=1)
         memory = ProcessMemory(self.server.proc.pid)
         memory.reset_peak()
@@ -137,7 +137,7 @@ class TokensBeforeBodiesTest(unittest.TestCase):
         self.assertEqual(status_of(raw), 401, raw[:300])
         self.assertNotIn(b"100 Continue", raw)
 
-    def test_h8_two_authorization_headers_are_refused(self):
+    def test_h10_two_authorization_headers_are_refused(self):
         good = f"Authorization: Bearer {self.TOKEN}\r\n".encode()
         for second in (good, b"Authorization: Bearer other\r\n"):
             raw, _ = self.exchange(b"GET /v2 HTTP/1.1\r\nHost: x\r\n" + good + second + b"\r\n")
@@ -149,7 +149,7 @@ class TokensBeforeBodiesTest(unittest.TestCase):
 
 
 class AdmissionTest(ServedCase):
-    """H9, H10, H11: a body's declared size is held against --max_inflight_bytes before it
+    """H7, H8, P3: a body's declared size is held against --max_inflight_bytes before it
     is read; control bodies are small and parsed without a DOM that multiplies them; an
     answer stays counted until it is written."""
 
@@ -165,9 +165,11 @@ class AdmissionTest(ServedCase):
             time.sleep(0.02)
         return self.inflight_bytes()
 
-    def test_h9_declared_bodies_are_held_before_they_are_read(self):
+    def test_h7_declared_bodies_are_held_before_they_are_read(self):
         head = (b"POST /v2/models/matmul/infer HTTP/1.1\r\nHost: x\r\n"
                 b"Content-Length: 70000000\r\n\r\n")
+        memory = ProcessMemory(self.server.proc.pid)
+        memory.reset_peak()
         held = []
         for _ in range(2):  # 140 of 200 MB declared, one byte of each sent
             held.append(connect(self.server.http_port))
@@ -195,9 +197,12 @@ class AdmissionTest(ServedCase):
         while self.inflight_bytes() != 0 and time.monotonic() < deadline:
             time.sleep(0.02)
         self.assertEqual(self.inflight_bytes(), 0)
+        if not server_is_sanitized():
+            # Declared, not received: nothing of the 210 MB was allocated.
+            self.assertLess(memory.peak_growth(), 32 * MIB)
         self.assert_still_serves_http()
 
-    def test_h10_control_bodies_are_bounded(self):
+    def test_h8_control_bodies_are_bounded(self):
         # 32 MiB of {"ready":[0,0,...]} in a 31 kB gzip: refused at 64 KiB, inflating nothing more.
         body = b'{"ready":[' + b"0," * (16 * MIB - 1) + b"0]}"
         bomb = gzip.compress(body)
@@ -220,7 +225,7 @@ class AdmissionTest(ServedCase):
         self.assertIn("--allow_client_shm", json.loads(data)["error"])
         self.assert_still_serves_http()
 
-    def test_h11_an_answer_a_client_does_not_read_stays_counted(self):
+    def test_p3_an_answer_a_client_does_not_read_stays_counted(self):
         # 3000 x 5000 FP32 = 60 MB of answer for a 32 kB request.
         a = np.ones((3000, 1), np.float32)
         b = np.ones((1, 5000), np.float32)
@@ -228,6 +233,8 @@ class AdmissionTest(ServedCase):
         head = (b"POST /v2/models/matmul/infer HTTP/1.1\r\nHost: x\r\n"
                 b"Inference-Header-Content-Length: " + str(header_length).encode() +
                 b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        memory = ProcessMemory(self.server.proc.pid)
+        memory.reset_peak()
         reader = connect(self.server.http_port)
         self.addCleanup(reader.close)
         reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -251,7 +258,35 @@ class AdmissionTest(ServedCase):
                                              str(header_length)})
         self.assertEqual(status, 200)
         self.assertGreater(len(data), 60000000)  # the 60 MB output, and its JSON header
+        if not server_is_sanitized():
+            # Within what --max_inflight_bytes (200 MB) allows, and a constant.
+            self.assertLess(memory.peak_growth(), 200000000 + 64 * MIB)
         self.assert_still_serves_http()
+
+    def test_p3_a_client_that_never_reads_is_cut_at_the_write_deadline(self):
+        server = ServerProcess("--http_request_timeout_ms=1000").start()
+        self.addCleanup(server.stop)
+        a = np.ones((3000, 1), np.float32)
+        b = np.ones((1, 5000), np.float32)
+        body, header_length = encode_infer_request([("A", a), ("B", b)], binary_outputs=True)
+        stuck = connect(server.http_port)
+        self.addCleanup(stuck.close)
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.sendall(b"POST /v2/models/matmul/infer HTTP/1.1\r\nHost: x\r\n"
+                      b"Inference-Header-Content-Length: " + str(header_length).encode() +
+                      b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        gauge = lambda: metric_sum(server.metrics_url, "gemmserve_inflight_bytes")
+        deadline = time.monotonic() + 10
+        while gauge() < 60000000 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertGreaterEqual(gauge(), 60000000)
+        # The client still holds its connection open, reading nothing: the write
+        # deadline (--http_request_timeout_ms) cuts it and frees the answer.
+        deadline = time.monotonic() + 15
+        while gauge() != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(gauge(), 0, "the unread answer was never freed")
+        server.assert_alive()
 
 
 _G, _K, _N = 8, 512, 512
@@ -270,10 +305,10 @@ SLOW_LOAD_BODY = json.dumps({"parameters": {
 
 
 class HealthStaysFastTest(unittest.TestCase):
-    """H12: health answers in milliseconds while a load warms up, unloads pile up behind
+    """P2: health answers in milliseconds while a load warms up, unloads pile up behind
     it and two gzip bombs are inflated: no I/O thread waits or inflates."""
 
-    def test_h12_health_is_fast_under_a_slow_load_an_unload_storm_and_bombs(self):
+    def test_p2_health_is_fast_under_a_slow_load_an_unload_storm_and_bombs(self):
         server = ServerProcess("--max_message_bytes=536870912").start()
         try:
             port = server.http_port
@@ -334,10 +369,10 @@ def is_loading(port, name):
 
 
 class DescriptorsTest(unittest.TestCase):
-    """H13: out of descriptors, HTTP accept waits instead of spinning or aborting, and the
+    """P1: out of descriptors, HTTP accept waits instead of spinning or aborting, and the
     server answers again as soon as descriptors free up."""
 
-    def test_h13_running_out_of_descriptors_neither_aborts_nor_spins(self):
+    def test_p1_running_out_of_descriptors_neither_aborts_nor_spins(self):
         server = ServerProcess().start()
         self.addCleanup(server.stop)
         pid = server.proc.pid
@@ -372,7 +407,7 @@ class DescriptorsTest(unittest.TestCase):
         stub = pb2_grpc.GRPCInferenceServiceStub(channel)
         self.assertTrue(stub.ServerLive(pb2.ServerLiveRequest(), timeout=10).live)
 
-    def test_h13_grpc_connections_over_the_cap_are_closed_until_one_goes(self):
+    def test_p1_grpc_connections_over_the_cap_are_closed_until_one_goes(self):
         server = ServerProcess("--grpc_max_connections=3").start()
         self.addCleanup(server.stop)
         def own_connection():
