@@ -73,9 +73,14 @@ struct Shared {
   std::atomic<int> connections{0};
 
   template <typename Executor, typename F>
-  void Post(const Executor& executor, F&& f) {
+  // A reply on its way to its I/O thread counts as being written from here
+  // on, so that Shutdown cannot see the server quiet between the call's end
+  // and the write's start (the reply would be dropped unwritten).
+  void PostReply(const Executor& executor, F&& f) {
     absl::MutexLock lock(&mu);
-    if (open) net::post(executor, std::forward<F>(f));
+    if (!open) return;
+    ++writing;
+    net::post(executor, std::forward<F>(f));
   }
   void AddCalls(int64_t n) {
     absl::MutexLock lock(&mu);
@@ -386,7 +391,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       {
         std::shared_ptr<Self> s = std::move(self);
         auto executor = s->stream_.get_executor();
-        shared->Post(executor, [s = std::move(s), reply = std::move(reply)]() mutable {
+        shared->PostReply(executor, [s = std::move(s), reply = std::move(reply)]() mutable {
           s->OnReply(std::move(reply));
         });
       }
@@ -410,14 +415,15 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         });
   }
 
-  void OnReply(HttpReply reply) {
+  void OnReply(HttpReply reply) {  // counted in `writing` by PostReply
     awaiting_ = false;
     beast::error_code ignored;
     Lowest().socket().cancel(ignored);  // the hang-up watch
-    Send(std::move(reply));
+    Send(std::move(reply), /*counted=*/true);
   }
 
-  void Send(HttpReply reply) {
+  // `counted`: already in Shared::writing (a reply that came through PostReply).
+  void Send(HttpReply reply, bool counted = false) {
     if (shared_->serving->draining()) keep_alive_ = false;
     auto res = std::make_shared<http::response<http::string_body>>(
         static_cast<http::status>(reply.status), version_);
@@ -436,7 +442,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     res->prepare_payload();
     response_ = res;
     held_ = std::move(reply.held);  // counted until written, or the connection is cut
-    shared_->AddWriting(1);
+    if (!counted) shared_->AddWriting(1);
     Lowest().expires_after(Ms(shared_->options.request_timeout_ms));
     http::async_write(stream_, *res,
                       [self = this->shared_from_this()](beast::error_code ec, size_t) {

@@ -128,6 +128,8 @@ class JsonRowsTest(HttpRowsCase):
             (many, "more than 1024 inputs"),
             (b'{"inputs":[{"name":"A","shape":[1,1],"datatype":"INT32","data":[4294967296]}]}',
              "out of range for INT32"),
+            (b'{"inputs":[{"name":"A","shape":[1,1],"datatype":"INT64","data":[' + b"9" * 400
+             + b']}]}', "out of range for every datatype"),
             (b'{"inputs":[{"name":"A","shape":[1,1],"datatype":"FP8","data":[1]},'
              b'{"name":"B","shape":[1,1],"datatype":"FP32","data":[1]}]}', "FP8"),       # E2
             (b'{"inputs":[{"name":"A","shape":[1,1],"datatype":"INT8","data":[1]},'

@@ -215,6 +215,13 @@ class QuantizedModelsTest(GemmServeTestCase):
             dq.attribute.append(helper.make_attribute(name, value))
             return model
 
+        def float_attr(model, name, value):
+            dq = model.graph.node[0]
+            kept = [a for a in dq.attribute if a.name != name]
+            del dq.attribute[:]
+            dq.attribute.extend(kept + [helper.make_attribute(name, float(value))])
+            return model
+
         zp_type = quantized(bits=8)
         init(zp_type, "_zero_point").data_type = TensorProto.INT8
         feeds_other = quantized()
@@ -237,6 +244,9 @@ class QuantizedModelsTest(GemmServeTestCase):
             "negative block_size": (attr(quantized(), "block_size", -3), "is negative"),
             "axis out of range": (attr(quantized(block=0), "axis", 3), "axis 3 is outside"),
             "blocked along N": (attr(quantized(), "axis", 2), "gemmserve serves blocks along K"),
+            # A FLOAT attribute's `i` reads 0, which would be a valid axis: refused.
+            "a FLOAT axis": (float_attr(quantized(block=0), "axis", 1.0),
+                             "'axis' must be an INT attribute"),
             "DequantizeLinear feeding the input": (feeds_other, "must be the weights (input 1)"),
             "first node not DequantizeLinear": (wrong_first, "not DequantizeLinear"),
             "weights shorter than their shape": (short_data, "the file holds"),
