@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import statistics
+import sys
 import threading
 import time
 import unittest
@@ -49,6 +50,15 @@ def read_answers(sock, timeout=5.0):
 
 def status_of(raw):
     return int(raw.split(b" ", 2)[1]) if raw.startswith(b"HTTP/1.1 ") else 0
+
+
+def report_growth(case, memory, allowed):
+    """Prints the server's peak resident growth for a case against what its limit allows
+    (--max_inflight_bytes, or --max_message_bytes for a single body): the ratios that
+    docs/reliability.md quotes."""
+    growth = memory.peak_growth()
+    print(f"peak growth: {case}: {growth / MIB:.1f} MiB, {growth / allowed:.3f} of the "
+          f"{allowed / MIB:.0f} MiB its limit allows", file=sys.stderr)
 
 
 def health_latency(port):
@@ -130,6 +140,7 @@ class TokensBeforeBodiesTest(unittest.TestCase):
         self.assertEqual(status_of(raw), 401, raw[:300])
         self.assertTrue(closed)
         if not server_is_sanitized():
+            report_growth("H7 unauthenticated 200 MiB gzip bomb", memory, 1 << 30)
             self.assertLess(memory.peak_growth(), 32 * MIB, "the bomb was inflated")
         # Expect: 100-continue gets the 401, never 100 Continue.
         raw, _ = self.exchange(b"POST /v2/models/matmul/infer HTTP/1.1\r\nHost: x\r\n"
@@ -199,6 +210,7 @@ class AdmissionTest(ServedCase):
         self.assertEqual(self.inflight_bytes(), 0)
         if not server_is_sanitized():
             # Declared, not received: nothing of the 210 MB was allocated.
+            report_growth("H7 three 70 MB bodies declared", memory, 200000000)
             self.assertLess(memory.peak_growth(), 32 * MIB)
         self.assert_still_serves_http()
 
@@ -212,6 +224,7 @@ class AdmissionTest(ServedCase):
                                             {"Content-Encoding": "gzip"})
         self.assertEqual(status, 413, data[:300])
         if not server_is_sanitized():
+            report_growth("H8 gzip of 32 MiB index body", memory, 80000000)
             self.assertLess(memory.peak_growth(), 16 * MIB)
         # Under the size cap, too many values: refused before a DOM is built.
         status, _, data = self.http.request("POST", "/v2/repository/index",
@@ -260,6 +273,7 @@ class AdmissionTest(ServedCase):
         self.assertGreater(len(data), 60000000)  # the 60 MB output, and its JSON header
         if not server_is_sanitized():
             # Within what --max_inflight_bytes (200 MB) allows, and a constant.
+            report_growth("P3 60 MB answer unread, a second refused", memory, 200000000)
             self.assertLess(memory.peak_growth(), 200000000 + 64 * MIB)
         self.assert_still_serves_http()
 
