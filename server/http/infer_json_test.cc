@@ -154,7 +154,7 @@ TEST(InferJson, MalformedRequestsNameTheFault) {
       {R"({"inputs":[{"name":"A","shape":[1],"datatype":"FP16","data":[65520]}]})",
        "out of range for FP16"},
       {R"({"inputs":[{"name":"A","shape":[1],"datatype":"FP64","data":[1e309]}]})",
-       "Number too big"},  // RapidJSON's own check
+       "out of range for every datatype"},  // RapidJSON's NumberTooBig, in our words
       {R"({"inputs":[{"name":"A","shape":[2,2],"datatype":"FP32","data":[[1,2],[3]]}]})", "ragged"},
       {R"({"inputs":[{"name":"A","shape":[2,2],"datatype":"FP32","data":[[1,2],3,4]}]})",
        "mixes numbers and arrays"},
