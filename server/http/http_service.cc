@@ -68,6 +68,14 @@ absl::StatusOr<std::vector<std::string>> PathSegments(absl::string_view target) 
   return segments;
 }
 
+// The routes that need no token, as Triton counts them: server liveness and
+// readiness, and a model's readiness.
+bool IsHealthRoute(const std::vector<std::string>& p) {
+  if (p.size() == 3 && p[1] == "health") return true;
+  const bool model = p.size() >= 4 && p[1] == "models";
+  return model && p.back() == "ready" && (p.size() == 4 || (p.size() == 6 && p[3] == "versions"));
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> HttpService::Admit(const HttpHead& head) const {
@@ -79,7 +87,7 @@ absl::StatusOr<int64_t> HttpService::Admit(const HttpHead& head) const {
   // Handle answers a bad path, or one outside /v2, without a token.
   if (!parsed.ok() || parsed->empty() || (*parsed)[0] != "v2") return kMaxControlBodyBytes;
   const std::vector<std::string>& p = *parsed;
-  if (p.size() == 3 && p[1] == "health") return kMaxControlBodyBytes;
+  if (IsHealthRoute(p)) return kMaxControlBodyBytes;
   std::optional<absl::string_view> authorization;
   if (!head.authorization.empty()) authorization = head.authorization.front();
   GEMMSERVE_RETURN_IF_ERROR(serving_->Authenticate(authorization));
@@ -143,15 +151,13 @@ void HttpService::Handle(HttpCall call, Reply reply) {
     const bool ready = p[2] == "live" || !serving_->draining();
     return std::move(reply)(Empty(ready ? 200 : 400));
   }
-  if (absl::Status auth = serving_->Authenticate(call.authorization); !auth.ok()) {
+  if (absl::Status auth = serving_->Authenticate(call.authorization);
+      !auth.ok() && !IsHealthRoute(p)) {
     return std::move(reply)(Error(auth));
   }
   if (p.size() == 1) {
     if (!get) return method_not_allowed("GET");
-    std::vector<std::string> extensions = {"binary_tensor_data", "model_repository", "statistics",
-                                           "model_configuration"};
-    if (serving_->shm().enabled()) extensions.push_back("system_shared_memory");
-    return ok(ServerMetadataJson(kServerName, kServerVersion, extensions));
+    return ok(ServerMetadataJson(kServerName, kServerVersion, serving_->Extensions()));
   }
   if (p[1] == "cudasharedmemory") {
     return std::move(reply)(Error(

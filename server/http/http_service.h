@@ -14,8 +14,9 @@
 //   POST /v2/repository/models/{m}/load | /unload           load, unload
 //
 // Errors are `{"error": "<the gRPC API's message>"}` with the status of the
-// gRPC code (HttpStatusOf). With a token file every route but the two health
-// checks needs `Authorization: Bearer <token>`.
+// gRPC code (HttpStatusOf). With a token file every route but the health
+// checks (server live and ready, a model's ready) needs
+// `Authorization: Bearer <token>`.
 #ifndef GEMMSERVE_SERVER_HTTP_HTTP_SERVICE_H_
 #define GEMMSERVE_SERVER_HTTP_HTTP_SERVICE_H_
 

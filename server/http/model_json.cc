@@ -207,11 +207,19 @@ std::string ModelStatisticsJson(const std::vector<ModelStatistics>& stats) {
     Duration(j, "success", s.success);
     Duration(j, "fail", s.fail);
     Duration(j, "queue", s.queue);
+    // Triton's schema has these (perf_analyzer indexes them); gemmserve has no
+    // input/output stage apart from compute and no response cache: zero.
+    Duration(j, "compute_input", DurationStat{});
     Duration(j, "compute_infer", s.compute_infer);
+    Duration(j, "compute_output", DurationStat{});
+    Duration(j, "cache_hit", DurationStat{});
+    Duration(j, "cache_miss", DurationStat{});
     j.Close('}').Key("batch_stats").Open('[');
     for (const BatchSizeStat& b : s.batch_stats) {
       j.Open('{').NumField("batch_size", b.batch_size);
+      Duration(j, "compute_input", DurationStat{});
       Duration(j, "compute_infer", b.compute_infer);
+      Duration(j, "compute_output", DurationStat{});
       j.Close('}');
     }
     j.Close(']').Close('}');

@@ -173,6 +173,12 @@ absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferReques
   }
   view.requested_outputs.reserve(request.outputs_size());
   for (const auto& output : request.outputs()) {
+    // Refused as the HTTP front end refuses it, never silently ignored.
+    if (output.parameters().count("classification") != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output '", ClientText(output.name()),
+                       "': output parameter 'classification' is not supported"));
+    }
     view.requested_outputs.push_back(output.name());
     GEMMSERVE_ASSIGN_OR_RETURN(
         std::optional<SharedMemoryRef> ref,
@@ -336,10 +342,18 @@ void EncodeModelStatistics(const ModelStatistics& s, inference::ModelStatistics*
   set(s.fail, st->mutable_fail());
   set(s.queue, st->mutable_queue());
   set(s.compute_infer, st->mutable_compute_infer());
+  // Triton's schema has these; gemmserve has no input/output stage apart
+  // from compute and no response cache: present, and zero.
+  st->mutable_compute_input();
+  st->mutable_compute_output();
+  st->mutable_cache_hit();
+  st->mutable_cache_miss();
   for (const BatchSizeStat& b : s.batch_stats) {
     inference::InferBatchStatistics* o = out->add_batch_stats();
     o->set_batch_size(b.batch_size);
+    o->mutable_compute_input();
     set(b.compute_infer, o->mutable_compute_infer());
+    o->mutable_compute_output();
   }
 }
 

@@ -65,9 +65,8 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* context,
                                                        const inference::ModelReadyRequest* request,
                                                        inference::ModelReadyResponse* response) {
-  GEMMSERVE_AUTHENTICATE(context);
-  // As Triton does: an unknown, loading or unloaded model or version is
-  // simply not ready.
+  // No token, as the health checks (Triton counts it with them). As Triton
+  // does: an unknown, loading or unloaded model or version is simply not ready.
   response->set_ready(serving_->engine().FindModel(request->name(), request->version()).ok());
   return FinishNow(context, grpc::Status::OK);
 }
@@ -78,6 +77,8 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
   GEMMSERVE_AUTHENTICATE(context);
   response->set_name(kServerName);
   response->set_version(kServerVersion);
+  for (std::string& extension : serving_->Extensions())
+    response->add_extensions(std::move(extension));
   return FinishNow(context, grpc::Status::OK);
 }
 

@@ -227,6 +227,13 @@ absl::Status Serving::ResolveSharedMemory(const InferCall& call, InferRequestVie
   return absl::OkStatus();
 }
 
+std::vector<std::string> Serving::Extensions() const {
+  std::vector<std::string> extensions = {"binary_tensor_data", "model_repository", "statistics",
+                                         "model_configuration"};
+  if (shm_->enabled()) extensions.push_back("system_shared_memory");
+  return extensions;
+}
+
 absl::Status Serving::Authenticate(std::optional<absl::string_view> authorization) const {
   return auth_ == nullptr ? absl::OkStatus() : auth_->Check(authorization);
 }

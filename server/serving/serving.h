@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
@@ -83,6 +84,11 @@ class Serving {
   std::string ShmOwner(std::optional<absl::string_view> authorization) const;
   // "host:port" of /metrics, or empty when it is not served.
   std::string metrics_address() const;
+
+  // The protocol extensions the server speaks, by Triton's names, as both
+  // front ends' server metadata lists them: system_shared_memory only when
+  // client shared memory is on.
+  std::vector<std::string> Extensions() const;
 
   // OK when no token is configured; else TokenAuthenticator::Check of the
   // `authorization` header's value (nullopt when absent).

@@ -10,9 +10,10 @@ import shutil
 import subprocess
 import unittest
 
+import grpc
 import numpy as np
 
-from gemmserve_client import bf16_bits_to_float32, decode_outputs, make_infer_request
+from gemmserve_client import bf16_bits_to_float32, decode_outputs, make_infer_request, pb2
 from gemmserve_client.http import HttpClient
 from gemmserve_testing.base import GemmServeTestCase
 from gemmserve_testing.onnx_models import matmul_graph, model_bytes
@@ -27,6 +28,48 @@ class HttpTestCase(GemmServeTestCase):
     def setUp(self):
         self.http = HttpClient(self.server.http_url)
         self.addCleanup(self.http.close)
+
+
+class TritonParityTest(HttpTestCase):
+    """Issue 39's first four findings with tritonclient: what both protocols must say
+    alike (server extensions, the classification refusal, Triton's statistics fields)."""
+
+    def test_server_metadata_lists_the_same_extensions_over_both_protocols(self):
+        grpc_meta = self.stub.ServerMetadata(pb2.ServerMetadataRequest(), timeout=10)
+        http_meta = self.http.server_metadata()
+        self.assertEqual(list(grpc_meta.extensions), http_meta["extensions"])
+        self.assertIn("binary_tensor_data", grpc_meta.extensions)
+
+    def test_classification_is_refused_over_both_protocols(self):
+        request = make_infer_request("matmul", [("A", np.ones((1, 1), np.float32)),
+                                                ("B", np.ones((1, 1), np.float32))])
+        output = request.outputs.add(name="Y")
+        output.parameters["classification"].int64_param = 2
+        error = self.rpc_error(self.stub.ModelInfer, request)
+        self.assertEqual(error.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("'classification' is not supported", error.details())
+        body = json.dumps({"inputs": [
+            {"name": "A", "shape": [1, 1], "datatype": "FP32", "data": [1]},
+            {"name": "B", "shape": [1, 1], "datatype": "FP32", "data": [1]}],
+            "outputs": [{"name": "Y", "parameters": {"classification": 2}}]}).encode()
+        status, _, data = self.http.request("POST", "/v2/models/matmul/infer", body)
+        self.assertEqual(status, 400)
+        self.assertIn("'classification' is not supported", json.loads(data)["error"])
+
+    def test_statistics_carry_tritons_fields_over_both_protocols(self):
+        self.http.infer("matmul", [("A", np.ones((2, 2), np.float32)),
+                                   ("B", np.ones((2, 2), np.float32))])
+        stats = self.http.model_statistics("matmul")["model_stats"][0]
+        for field in ("success", "fail", "queue", "compute_input", "compute_infer",
+                      "compute_output", "cache_hit", "cache_miss"):
+            self.assertEqual(set(stats["inference_stats"][field]), {"count", "ns"}, field)
+        for batch in stats["batch_stats"]:
+            self.assertIn("compute_input", batch)
+            self.assertIn("compute_output", batch)
+        grpc_stats = self.stub.ModelStatistics(pb2.ModelStatisticsRequest(name="matmul"),
+                                               timeout=10).model_stats[0]
+        for field in ("compute_input", "compute_output", "cache_hit", "cache_miss"):
+            self.assertTrue(grpc_stats.inference_stats.HasField(field), field)
 
 
 class EndpointsTest(HttpTestCase):

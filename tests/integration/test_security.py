@@ -173,6 +173,14 @@ class TokenTest(unittest.TestCase):
     def test_health_needs_no_token(self):
         self.assertEqual(health(self.channel), SERVING)
         self.assertTrue(self.stub.ServerLive(pb2.ServerLiveRequest(), timeout=10).live)
+        # ModelReady too, as Triton counts it with the health checks, over both protocols.
+        self.assertTrue(self.stub.ModelReady(pb2.ModelReadyRequest(name="matmul"), timeout=10).ready)
+        self.assertFalse(self.stub.ModelReady(pb2.ModelReadyRequest(name="nobody"),
+                                              timeout=10).ready)
+        with HttpClient(self.server.http_url) as client:
+            self.assertEqual(client.request("GET", "/v2/models/matmul/ready")[0], 200)
+            self.assertEqual(client.request("GET", "/v2/models/matmul/versions/1/ready")[0], 200)
+            self.assertEqual(client.request("GET", "/v2/models/matmul")[0], 401)
 
 
 if __name__ == "__main__":
