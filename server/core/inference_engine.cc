@@ -271,7 +271,10 @@ EngineOptions WithThreads(EngineOptions options) {
 }  // namespace
 
 InferenceEngine::InferenceEngine(EngineOptions options, Clock* clock)
-    : options_(WithThreads(options)), clock_(clock), pool_(options_.compute_threads) {}
+    : options_(WithThreads(options)),
+      clock_(clock),
+      ledger_(std::make_shared<Reservation::Ledger>(options_.metrics)),
+      pool_(options_.compute_threads) {}
 
 InferenceEngine::~InferenceEngine() {
   // Accepted work completes: every queue is cut now, and the pool (destroyed
@@ -546,16 +549,16 @@ absl::Status InferenceEngine::Grow(Reservation* reservation, int64_t more, absl:
 
 absl::StatusOr<InferenceEngine::Reservation> InferenceEngine::Hold(int64_t bytes, int64_t prepaid,
                                                                     absl::string_view what) {
-  const int64_t held = inflight_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  const int64_t held = ledger_->held.fetch_add(bytes, std::memory_order_relaxed);
   if (held > options_.max_inflight_bytes - bytes) {
-    inflight_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    ledger_->held.fetch_sub(bytes, std::memory_order_relaxed);
     return QueueFullError(absl::StrCat("queue full: the server holds ", held - prepaid,
                                        " bytes of accepted requests and ", what, " would add ",
                                        prepaid + bytes, ", over --max_inflight_bytes=",
                                        options_.max_inflight_bytes, "; retry later"));
   }
   if (options_.metrics) options_.metrics->AddInflightBytes(bytes);
-  return Reservation(&inflight_bytes_, bytes, options_.metrics);
+  return Reservation(ledger_, bytes);
 }
 
 absl::Status InferenceEngine::Submit(InferRequestView request_view,

@@ -240,7 +240,7 @@ class InferenceEngine {
                       DoneCallback done, Reservation* reserved = nullptr);
 
   const EngineOptions& options() const { return options_; }
-  int64_t inflight_bytes() const { return inflight_bytes_.load(); }
+  int64_t inflight_bytes() const { return ledger_->held.load(); }
 
  private:
   class Pending;
@@ -282,7 +282,8 @@ class InferenceEngine {
 
   const EngineOptions options_;
   Clock* const clock_;
-  std::atomic<int64_t> inflight_bytes_{0};
+  // Shared with every reservation handed out, which may outlive the engine.
+  const std::shared_ptr<Reservation::Ledger> ledger_;
   mutable absl::Mutex mu_;
   struct Entry {
     ModelStatus status;

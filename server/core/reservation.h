@@ -11,12 +11,20 @@
 //   ... read the body ...
 //   GEMMSERVE_RETURN_IF_ERROR(engine.Grow(&body, inflated, "the inflated body"));
 //   body.Shrink(length);  // the compressed bytes are freed
+//
+// The count itself is shared (a Ledger) between the engine and every
+// reservation, so a reservation may outlive the engine that handed it out
+// (an answer still being written at shutdown, a test's result destroyed after
+// its engine); the metrics it reports to must outlive every reservation
+// (Serving owns them and destroys them last).
 #ifndef GEMMSERVE_SERVER_CORE_RESERVATION_H_
 #define GEMMSERVE_SERVER_CORE_RESERVATION_H_
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <utility>
 
 #include "server/metrics/metrics.h"
 
@@ -24,13 +32,19 @@ namespace gemmserve {
 
 class Reservation {
  public:
+  // What the engine counts against --max_inflight_bytes.
+  struct Ledger {
+    explicit Ledger(Metrics* m) : metrics(m) {}
+    std::atomic<int64_t> held{0};
+    Metrics* const metrics;  // may be null
+  };
+
   Reservation() = default;
   Reservation(Reservation&& other) noexcept { *this = std::move(other); }
   Reservation& operator=(Reservation&& other) noexcept {
     if (this != &other) {
       Release();
-      held_ = other.held_;
-      metrics_ = other.metrics_;
+      ledger_ = std::move(other.ledger_);
       bytes_ = other.bytes_;
       other.bytes_ = 0;
     }
@@ -46,8 +60,8 @@ class Reservation {
   void Shrink(int64_t n) {
     n = std::min(std::max<int64_t>(n, 0), bytes_);
     if (n == 0) return;
-    held_->fetch_sub(n, std::memory_order_relaxed);
-    if (metrics_ != nullptr) metrics_->AddInflightBytes(-n);
+    ledger_->held.fetch_sub(n, std::memory_order_relaxed);
+    if (ledger_->metrics != nullptr) ledger_->metrics->AddInflightBytes(-n);
     bytes_ -= n;
   }
   void Release() { Shrink(bytes_); }
@@ -67,16 +81,15 @@ class Reservation {
   Reservation Take(int64_t n) {
     n = std::min(std::max<int64_t>(n, 0), bytes_);
     bytes_ -= n;
-    return Reservation(held_, n, metrics_);
+    return Reservation(ledger_, n);
   }
 
  private:
   friend class InferenceEngine;
-  Reservation(std::atomic<int64_t>* held, int64_t bytes, Metrics* metrics)
-      : held_(held), metrics_(metrics), bytes_(bytes) {}
+  Reservation(std::shared_ptr<Ledger> ledger, int64_t bytes)
+      : ledger_(std::move(ledger)), bytes_(bytes) {}
 
-  std::atomic<int64_t>* held_ = nullptr;
-  Metrics* metrics_ = nullptr;
+  std::shared_ptr<Ledger> ledger_;
   int64_t bytes_ = 0;
 };
 
