@@ -4,7 +4,8 @@
 // then unloads the model. The input is split into the three files by two
 // length bytes at its front:
 //
-//   1 byte   config length C (mod 256), then C bytes of config.pbtxt text
+//   1 byte   config length C (mod 256), then C bytes of config text
+//            (config.pbtxt, or Triton's JSON form when it starts with '{')
 //   1 byte   external data length E (times 16), then E bytes of 1/weights.bin
 //            (also uploaded as warmup/data.bin, a model_warmup input_data_file)
 //   the rest model.onnx

@@ -328,6 +328,16 @@ def model_loader_seeds():
             b'inputs{key:"hidden" value{data_type:TYPE_FP64 dims:[3,4] random_data:true}}}',
             matmul),
         "bad_model": case(b"", b"\x08\x08garbage"),
+        # Triton's JSON form (triton_config.h), declared tensors checked against the model.
+        "json_batching_declared": case(
+            b'{"input":[{"name":"hidden","data_type":"TYPE_FP32","dims":[-1,4]}],'
+            b'"dynamic_batching":{"default_queue_policy":{"max_queue_size":8}},'
+            b'"parameters":{"max_batch_rows":{"string_value":"64"}}}', matmul),
+        "json_warmup": case(
+            b'{"model_warmup":[{"count":2,"inputs":{"tokens":{"data_type":"TYPE_FP32",'
+            b'"dims":[2,4],"random_data":true},"routing":{"data_type":"TYPE_INT64",'
+            b'"dims":[2,2],"zero_data":true}}}]}', grouped),
+        "json_refused": case(b'{"max_batch_size":8,"output":[{"name":"nope"}]}', grouped),
     }
 
 

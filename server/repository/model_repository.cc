@@ -19,6 +19,7 @@
 #include "server/common/status_macros.h"
 #include "server/repository/model_files.h"
 #include "server/repository/onnx_model_loader.h"
+#include "server/repository/triton_config.h"
 #include "server/repository/warmup_config.h"
 
 namespace gemmserve {
@@ -44,8 +45,6 @@ class CollectErrors final : public google::protobuf::io::ErrorCollector {
   std::string first_;
 };
 
-// config.pbtxt is a few lines; anything far larger is not one.
-constexpr int64_t kMaxConfigBytes = int64_t{1} << 20;
 // Loads waiting for the loader thread (each may hold uploaded files).
 constexpr size_t kMaxQueuedLoads = 16;
 
@@ -64,9 +63,9 @@ absl::Status OverLimit(const char* field, uint64_t value, uint64_t limit) {
 
 absl::StatusOr<std::string> ReadConfigText(const ModelFiles& files) {
   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<ModelFile> file, files.Open("", kConfigFile));
-  if (file->size() > kMaxConfigBytes) {
+  if (file->size() > kMaxModelConfigBytes) {
     return absl::InvalidArgumentError(absl::StrCat("config.pbtxt: ", file->size(),
-                                                   " bytes, over the limit of ", kMaxConfigBytes));
+                                                   " bytes, over the limit of ", kMaxModelConfigBytes));
   }
   std::string text(static_cast<size_t>(file->size()), '\0');
   GEMMSERVE_RETURN_IF_ERROR(file->Read(0, file->size(), text.data()));
@@ -76,9 +75,9 @@ absl::StatusOr<std::string> ReadConfigText(const ModelFiles& files) {
 }  // namespace
 
 absl::StatusOr<config::ModelConfigFile> ParseModelConfigFile(absl::string_view text) {
-  if (static_cast<int64_t>(text.size()) > kMaxConfigBytes) {
+  if (static_cast<int64_t>(text.size()) > kMaxModelConfigBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config.pbtxt: ", text.size(), " bytes, over the limit of ", kMaxConfigBytes));
+        absl::StrCat("config.pbtxt: ", text.size(), " bytes, over the limit of ", kMaxModelConfigBytes));
   }
   config::ModelConfigFile config;
   google::protobuf::TextFormat::Parser parser;
@@ -193,7 +192,7 @@ absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles
                                        const std::optional<std::string>& config_text) {
   config::ModelConfigFile config;
   if (config_text) {
-    GEMMSERVE_ASSIGN_OR_RETURN(config, ParseModelConfigFile(*config_text));
+    GEMMSERVE_ASSIGN_OR_RETURN(config, ParseLoadConfig(*config_text));
   } else if (files.Exists("", kConfigFile)) {
     GEMMSERVE_ASSIGN_OR_RETURN(std::string text, ReadConfigText(files));
     GEMMSERVE_ASSIGN_OR_RETURN(config, ParseModelConfigFile(text));
@@ -222,6 +221,7 @@ absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles
                              WarmupFromConfig(config, files, engine_->options().max_message_bytes));
   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                              LoadOnnxModel(name, version_name, files, file));
+  GEMMSERVE_RETURN_IF_ERROR(CheckDeclaredTensors(config, model->metadata()));
   // READY only once every warmup sample ran (the previous version serves
   // meanwhile); a sample the model refuses fails the load.
   return engine_->Install(std::move(model), batching, std::move(warmup));

@@ -41,8 +41,14 @@
 
 namespace gemmserve {
 
+// A model config (config.pbtxt, or a load's `config`) is a few lines;
+// anything far larger is not one.
+inline constexpr int64_t kMaxModelConfigBytes = int64_t{1} << 20;
+
 struct ModelLoadRequest {
-  std::optional<std::string> config;         // config.pbtxt text
+  // config.pbtxt text, or Triton's JSON form of a ModelConfig
+  // (ParseLoadConfig, triton_config.h).
+  std::optional<std::string> config;
   std::map<std::string, std::string> files;  // path inside the model directory -> bytes
 };
 

@@ -163,7 +163,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
       if (param.parameter_choice_case() != inference::ModelRepositoryParameter::kStringParam) {
         return FinishNow(context,
                          ToGrpcStatus(absl::InvalidArgumentError(
-                             "parameter 'config': expected a string (config.pbtxt text)")));
+                             "parameter 'config': expected a string (Triton's JSON form of a ModelConfig, or config.pbtxt text)")));
       }
       load.config = param.string_param();
     } else if (absl::StartsWith(key, "file:")) {

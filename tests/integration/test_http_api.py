@@ -72,6 +72,53 @@ class TritonParityTest(HttpTestCase):
             self.assertTrue(grpc_stats.inference_stats.HasField(field), field)
 
 
+    def load_http(self, name, config, model):
+        body = json.dumps({"parameters": {
+            "config": config, "file:1/model.onnx": base64.b64encode(model).decode()}}).encode()
+        return self.http.request("POST", f"/v2/repository/models/{name}/load", body)
+
+    def test_a_load_takes_tritons_json_config_and_what_model_config_reports_loads_back(self):
+        """tritonclient's load_model(config=json.dumps({...})), over both protocols; the
+        config the server reports (HTTP JSON) loads back as it is, and reports the same."""
+        model = model_bytes(matmul_graph(
+            "lin_json", np.arange(6, dtype=np.float32).reshape(2, 3))).SerializeToString()
+        config = json.dumps({
+            "name": "lin_json", "platform": "onnxruntime_onnx", "max_batch_size": 0,
+            "input": [{"name": "hidden", "data_type": "TYPE_FP32", "dims": [-1, 2]}],
+            "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+            "dynamic_batching": {"max_queue_delay_microseconds": 300,
+                                 "default_queue_policy": {"max_queue_size": 17}},
+            "parameters": {"max_batch_rows": {"string_value": "64"}}})
+        status, _, data = self.load_http("lin_json", config, model)
+        self.assertEqual(status, 200, data)
+        reported = self.http.model_config("lin_json")
+        self.assertEqual(reported["dynamic_batching"]["max_queue_delay_microseconds"], 300)
+        self.assertEqual(reported["dynamic_batching"]["default_queue_policy"]["max_queue_size"],
+                         17)
+        self.assertEqual(reported["parameters"]["max_batch_rows"]["string_value"], "64")
+        status, _, data = self.load_http("lin_json", json.dumps(reported), model)
+        self.assertEqual(status, 200, data)
+        self.assertEqual(self.http.model_config("lin_json"), reported)
+        request = pb2.RepositoryModelLoadRequest(model_name="lin_json")
+        request.parameters["config"].string_param = config
+        request.parameters["file:1/model.onnx"].bytes_param = model
+        self.stub.RepositoryModelLoad(request, timeout=60)
+        grpc_config = self.stub.ModelConfig(pb2.ModelConfigRequest(name="lin_json"),
+                                            timeout=10).config
+        self.assertEqual(grpc_config.dynamic_batching.default_queue_policy.max_queue_size, 17)
+        # What does not fit the model is refused, naming the field and the form.
+        bad = json.dumps({"input": [{"name": "hidden", "dims": [-1, 5]}]})
+        status, _, data = self.load_http("lin_json", bad, model)
+        self.assertEqual(status, 400, data)
+        self.assertIn("declares dims [-1, 5]", json.loads(data)["error"])
+        request.parameters["config"].string_param = '{"max_batch_size": 4, "nmae": 1}'
+        error = self.rpc_error(self.stub.RepositoryModelLoad, request)
+        self.assertEqual(error.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("Triton's JSON form", error.details())
+        self.stub.RepositoryModelUnload(pb2.RepositoryModelUnloadRequest(model_name="lin_json"),
+                                        timeout=60)
+
+
 class EndpointsTest(HttpTestCase):
     def test_health_metadata_config_stats_and_repository(self):
         self.assertTrue(self.http.live())

@@ -1,0 +1,228 @@
+#include "server/repository/triton_config.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
+#include "server/common/client_text.h"
+#include "server/common/status_macros.h"
+#include "server/repository/model_repository.h"
+#include "server/tensor/datatype.h"
+
+namespace gemmserve {
+namespace {
+
+constexpr char kJsonForm[] = "config (Triton's JSON form, as it starts with '{'): ";
+
+absl::Status Refuse(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(kJsonForm, field, ": ", why));
+}
+
+// Parameters the server reports in ModelConfig (the models' parameters())
+// and ignores when a config sends them back.
+bool IsReportedParameter(absl::string_view key) {
+  static const char* const kReported[] = {
+      "k",        "n",         "groups",     "bias",        "weights_layout",
+      "weights_bytes", "pack_ms", "quantization", "bits",     "block_size",
+      "granularity",   "zero_point", "weight_bytes_per_group"};
+  return std::find(std::begin(kReported), std::end(kReported), key) != std::end(kReported);
+}
+
+uint32_t Saturate32(uint64_t v) {
+  return static_cast<uint32_t>(std::min<uint64_t>(v, std::numeric_limits<uint32_t>::max()));
+}
+
+absl::Status MapBatching(const inference::ModelDynamicBatching& d,
+                         config::DynamicBatching* out) {
+  if (d.priority_queue_policy_size() > 0) {
+    return Refuse("dynamic_batching.priority_queue_policy",
+                  "per-level queue policies are not supported; default_queue_policy "
+                  "applies to every level");
+  }
+  const inference::ModelQueuePolicy& q = d.default_queue_policy();
+  if (q.timeout_action() != inference::ModelQueuePolicy::REJECT) {
+    return Refuse("dynamic_batching.default_queue_policy.timeout_action",
+                  "only REJECT: a request whose queue timeout passes is answered at once");
+  }
+  // preferred_batch_size and preserve_ordering change nothing here: batches
+  // are cut by rows (max_batch_rows), and each request has its own answer.
+  out->set_max_queue_delay_microseconds(d.max_queue_delay_microseconds());
+  out->set_priority_levels(Saturate32(d.priority_levels()));
+  out->set_default_priority_level(Saturate32(d.default_priority_level()));
+  out->set_max_queue_size(q.max_queue_size());
+  out->set_default_timeout_microseconds(q.default_timeout_microseconds());
+  return absl::OkStatus();
+}
+
+absl::Status MapParameters(const inference::ModelConfig& t, config::ModelConfigFile* out) {
+  for (const auto& [key, value] : t.parameters()) {
+    if (IsReportedParameter(key)) continue;
+    if (key != "max_batch_rows" && key != "max_concurrent_batches") {
+      return Refuse(absl::StrCat("parameters['", ClientText(key, 64), "']"),
+                    "not a setting of gemmserve (max_batch_rows, max_concurrent_batches)");
+    }
+    uint64_t n = 0;
+    if (!absl::SimpleAtoi(value.string_value(), &n)) {
+      return Refuse(absl::StrCat("parameters['", key, "']"),
+                    absl::StrCat("'", ClientText(value.string_value(), 64),
+                                 "' is not a non-negative integer"));
+    }
+    if (!t.has_dynamic_batching()) {
+      return Refuse(absl::StrCat("parameters['", key, "']"), "needs a dynamic_batching block");
+    }
+    config::DynamicBatching* db = out->mutable_dynamic_batching();
+    if (key == "max_batch_rows") db->set_max_batch_rows(n);
+    if (key == "max_concurrent_batches") db->set_max_concurrent_batches(Saturate32(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPlacement(const inference::ModelConfig& t) {
+  static const char* const kPlatforms[] = {"", "gemmserve", "gemmserve_onnx", "onnxruntime_onnx"};
+  if (std::find(std::begin(kPlatforms), std::end(kPlatforms), t.platform()) ==
+      std::end(kPlatforms)) {
+    return Refuse("platform", absl::StrCat("'", ClientText(t.platform(), 64),
+                                           "' is not gemmserve's (gemmserve_onnx, or "
+                                           "onnxruntime_onnx for an ONNX model)"));
+  }
+  if (!t.backend().empty() && t.backend() != "gemmserve" && t.backend() != "onnxruntime") {
+    return Refuse("backend", absl::StrCat("'", ClientText(t.backend(), 64),
+                                          "' is not gemmserve's (gemmserve, or onnxruntime)"));
+  }
+  for (const inference::ModelInstanceGroup& g : t.instance_group()) {
+    if (g.kind() != inference::ModelInstanceGroup::KIND_AUTO &&
+        g.kind() != inference::ModelInstanceGroup::KIND_CPU) {
+      return Refuse("instance_group.kind", "gemmserve runs on the CPU (KIND_CPU or KIND_AUTO)");
+    }
+  }
+  if (t.model_transaction_policy().decoupled()) {
+    return Refuse("model_transaction_policy.decoupled", "every request has exactly one answer");
+  }
+  const inference::ModelVersionPolicy& v = t.version_policy();
+  if (v.has_all() || v.has_specific() || (v.has_latest() && v.latest().num_versions() > 1)) {
+    return Refuse("version_policy", "gemmserve serves the latest version only");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MatchDims(absl::string_view what, const std::string& name,
+                       const google::protobuf::RepeatedField<int64_t>& dims,
+                       const TensorSpec& spec) {
+  if (spec.variable_rank) return absl::OkStatus();
+  bool same = dims.size() == static_cast<int>(spec.shape.size());
+  for (int i = 0; same && i < dims.size(); ++i) {
+    same = dims[i] == -1 || spec.shape[i] == -1 || dims[i] == spec.shape[i];
+  }
+  if (same) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "config: ", what, " '", ClientText(name), "' declares dims [", absl::StrJoin(dims, ", "),
+      "]; the model's are [", absl::StrJoin(spec.shape, ", "), "] (-1: any)"));
+}
+
+template <typename Declared>
+absl::Status CheckTensor(absl::string_view what, const Declared& d,
+                         const std::vector<TensorSpec>& specs) {
+  auto it = std::find_if(specs.begin(), specs.end(),
+                         [&](const TensorSpec& s) { return s.name == d.name(); });
+  if (it == specs.end()) {
+    std::vector<std::string> names;
+    for (const TensorSpec& s : specs) names.push_back(s.name);
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: ", what, " '", ClientText(d.name(), 64), "' is not one of the model's (",
+                     absl::StrJoin(names, ", "), ")"));
+  }
+  if (d.data_type() != inference::TYPE_INVALID) {
+    std::string type = inference::DataType_Name(d.data_type()).substr(5);  // "TYPE_"
+    if (type == "STRING") type = "BYTES";
+    auto parsed = ParseDataType(type);
+    if (!parsed.ok() ||
+        std::find(it->datatypes.begin(), it->datatypes.end(), *parsed) == it->datatypes.end()) {
+      std::vector<std::string> accepted;
+      for (DataType t : it->datatypes) accepted.push_back(absl::StrCat("TYPE_", DataTypeName(t)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config: ", what, " '", ClientText(d.name()), "' declares ",
+          inference::DataType_Name(d.data_type()), "; the model accepts ",
+          absl::StrJoin(accepted, ", ")));
+    }
+  }
+  return MatchDims(what, d.name(), d.dims(), *it);
+}
+
+}  // namespace
+
+absl::StatusOr<config::ModelConfigFile> ConfigFromTriton(const inference::ModelConfig& t) {
+  GEMMSERVE_RETURN_IF_ERROR(CheckPlacement(t));
+  config::ModelConfigFile out;
+  out.set_name(t.name());
+  out.set_max_batch_size(t.max_batch_size());
+  *out.mutable_input() = t.input();
+  *out.mutable_output() = t.output();
+  if (t.has_dynamic_batching()) {
+    GEMMSERVE_RETURN_IF_ERROR(MapBatching(t.dynamic_batching(), out.mutable_dynamic_batching()));
+  }
+  GEMMSERVE_RETURN_IF_ERROR(MapParameters(t, &out));
+  // Triton's ModelWarmup and gemmserve's have the same fields and numbers.
+  for (const inference::ModelWarmup& w : t.model_warmup()) {
+    if (!out.add_model_warmup()->ParseFromString(w.SerializeAsString())) {
+      return Refuse("model_warmup", "could not be read");
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<config::ModelConfigFile> ConfigFromTritonJson(absl::string_view json) {
+  inference::ModelConfig triton;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;  // a misspelt field is an error, not a default
+  const auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(json.data(), json.size()), &triton, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kJsonForm, ClientText(std::string(status.message().data(), status.message().size()), 200)));
+  }
+  return ConfigFromTriton(triton);
+}
+
+absl::StatusOr<config::ModelConfigFile> ParseLoadConfig(absl::string_view text) {
+  const absl::string_view body = absl::StripLeadingAsciiWhitespace(text);
+  if (!body.empty() && body.front() == '{') {
+    if (text.size() > kMaxModelConfigBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(kJsonForm, text.size(),
+                                                     " bytes, over the limit of ",
+                                                     kMaxModelConfigBytes));
+    }
+    return ConfigFromTritonJson(text);
+  }
+  auto parsed = ParseModelConfigFile(text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(parsed.status().message(),
+                     " (read as config.pbtxt text, as it does not start with '{')"));
+  }
+  return parsed;
+}
+
+absl::Status CheckDeclaredTensors(const config::ModelConfigFile& config,
+                                  const ModelMetadata& metadata) {
+  if (config.max_batch_size() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: max_batch_size ", config.max_batch_size(),
+                     ": must be 0, gemmserve's models have no implicit batch dimension "
+                     "(the dynamic batcher joins requests along their rows)"));
+  }
+  for (const inference::ModelInput& in : config.input()) {
+    GEMMSERVE_RETURN_IF_ERROR(CheckTensor("input", in, metadata.inputs));
+  }
+  for (const inference::ModelOutput& out : config.output()) {
+    GEMMSERVE_RETURN_IF_ERROR(CheckTensor("output", out, metadata.outputs));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gemmserve
