@@ -109,6 +109,9 @@ ABSL_FLAG(bool, allow_client_shm, kDefaults.serving.shm.allow_client_shm,
           "Let clients register POSIX shared-memory regions and send tensors through them "
           "(Triton's system shared memory). The server opens the objects with its own rights: "
           "allow it only for trusted local clients.");
+ABSL_FLAG(bool, allow_log_file_setting, kDefaults.serving.allow_log_file_setting,
+          "Let clients change log_file through LogSettings (gRPC, POST /v2/logging): the "
+          "server then writes its log to a path the client picks. Off: refused.");
 ABSL_FLAG(int64_t, max_client_shm_bytes, kDefaults.serving.shm.max_registered_bytes,
           "Most bytes of client shared memory registered at once, all clients together.");
 
@@ -140,6 +143,7 @@ int main(int argc, char** argv) {
   serving.model_repository = absl::GetFlag(FLAGS_model_repository);
   serving.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   serving.shm.allow_client_shm = absl::GetFlag(FLAGS_allow_client_shm);
+  serving.allow_log_file_setting = absl::GetFlag(FLAGS_allow_log_file_setting);
   serving.shm.max_registered_bytes = absl::GetFlag(FLAGS_max_client_shm_bytes);
   engine.compute_threads = absl::GetFlag(FLAGS_compute_threads);
   engine.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);

@@ -159,6 +159,15 @@ void HttpService::Handle(HttpCall call, Reply reply) {
     if (!get) return method_not_allowed("GET");
     return ok(ServerMetadataJson(kServerName, kServerVersion, serving_->Extensions()));
   }
+  if (p.size() == 2 && p[1] == "logging") {
+    if (!get && !post) return method_not_allowed("GET, POST");
+    absl::StatusOr<inference::LogSettingsRequest> request =
+        ParseLogSettingsRequest(post ? absl::string_view(call.body) : absl::string_view());
+    if (!request.ok()) return std::move(reply)(Error(request.status()));
+    inference::LogSettingsResponse response;
+    absl::Status s = serving_->LogSettings(call.authorization, *request, &response);
+    return s.ok() ? ok(LogSettingsJson(response)) : std::move(reply)(Error(s));
+  }
   if (p[1] == "cudasharedmemory") {
     return std::move(reply)(Error(
         absl::UnimplementedError("CUDA shared memory is not served; use system shared memory")));

@@ -1,6 +1,8 @@
 #include "server/http/model_json.h"
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -385,6 +387,49 @@ absl::StatusOr<ModelLoadRequest> ParseModelLoadRequest(absl::string_view body) {
     }
   }
   return load;
+}
+
+absl::StatusOr<inference::LogSettingsRequest> ParseLogSettingsRequest(absl::string_view body) {
+  inference::LogSettingsRequest request;
+  if (body.empty()) return request;
+  absl::StatusOr<rapidjson::Document> doc = ParseObject(body, "log settings");
+  if (!doc.ok()) return doc.status();
+  for (auto it = doc->MemberBegin(); it != doc->MemberEnd(); ++it) {
+    const std::string key(it->name.GetString(), it->name.GetStringLength());
+    auto& value = (*request.mutable_settings())[key];
+    if (it->value.IsBool()) {
+      value.set_bool_param(it->value.GetBool());
+    } else if (it->value.IsUint()) {
+      value.set_uint32_param(it->value.GetUint());
+    } else if (it->value.IsString()) {
+      value.set_string_param(std::string(it->value.GetString(), it->value.GetStringLength()));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "log setting '", ClientText(key), "' must be a bool, a uint32 or a string"));
+    }
+  }
+  return request;
+}
+
+std::string LogSettingsJson(const inference::LogSettingsResponse& response) {
+  std::map<std::string, const inference::LogSettingsResponse::SettingValue*> sorted;
+  for (const auto& [key, value] : response.settings()) sorted[key] = &value;
+  Json j;
+  j.Open('{');
+  for (const auto& [key, value] : sorted) {
+    j.Key(key);
+    switch (value->parameter_choice_case()) {
+      case inference::LogSettingsResponse::SettingValue::kBoolParam:
+        j.Bool(value->bool_param());
+        break;
+      case inference::LogSettingsResponse::SettingValue::kUint32Param:
+        j.Num(value->uint32_param());
+        break;
+      default:
+        j.Str(value->string_param());
+    }
+  }
+  return j.Close('}').Take();
 }
 
 }  // namespace gemmserve

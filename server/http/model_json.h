@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "grpc_service.pb.h"
 #include "server/core/inference_engine.h"
 #include "server/core/model.h"
 #include "server/repository/model_repository.h"
@@ -45,6 +46,12 @@ absl::StatusOr<bool> ParseRepositoryIndexRequest(absl::string_view body);
 // `{"parameters": {"config": "<config.pbtxt or JSON text>", "file:<path>":
 // "<base64>"}}`. INVALID_ARGUMENT naming what is wrong.
 absl::StatusOr<ModelLoadRequest> ParseModelLoadRequest(absl::string_view body);
+
+// Triton's /v2/logging body: a flat object of settings (bools, uint32s,
+// strings); empty: none. INVALID_ARGUMENT for anything else.
+absl::StatusOr<inference::LogSettingsRequest> ParseLogSettingsRequest(absl::string_view body);
+// The settings as Triton's flat JSON object, keys sorted.
+std::string LogSettingsJson(const inference::LogSettingsResponse& response);
 
 }  // namespace gemmserve
 

@@ -232,4 +232,11 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
                                 serving_->ShmOwner(Authorization(*context)), request->name())));
 }
 
+grpc::ServerUnaryReactor* InferenceService::LogSettings(
+    grpc::CallbackServerContext* context, const inference::LogSettingsRequest* request,
+    inference::LogSettingsResponse* response) {
+  return FinishNow(context, ToGrpcStatus(serving_->LogSettings(Authorization(*context), *request,
+                                                               response)));
+}
+
 }  // namespace gemmserve

@@ -69,6 +69,9 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
       grpc::CallbackServerContext* context,
       const inference::SystemSharedMemoryUnregisterRequest* request,
       inference::SystemSharedMemoryUnregisterResponse* response) override;
+  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* context,
+                                        const inference::LogSettingsRequest* request,
+                                        inference::LogSettingsResponse* response) override;
 
  private:
   Serving* const serving_;

@@ -139,6 +139,7 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(ServingOptions options) 
   }
   s->shm_ = std::make_unique<SharedMemoryManager>(options.shm);
   s->max_message_bytes_ = options.engine.max_message_bytes;
+  s->allow_log_file_setting_ = options.allow_log_file_setting;
   options.engine.metrics = s->metrics_.get();
   s->engine_ = std::make_unique<InferenceEngine>(options.engine);
   // The built-in models merge concurrent requests' problem lists into one
@@ -229,7 +230,7 @@ absl::Status Serving::ResolveSharedMemory(const InferCall& call, InferRequestVie
 
 std::vector<std::string> Serving::Extensions() const {
   std::vector<std::string> extensions = {"binary_tensor_data", "model_repository", "statistics",
-                                         "model_configuration"};
+                                         "model_configuration", "logging"};
   if (shm_->enabled()) extensions.push_back("system_shared_memory");
   return extensions;
 }

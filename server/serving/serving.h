@@ -35,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "grpc_service.pb.h"
 #include "server/core/dynamic_batcher.h"
 #include "server/core/inference_engine.h"
 #include "server/core/inference_request.h"
@@ -65,6 +66,9 @@ struct ServingOptions {
   std::string model_repository;  // empty: built-in models only
   std::string auth_token_file;   // empty: no token needed
   SharedMemoryOptions shm;       // --allow_client_shm, --max_client_shm_bytes
+  // --allow_log_file_setting: LogSettings may change log_file (a path the
+  // client picks, opened for writing by the server); off, it is refused.
+  bool allow_log_file_setting = false;
 };
 
 class Serving {
@@ -93,6 +97,17 @@ class Serving {
   // OK when no token is configured; else TokenAuthenticator::Check of the
   // `authorization` header's value (nullopt when absent).
   absl::Status Authenticate(std::optional<absl::string_view> authorization) const;
+
+  // Triton's LogSettings (gRPC, and GET/POST /v2/logging): fills `response`
+  // with the settings in effect after the request's; the listed keys change
+  // at once, all of them or none. Keys: log_file (string; PERMISSION_DENIED
+  // unless --allow_log_file_setting), log_info, log_warning, log_error
+  // (bool), log_verbose_level (uint32), log_format ("default" or "ISO8601").
+  // INVALID_ARGUMENT for another key, a value of another type, or a file
+  // that cannot be opened. Behind tokens. Each change is logged (WARNING).
+  absl::Status LogSettings(std::optional<absl::string_view> authorization,
+                           const inference::LogSettingsRequest& request,
+                           inference::LogSettingsResponse* response);
 
   struct InferCall {
     absl::string_view model_name;  // as the client sent it: the metrics' label
@@ -139,6 +154,7 @@ class Serving {
   std::unique_ptr<TokenAuthenticator> auth_;
   std::unique_ptr<SharedMemoryManager> shm_;
   int64_t max_message_bytes_ = 0;
+  bool allow_log_file_setting_ = false;
   std::string metrics_host_;
   mutable absl::Mutex drain_mu_;
   bool draining_ ABSL_GUARDED_BY(drain_mu_) = false;
