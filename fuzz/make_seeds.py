@@ -387,6 +387,8 @@ def http_connection_seeds():
                      b"Transfer-Encoding: chunked, identity\r\n\r\n" + health,
         "load_unload": b"\0" + post("/v2/repository/models/nobody/unload", b"")
                        + post("/v2/repository/models/nobody/load", b'{"parameters":{}}'),
+        "log_settings": b"\0" + post("/v2/logging",
+                                     b'{"log_info":true,"log_verbose_level":1,"log_format":"x"}'),
         "shm_register": b"\0" + post("/v2/systemsharedmemory/region/r/register",
                                      b'{"key":"/x","byte_size":8}'),
     }

@@ -1,6 +1,7 @@
 #include "server/common/logging.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,9 +15,8 @@
 namespace gemmserve {
 namespace {
 
-// The settings and the descriptor lines go to; a line is formatted outside
-// the lock and written under it, so a file being replaced is never written
-// after it was closed.
+// The settings and the descriptor lines go to, under one lock, so a file
+// being replaced is never written after it was closed.
 struct LogState {
   std::mutex mu;
   LogConfig config;
@@ -74,11 +74,21 @@ absl::Status SetLogConfig(const LogConfig& config) {
     }
   }
   if (!config.file.empty()) {
-    fd = ::open(config.file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    // Never blocks the caller (a front end's thread): O_NONBLOCK makes a FIFO
+    // without a reader fail at once, and only a regular file is taken.
+    fd = ::open(config.file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK,
+                0640);
     if (fd < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("log_file '", config.file, "' cannot be opened: ", std::strerror(errno)));
     }
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat("log_file '", config.file, "' is not a regular file"));
+    }
+    ::fcntl(fd, F_SETFL, O_APPEND);  // blocking writes again, as to stderr
   }
   std::lock_guard<std::mutex> lock(state.mu);
   if (state.fd != STDERR_FILENO) ::close(state.fd);
@@ -92,14 +102,10 @@ LogMessage::LogMessage(LogSeverity severity, const char* file, int line)
 
 LogMessage::~LogMessage() {
   LogState& state = State();
-  LogFormat format;
-  {
-    std::lock_guard<std::mutex> lock(state.mu);
-    if (!Enabled(state.config, severity_)) return;
-    format = state.config.format;
-  }
-  const std::string text = absl::StrCat(Prefix(severity_, format, file_, line_), stream_.str(), "\n");
   std::lock_guard<std::mutex> lock(state.mu);
+  if (!Enabled(state.config, severity_)) return;
+  const std::string text =
+      absl::StrCat(Prefix(severity_, state.config.format, file_, line_), stream_.str(), "\n");
   ssize_t ignored = ::write(state.fd, text.data(), text.size());
   (void)ignored;
 }

@@ -35,7 +35,8 @@ struct LogConfig {
 // The settings in effect.
 LogConfig CurrentLogConfig();
 // Applies `config` at once. A new `file` is opened for appending (created
-// 0640) before anything changes; INVALID_ARGUMENT naming it when it cannot be.
+// 0640) before anything changes, without blocking; INVALID_ARGUMENT naming it
+// when it cannot be opened or is not a regular file (a FIFO, a device).
 absl::Status SetLogConfig(const LogConfig& config);
 
 class LogMessage {

@@ -557,7 +557,7 @@ absl::StatusOr<InferenceEngine::Reservation> InferenceEngine::Hold(int64_t bytes
                                        prepaid + bytes, ", over --max_inflight_bytes=",
                                        options_.max_inflight_bytes, "; retry later"));
   }
-  if (options_.metrics) options_.metrics->AddInflightBytes(bytes);
+  if (ledger_->metrics) ledger_->metrics->AddInflightBytes(bytes);
   return Reservation(ledger_, bytes);
 }
 

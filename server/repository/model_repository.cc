@@ -222,6 +222,7 @@ absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles
   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                              LoadOnnxModel(name, version_name, files, file));
   GEMMSERVE_RETURN_IF_ERROR(CheckDeclaredTensors(config, model->metadata()));
+  GEMMSERVE_RETURN_IF_ERROR(CheckParameters(config, *model));
   // READY only once every warmup sample ran (the previous version serves
   // meanwhile); a sample the model refuses fails the load.
   return engine_->Install(std::move(model), batching, std::move(warmup));

@@ -24,16 +24,6 @@ absl::Status Refuse(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(kJsonForm, field, ": ", why));
 }
 
-// Parameters the server reports in ModelConfig (the models' parameters())
-// and ignores when a config sends them back.
-bool IsReportedParameter(absl::string_view key) {
-  static const char* const kReported[] = {
-      "k",        "n",         "groups",     "bias",        "weights_layout",
-      "weights_bytes", "pack_ms", "quantization", "bits",     "block_size",
-      "granularity",   "zero_point", "weight_bytes_per_group"};
-  return std::find(std::begin(kReported), std::end(kReported), key) != std::end(kReported);
-}
-
 uint32_t Saturate32(uint64_t v) {
   return static_cast<uint32_t>(std::min<uint64_t>(v, std::numeric_limits<uint32_t>::max()));
 }
@@ -62,10 +52,9 @@ absl::Status MapBatching(const inference::ModelDynamicBatching& d,
 
 absl::Status MapParameters(const inference::ModelConfig& t, config::ModelConfigFile* out) {
   for (const auto& [key, value] : t.parameters()) {
-    if (IsReportedParameter(key)) continue;
     if (key != "max_batch_rows" && key != "max_concurrent_batches") {
-      return Refuse(absl::StrCat("parameters['", ClientText(key, 64), "']"),
-                    "not a setting of gemmserve (max_batch_rows, max_concurrent_batches)");
+      (*out->mutable_parameters())[key] = value;  // checked against the model's (below)
+      continue;
     }
     uint64_t n = 0;
     if (!absl::SimpleAtoi(value.string_value(), &n)) {
@@ -221,6 +210,21 @@ absl::Status CheckDeclaredTensors(const config::ModelConfigFile& config,
   }
   for (const inference::ModelOutput& out : config.output()) {
     GEMMSERVE_RETURN_IF_ERROR(CheckTensor("output", out, metadata.outputs));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckParameters(const config::ModelConfigFile& config, const Model& model) {
+  if (config.parameters().empty()) return absl::OkStatus();
+  std::vector<std::string> reported;
+  for (const auto& [key, value] : model.parameters()) reported.push_back(key);
+  for (const auto& [key, value] : config.parameters()) {
+    if (std::find(reported.begin(), reported.end(), key) == reported.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config: parameter '", ClientText(key), "' is neither a setting of gemmserve "
+          "(max_batch_rows, max_concurrent_batches, in Triton's JSON form) nor one this model "
+          "reports (", absl::StrJoin(reported, ", "), ")"));
+    }
   }
   return absl::OkStatus();
 }

@@ -10,12 +10,14 @@
 // message; then each Triton field is either mapped to gemmserve's, accepted
 // because it changes nothing here, or refused by name because gemmserve
 // cannot do what it asks. What the server reports in ModelConfig loads
-// back unchanged (its reported parameters, such as "weights_layout", are
-// ignored when sent back).
+// back unchanged: the parameters it reports (such as "weights_layout") are
+// kept and checked against the loaded model's (CheckParameters), so a
+// misspelt one is refused, never ignored.
 //
 //   GEMMSERVE_ASSIGN_OR_RETURN(config::ModelConfigFile config, ParseLoadConfig(text));
 //   ... load the model ...
 //   GEMMSERVE_RETURN_IF_ERROR(CheckDeclaredTensors(config, model->metadata()));
+//   GEMMSERVE_RETURN_IF_ERROR(CheckParameters(config, *model));
 #ifndef GEMMSERVE_SERVER_REPOSITORY_TRITON_CONFIG_H_
 #define GEMMSERVE_SERVER_REPOSITORY_TRITON_CONFIG_H_
 
@@ -45,6 +47,10 @@ absl::StatusOr<config::ModelConfigFile> ConfigFromTriton(const inference::ModelC
 // first that is not.
 absl::Status CheckDeclaredTensors(const config::ModelConfigFile& config,
                                   const ModelMetadata& metadata);
+
+// OK when every parameter of `config` is one `model` reports (its
+// parameters()); INVALID_ARGUMENT naming the first that is not.
+absl::Status CheckParameters(const config::ModelConfigFile& config, const Model& model);
 
 }  // namespace gemmserve
 

@@ -47,6 +47,9 @@ TEST(TritonConfigTest, TritonsJsonMapsOntoGemmservesConfig) {
   EXPECT_EQ(db.max_queue_size(), 64u);
   EXPECT_EQ(db.default_timeout_microseconds(), 5000u);
   EXPECT_EQ(db.max_batch_rows(), 256u);
+  // A reported parameter is kept, for CheckParameters against the loaded model.
+  EXPECT_EQ(config->parameters().at("weights_layout").string_value(), "panels");
+  EXPECT_EQ(config->parameters().count("max_batch_rows"), 0u);
   ASSERT_EQ(config->input_size(), 1);
   EXPECT_EQ(config->input(0).data_type(), inference::TYPE_FP32);
   EXPECT_EQ(config->output(0).dims(0), -1);  // "-1": protobuf's int64 as a string, too
@@ -85,7 +88,6 @@ TEST(TritonConfigTest, WhatGemmserveCannotHonourIsRefusedByName) {
       {R"({"dynamic_batching": {"priority_queue_policy": {"1": {}}}})", "priority_queue_policy"},
       {R"({"dynamic_batching": {"default_queue_policy": {"timeout_action": "DELAY"}}})",
        "timeout_action"},
-      {R"({"parameters": {"max_batch_row": {"string_value": "8"}}})", "max_batch_row"},
       {R"({"parameters": {"max_batch_rows": {"string_value": "8"}}})", "dynamic_batching"},
       {R"({"dynamic_batching": {}, "parameters": {"max_batch_rows": {"string_value": "-8"}}})",
        "non-negative"},

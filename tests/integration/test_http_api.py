@@ -115,6 +115,11 @@ class TritonParityTest(HttpTestCase):
         status, _, data = self.load_http("lin_json", bad, model)
         self.assertEqual(status, 400, data)
         self.assertIn("declares dims [-1, 5]", json.loads(data)["error"])
+        misspelt = json.dumps({"dynamic_batching": {},
+                               "parameters": {"max_batch_row": {"string_value": "8"}}})
+        status, _, data = self.load_http("lin_json", misspelt, model)
+        self.assertEqual(status, 400, data)
+        self.assertIn("parameter 'max_batch_row' is neither", json.loads(data)["error"])
         request.parameters["config"].string_param = '{"max_batch_size": 4, "nmae": 1}'
         error = self.rpc_error(self.stub.RepositoryModelLoad, request)
         self.assertEqual(error.code(), grpc.StatusCode.INVALID_ARGUMENT)
@@ -199,6 +204,14 @@ class LogFileTest(HttpTestCase):
                                             b'{"log_file": "/nonexistent/dir/x.log"}')
         self.assertEqual(status, 400, data)
         self.assertIn("cannot be opened", json.loads(data)["error"])
+        # A FIFO with no reader would block the thread that opens it: refused at once.
+        fifo = os.path.join(tmp, "fifo")
+        os.mkfifo(fifo)
+        for bad in (fifo, tmp):
+            status, _, data = self.http.request("POST", "/v2/logging",
+                                                json.dumps({"log_file": bad}).encode())
+            self.assertEqual(status, 400, data)
+        self.assertEqual(self.http.request("GET", "/v2/health/live")[0], 200)
         status, _, data = self.http.request("POST", "/v2/logging", b'{"log_file": ""}')
         self.assertEqual((status, json.loads(data)["log_file"]), (200, ""))
 
