@@ -81,6 +81,9 @@ ABSL_FLAG(int64_t, grpc_keepalive_timeout_ms, kGrpc.keepalive_timeout_ms,
           "Keepalive ping acknowledgement timeout.");
 ABSL_FLAG(int32_t, grpc_max_concurrent_streams, kGrpc.max_concurrent_streams,
           "Concurrent calls per HTTP/2 connection.");
+ABSL_FLAG(int32_t, grpc_max_stream_inflight, kGrpc.max_stream_inflight,
+          "Requests of one ModelStreamInfer stream accepted and not yet answered, at most; "
+          "beyond, the stream is not read until an answer is written.");
 ABSL_FLAG(int32_t, grpc_max_connections, kGrpc.max_connections,
           "Open gRPC connections at most (plaintext port); more are closed at once and their "
           "clients retry. Each holds a descriptor.");
@@ -171,6 +174,7 @@ int main(int argc, char** argv) {
   grpc.keepalive_timeout_ms = absl::GetFlag(FLAGS_grpc_keepalive_timeout_ms);
   grpc.max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
   grpc.max_connections = absl::GetFlag(FLAGS_grpc_max_connections);
+  grpc.max_stream_inflight = absl::GetFlag(FLAGS_grpc_max_stream_inflight);
   grpc.max_connection_idle_ms = absl::GetFlag(FLAGS_grpc_max_connection_idle_ms);
   grpc.max_connection_age_ms = absl::GetFlag(FLAGS_grpc_max_connection_age_ms);
 

@@ -453,6 +453,32 @@ class CliTest(unittest.TestCase):
             self.assert_exit(result, code)
             self.assertIn(message, result.stderr)
 
+    def test_perf_over_one_stream(self):
+        """--streaming: the load over one ModelStreamInfer stream, closed and open loop; every
+        answer matched to its request by id (a lost or unknown id would be an error), and the
+        server's statistics count the stream's requests as any others."""
+        flags = ("--model=grouped_matmul", "--shape=input:16,8", "--shape=weights:5,8,4",
+                 "--shape=group_indices:16,2")
+        report, stdout = self.perf(*flags, "--concurrency=3", "--streaming")
+        self.assert_clean_run(report, stdout)
+        self.assertEqual((report["streaming"], report["protocol"], report["concurrency"]),
+                         (True, "grpc", 3))
+        self.assertIn("; over one ModelStreamInfer stream", stdout)
+        self.assertGreaterEqual(report["server"]["requests"], report["ok"])
+        report, stdout = self.perf(*flags, "--rate=200", "--streaming", "--shape=bias:5,4")
+        self.assert_clean_run(report, stdout)
+        self.assertEqual(report["mode"], "open_loop")
+        self.assertGreaterEqual(report["ok"], 100, stdout)
+        # A request the server refuses is an error of the stream's, counted, not a crash.
+        report, stdout = self.perf("--model=matmul", "--shape=A:2,3", "--shape=B:4,5",
+                                   "--streaming")
+        self.assertEqual(report["ok"], 0, stdout)
+        self.assertGreater(report["errors"].get("STREAM", 0), 0, stdout)
+        result = self.cli("perf", *flags[:1], *self.PERF_FLAGS, "--streaming",
+                          "--protocol=http", url=self.http_url)
+        self.assert_exit(result, 2)
+        self.assertIn("not with --protocol=http", result.stderr)
+
     def test_perf_input_data_file_sends_its_requests(self):
         """perf_analyzer's input data file: a request per entry, in turn, with its own
         shapes; the server answers every one (a request the model refuses would be an

@@ -64,6 +64,9 @@ ABSL_FLAG(std::string, protocol, "grpc",
 ABSL_FLAG(std::string, shared_memory, "none",
           "perf: none, or system: tensors in system shared memory regions the run creates "
           "(the server needs --allow_client_shm)");
+ABSL_FLAG(bool, streaming, false,
+          "perf: send every request over one ModelStreamInfer stream (gRPC's bidirectional "
+          "stream), as perf_analyzer's --streaming");
 ABSL_FLAG(std::string, f, "", "perf: also write perf_analyzer's CSV, a row per level");
 ABSL_FLAG(std::string, host, "127.0.0.1", "noop-server: address to listen on");
 ABSL_FLAG(int32_t, port, 0, "noop-server: port; 0 picks a free one");
@@ -92,6 +95,7 @@ constexpr absl::string_view kFlagNames[] = {"url",
                                             "input_data",
                                             "shared_memory",
                                             "protocol",
+                                            "streaming",
                                             "f",
                                             "host",
                                             "port"};
@@ -176,6 +180,8 @@ commands:
       --protocol=http               the REST API (binary tensors, a kept-alive
                                     connection per caller, at most 1024) instead
                                     of gRPC; --url names the HTTP port
+      --streaming                   every request over one ModelStreamInfer
+                                    stream, --concurrency of them unanswered
       --shared_memory=system        inputs and outputs in system shared memory
                                     regions the run creates and registers (one
                                     request throughout; needs a server on this
@@ -192,7 +198,7 @@ commands:
 flags (anywhere on the line, as --flag=VALUE or --flag VALUE):
 )";
   for (absl::string_view name : kFlagNames) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     absl::StrAppend(&text,
                     absl::StrFormat("  --%-28s %s\n", absl::StrCat(name, "=", flag->DefaultValue()),
                                     flag->Help()));
@@ -226,8 +232,9 @@ struct CommandLine {
 };
 
 // Sets the flags named in kFlagNames from argv and collects the rest; "--"
-// ends the flags. None of our flags is boolean, so each takes a value, from
-// "=VALUE" or from the next argument. Like absl, "-flag" equals "--flag".
+// ends the flags. Each takes a value, from
+// "=VALUE" or from the next argument (a bool flag alone is true). Like absl,
+// "-flag" equals "--flag".
 absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
   CommandLine line;
   bool flags_done = false;
@@ -251,9 +258,12 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
     bool known = name == kShapeFlag;
     for (absl::string_view n : kFlagNames) known |= n == name;
     if (!known) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     absl::string_view value;
     if (eq != absl::string_view::npos) {
       value = arg.substr(eq + 1);
+    } else if (flag != nullptr && flag->IsOfType<bool>()) {
+      value = "true";  // a bool flag alone is set, as absl takes it
     } else if (i + 1 < argc) {
       value = argv[++i];
     } else {
@@ -264,7 +274,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
       continue;
     }
     std::string error;
-    if (!absl::FindCommandLineFlag(name)->ParseFrom(value, &error)) {
+    if (!flag->ParseFrom(value, &error)) {
       return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", error));
     }
   }
@@ -325,6 +335,10 @@ absl::StatusOr<PerfOptions> PerfOptionsFromFlags(const CommandLine& line,
         absl::StrCat("--protocol '", protocol, "': expected grpc or http"));
   }
   options.http = protocol == "http";
+  options.streaming = absl::GetFlag(FLAGS_streaming);
+  if (options.streaming && options.http) {
+    return absl::InvalidArgumentError("--streaming is a gRPC stream; not with --protocol=http");
+  }
   for (const std::string& text : line.shapes) {
     absl::StatusOr<ShapeOverride> shape = ParseShapeOverride(text);
     if (!shape.ok()) return shape.status();

@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "client/cli/perf_stream.h"
 #include "client/cpp/client.h"
 #include "client/cpp/random_tensor.h"
 #include "server/common/status_macros.h"
@@ -235,6 +236,15 @@ class LoadRun {
   std::map<std::string, int64_t> errors_ ABSL_GUARDED_BY(mu_);
   int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// The load of serialized requests, unary or over one stream.
+PerfResult RunSerialized(std::shared_ptr<grpc::Channel> channel,
+                         std::vector<grpc::ByteBuffer> requests, const PerfOptions& options) {
+  if (options.streaming) return RunStreamLoad(std::move(channel), std::move(requests), options);
+  LoadRun run(std::move(channel), std::move(requests), options);
+  PerfResult result = run.Run();
+  return result;
+}
 
 // ---------------------------------------------------------------- reports
 
@@ -509,8 +519,7 @@ absl::StatusOr<PerfResult> RunLoadPool(std::shared_ptr<grpc::Channel> channel,
   }
   pool.clear();  // the serialized copies are all that is sent
   const int distinct = static_cast<int>(requests.size());
-  LoadRun run(std::move(channel), std::move(requests), options);
-  PerfResult result = run.Run();
+  PerfResult result = RunSerialized(std::move(channel), std::move(requests), options);
   result.inputs = std::move(first);
   result.distinct_requests = distinct;
   return result;
@@ -531,6 +540,7 @@ PerfResult MakePerfResult(const PerfOptions& options, std::vector<int64_t> laten
   result.latency = SummarizeLatencies(std::move(latencies_us));
   result.system_shared_memory = options.system_shared_memory;
   result.http = options.http;
+  result.streaming = options.streaming;
   return result;
 }
 
@@ -561,12 +571,12 @@ absl::StatusOr<PerfResult> RunLoadRequests(
     GEMMSERVE_ASSIGN_OR_RETURN(grpc::ByteBuffer bytes, SerializeRequest(request));
     serialized.push_back(std::move(bytes));
   }
-  LoadRun run(std::move(channel), std::move(serialized), options);
-  PerfResult result = run.Run();
+  PerfResult result = RunSerialized(std::move(channel), std::move(serialized), options);
   result.inputs = std::move(inputs);
   result.distinct_requests = static_cast<int>(requests.size());
   result.system_shared_memory = options.system_shared_memory;
   result.http = options.http;
+  result.streaming = options.streaming;
   return result;
 }
 
@@ -589,7 +599,8 @@ std::string FormatPerfReport(const PerfResult& result) {
                   result.distinct_requests,
                   result.distinct_requests == 1 ? " request throughout" : " distinct requests",
                   result.system_shared_memory ? "; tensors in system shared memory" : "",
-                  result.http ? "; over HTTP/REST\n" : "\n");
+                  result.http ? "; over HTTP/REST" : "",
+                  result.streaming ? "; over one ModelStreamInfer stream\n" : "\n");
   absl::StrAppendFormat(&text, "  requests %d ok, %d errors; throughput %.1f infer/s\n", result.ok,
                         error_count, result.throughput);
   if (result.open_loop) {
@@ -653,7 +664,7 @@ std::string PerfResultJson(const PerfResult& result) {
       "\"duration_s\": %.10g, \"ok\": %d, \"errors\": {%s}, \"client_dropped\": %d, "
       "\"throughput\": %.3f, \"p50_us\": %s, \"p90_us\": %s, \"p95_us\": %s, \"p99_us\": %s, "
       "\"max_us\": %s, \"mean_us\": %s, \"server\": %s, \"shared_memory\": \"%s\", "
-      "\"protocol\": \"%s\"}\n",
+      "\"protocol\": \"%s\", \"streaming\": %s}\n",
       JsonString(result.model), absl::StrJoin(inputs, ", "), result.distinct_requests,
       result.open_loop ? "open_loop" : "closed_loop", result.concurrency,
       result.open_loop ? absl::StrFormat("%.10g", result.rate) : "null", result.duration_s,
@@ -662,7 +673,8 @@ std::string PerfResultJson(const PerfResult& result) {
       latency(&LatencySummary::p95_us), latency(&LatencySummary::p99_us),
       latency(&LatencySummary::max_us),
       result.latency ? absl::StrFormat("%.3f", result.latency->mean_us) : "null", server,
-      result.system_shared_memory ? "system" : "none", result.http ? "http" : "grpc");
+      result.system_shared_memory ? "system" : "none", result.http ? "http" : "grpc",
+      result.streaming ? "true" : "false");
 }
 
 std::optional<ServerBreakdown> ServerBreakdownBetween(const inference::ModelStatistics& before,

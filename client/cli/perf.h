@@ -89,6 +89,9 @@ struct PerfOptions {
   bool system_shared_memory = false;
   // `--protocol=http`: the REST API instead of gRPC (perf_http.h).
   bool http = false;
+  // `--streaming`: every request over one ModelStreamInfer stream
+  // (perf_stream.h); gRPC only.
+  bool streaming = false;
 };
 
 inline constexpr int kPerfMaxConcurrency = 10000;
@@ -187,6 +190,7 @@ struct PerfResult {
   std::optional<ServerBreakdown> server;  // nullopt without server statistics
   bool system_shared_memory = false;      // the tensors went through shared memory
   bool http = false;                      // sent over the REST API
+  bool streaming = false;                 // sent over one ModelStreamInfer stream
 };
 
 // A run's result from what its callers recorded in the measured window:
@@ -245,7 +249,8 @@ std::string FormatPerfReport(const PerfResult& result);
 // "concurrency", "rate" (null in closed loop), "duration_s", "ok", "errors": {"CODE": n},
 // "client_dropped", "throughput", "p50_us", "p90_us", "p95_us", "p99_us", "max_us", "mean_us"} —
 // the latencies are null without successful calls; "server": {"requests", "queue_us",
-// "compute_input_us", "compute_infer_us", "compute_output_us"} or null.
+// "compute_input_us", "compute_infer_us", "compute_output_us"} or null,
+// "shared_memory" ("none"/"system"), "protocol" ("grpc"/"http"), "streaming".
 std::string PerfResultJson(const PerfResult& result);
 
 // perf_analyzer's CSV (`-f FILE`): a header, then a row per level, in

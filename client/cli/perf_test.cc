@@ -1,4 +1,5 @@
 #include "client/cli/perf.h"
+#include "client/cli/perf_stream.h"
 #include "client/cli/perf_input_data.h"
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include <grpcpp/support/byte_buffer.h>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -404,7 +407,8 @@ TEST(PerfResultJsonTest, HasEveryField) {
             "\"duration_s\": 10, \"ok\": 12345, \"errors\": {\"UNAVAILABLE\": 3}, "
             "\"client_dropped\": 0, \"throughput\": 1234.500, \"p50_us\": 812, \"p90_us\": 1203, "
             "\"p95_us\": 1500, \"p99_us\": 2101, \"max_us\": 3100, \"mean_us\": 850.250, "
-            "\"server\": null, \"shared_memory\": \"none\", \"protocol\": \"grpc\"}\n");
+            "\"server\": null, \"shared_memory\": \"none\", \"protocol\": \"grpc\", "
+            "\"streaming\": false}\n");
 }
 
 TEST(PerfResultJsonTest, ServerBreakdownIsAnObject) {
@@ -415,16 +419,16 @@ TEST(PerfResultJsonTest, ServerBreakdownIsAnObject) {
       HasSubstr(
           "\"server\": {\"requests\": 10, \"queue_us\": 1.500, "
           "\"compute_input_us\": 0.000, \"compute_infer_us\": 2.250, "
-          "\"compute_output_us\": 0.000}, \"shared_memory\": \"none\", \"protocol\": \"grpc\"}\n"));
+          "\"compute_output_us\": 0.000}, \"shared_memory\": \"none\", \"protocol\": \"grpc\", \"streaming\": false}\n"));
 }
 
 TEST(PerfResultJsonTest, SharedMemoryRunsSayHowTheTensorsWent) {
   PerfResult result = SampleResult();
   result.system_shared_memory = true;
   EXPECT_THAT(PerfResultJson(result),
-              HasSubstr("\"shared_memory\": \"system\", \"protocol\": \"grpc\"}\n"));
+              HasSubstr("\"shared_memory\": \"system\", \"protocol\": \"grpc\", \"streaming\": false}\n"));
   result.http = true;
-  EXPECT_THAT(PerfResultJson(result), HasSubstr("\"protocol\": \"http\"}\n"));
+  EXPECT_THAT(PerfResultJson(result), HasSubstr("\"protocol\": \"http\", \"streaming\": false}\n"));
   EXPECT_THAT(FormatPerfReport(result),
               HasSubstr("tensors in system shared memory; over HTTP/REST\n"));
   result.http = false;
@@ -457,6 +461,64 @@ TEST(ServerBreakdownBetweenTest, NoneWithoutNewRequestsOrWhenCountersGoBack) {
   EXPECT_FALSE(ServerBreakdownBetween(Stats(5, 10, 10), Stats(3, 20, 20)).has_value());
   // A reload resets the times while the count grew past the old one.
   EXPECT_FALSE(ServerBreakdownBetween(Stats(5, 5000, 10), Stats(9, 100, 20)).has_value());
+}
+
+grpc::ByteBuffer Serialized(const google::protobuf::Message& message) {
+  grpc::Slice slice(message.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+TEST(StreamAnswerHeadTest, ReadsTheIdAndErrorWhateverElseTheAnswerHolds) {
+  inference::ModelStreamInferResponse answer;
+  inference::ModelInferResponse* response = answer.mutable_infer_response();
+  response->set_model_name("matmul");
+  response->add_outputs()->set_name("Y");
+  response->add_raw_output_contents(std::string(100000, '\x7f'));  // skipped, not read
+  response->set_id("req-17");
+  response->mutable_parameters()->insert({"p", inference::InferParameter()});
+  std::optional<StreamAnswerHead> head = ReadStreamAnswerHead(Serialized(answer));
+  ASSERT_TRUE(head.has_value());
+  EXPECT_EQ(head->id, "req-17");
+  EXPECT_EQ(head->error_message, "");
+  answer.Clear();
+  answer.set_error_message("input 'B' is missing");
+  answer.mutable_infer_response()->set_id("9");
+  head = ReadStreamAnswerHead(Serialized(answer));
+  ASSERT_TRUE(head.has_value());
+  EXPECT_EQ(head->id, "9");
+  EXPECT_EQ(head->error_message, "input 'B' is missing");
+  head = ReadStreamAnswerHead(Serialized(inference::ModelStreamInferResponse()));
+  ASSERT_TRUE(head.has_value());
+  EXPECT_EQ(head->id, "");
+}
+
+TEST(StreamAnswerHeadTest, BytesThatAreNoAnswerAreRefused) {
+  inference::ModelStreamInferResponse answer;
+  answer.mutable_infer_response()->set_id("12345");
+  std::string bytes = answer.SerializeAsString();
+  for (size_t cut = 1; cut < bytes.size(); ++cut) {  // every truncation
+    grpc::Slice slice(bytes.substr(0, cut));
+    EXPECT_FALSE(ReadStreamAnswerHead(grpc::ByteBuffer(&slice, 1)).has_value()) << cut;
+  }
+  grpc::Slice group("\x0b\x0c\x0d", 3);  // wire types 3 and 4: deprecated groups, unbalanced
+  EXPECT_FALSE(ReadStreamAnswerHead(grpc::ByteBuffer(&group, 1)).has_value());
+}
+
+TEST(StreamAnswerHeadTest, WithRequestIdSetsTheIdAndKeepsTheRest) {
+  inference::ModelInferRequest request;
+  request.set_model_name("matmul");
+  request.set_id("old");
+  request.add_raw_input_contents("abc");
+  for (const std::string id : {"0", "18446744073709551615"}) {
+    grpc::ByteBuffer bytes = WithRequestId(Serialized(request), id);
+    inference::ModelInferRequest parsed;
+    grpc::Slice whole;
+    ASSERT_TRUE(bytes.DumpToSingleSlice(&whole).ok());
+    ASSERT_TRUE(parsed.ParseFromArray(whole.begin(), static_cast<int>(whole.size())));
+    EXPECT_EQ(parsed.id(), id);
+    EXPECT_EQ(parsed.model_name(), "matmul");
+    EXPECT_EQ(parsed.raw_input_contents(0), "abc");
+  }
 }
 
 TEST(ParsePerfRangeTest, LevelsFromStartToEndByStep) {
@@ -515,7 +577,7 @@ TEST(PerfResultJsonTest, NoSuccessfulCallsGiveNullLatencies) {
   EXPECT_THAT(json, HasSubstr("\"model\": \"a\\\"b\""));
   EXPECT_THAT(json, HasSubstr("\"p50_us\": null"));
   EXPECT_THAT(json, HasSubstr("\"mean_us\": null, \"server\": null, \"shared_memory\": \"none\", "
-                              "\"protocol\": \"grpc\"}"));
+                              "\"protocol\": \"grpc\", \"streaming\": false}"));
 }
 
 // --------------------------------------------------------------- load

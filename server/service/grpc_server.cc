@@ -38,6 +38,9 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(ServerOptions opti
       return absl::InvalidArgumentError("gRPC time limits must be in [0, 2^31) milliseconds");
     }
   }
+  if (g.max_stream_inflight < 1) {
+    return absl::InvalidArgumentError("--grpc_max_stream_inflight must be at least 1");
+  }
   if (g.max_concurrent_streams < 1) {
     return absl::InvalidArgumentError("--grpc_max_concurrent_streams must be at least 1");
   }
@@ -46,7 +49,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(ServerOptions opti
 
   std::unique_ptr<GemmServer> server(new GemmServer);
   GEMMSERVE_ASSIGN_OR_RETURN(server->serving_, Serving::Start(options.serving));
-  server->service_ = std::make_unique<InferenceService>(server->serving_.get());
+  server->service_ = std::make_unique<InferenceService>(server->serving_.get(), g.max_stream_inflight);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -115,6 +118,7 @@ void GemmServer::Shutdown(std::chrono::system_clock::time_point deadline) {
   // the end (or to the deadline); then gRPC stops.
   server_->GetHealthCheckService()->SetServingStatus(false);  // every service
   serving_->StartDraining();
+  service_->DrainStreams();
   if (!serving_->WaitUntilIdle(absl::FromChrono(deadline))) {
     GEMMSERVE_LOG(WARNING) << "shutdown grace period over with calls still running; "
                               "cancelling them";

@@ -43,6 +43,9 @@ struct GrpcOptions {
   int64_t max_connection_idle_ms = 600000;  // 0: never
   int64_t max_connection_age_ms = 0;        // 0: unlimited
   int64_t max_connection_age_grace_ms = 30000;
+  // Requests of one ModelStreamInfer stream between read and written
+  // answer; beyond, the stream is not read until one is written.
+  int max_stream_inflight = 64;
 };
 
 struct ServerOptions {

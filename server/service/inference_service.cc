@@ -116,6 +116,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   return reactor;
 }
 
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  return StartStreamInfer(serving_, &streams_, context, max_stream_inflight_);
+}
+
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {

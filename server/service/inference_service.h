@@ -5,21 +5,29 @@
 // engine's workers; the reactor is finished from there. Only the tiniest
 // requests to an idle model (--inline_max_flops) are computed on the gRPC
 // thread itself, where a hand-off would cost more than they do. With a token
-// file every RPC but ServerLive and ServerReady (health, like grpc.health.v1)
-// needs a bearer token. RPCs gemmserve does not implement yet answer
+// file every RPC but ServerLive, ServerReady and ModelReady (health, like
+// grpc.health.v1) needs a bearer token; ModelStreamInfer checks it once per
+// stream. RPCs gemmserve does not implement (CUDA shared memory) answer
 // UNIMPLEMENTED (the generated base class does that).
 #ifndef GEMMSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
 #define GEMMSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
 
 #include "grpc_service.grpc.pb.h"
+#include "server/service/stream_infer.h"
 #include "server/serving/serving.h"
 
 namespace gemmserve {
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  // `serving` must outlive the service.
-  explicit InferenceService(Serving* serving) : serving_(serving) {}
+  // `serving` must outlive the service. A stream has at most
+  // `max_stream_inflight` (>= 1) requests between read and written answer.
+  InferenceService(Serving* serving, int max_stream_inflight)
+      : serving_(serving), max_stream_inflight_(max_stream_inflight) {}
+
+  // Shutdown: every open stream answers what it accepted, then ends with
+  // UNAVAILABLE; new streams end at once (stream_infer.h).
+  void DrainStreams() { streams_.DrainAll(); }
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -39,6 +47,9 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
+  // Triton's bidirectional stream of inferences (stream_infer.h).
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) override;
@@ -75,6 +86,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
  private:
   Serving* const serving_;
+  const int max_stream_inflight_;
+  StreamRegistry streams_;
 };
 
 }  // namespace gemmserve

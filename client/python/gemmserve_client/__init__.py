@@ -4,6 +4,8 @@
     with GemmServeClient("127.0.0.1:8001") as client:
         y = client.infer("matmul", A=a, B=b)["Y"]
         y16 = client.infer("matmul", A=bf16(a_bits), B=bf16(b_bits))["Y"]  # uint16 bits
+        for answer in client.stream_infer(("matmul", {"A": a, "B": b}, i) for i in range(4)):
+            print(answer.id, answer.outputs["Y"])               # ModelStreamInfer
 
 The protocol stubs are found as described in _stubs.py (GEMMSERVE_STUBS,
 PYTHONPATH, or gemmserve_client/generated/ from generate_stubs.sh).
@@ -14,7 +16,7 @@ import importlib
 # that `gemmserve_client.http`, which needs neither grpcio nor the stubs, can
 # be imported where they are absent.
 _MODULE_OF = {
-    "DEFAULT_URL": "client", "GemmServeClient": "client",
+    "DEFAULT_URL": "client", "GemmServeClient": "client", "StreamAnswer": "client",
     **{name: "tensors" for name in (
         "DTYPE_OF", "TYPED_FIELD_OF", "Tensor", "bf16", "bf16_bits_to_float32", "datatype_of",
         "decode_outputs", "float32_to_bf16_bits", "input_entries", "make_infer_request", "pb2",

@@ -1,9 +1,15 @@
 """A small blocking client for gemmserve's gRPC API."""
+import collections
+
 import grpc
 
 from .tensors import decode_outputs, input_entries, make_infer_request, pb2, pb2_grpc
 
 DEFAULT_URL = "127.0.0.1:8001"
+
+# One answer of a stream: the request's id, its model, its outputs ({name: array}) or,
+# when it failed, None and the server's message in `error`.
+StreamAnswer = collections.namedtuple("StreamAnswer", "id model_name outputs error")
 
 
 class GemmServeClient:
@@ -54,3 +60,37 @@ class GemmServeClient:
         entries = input_entries(inputs, arrays, datatypes)
         request = make_infer_request(model_name, entries, outputs, typed=typed)
         return decode_outputs(self.stub.ModelInfer(request, timeout=timeout))
+
+    def stream_infer(self, calls, *, timeout=None, metadata=None):
+        """Sends inferences over one ModelStreamInfer stream; yields a StreamAnswer per
+        request as each completes (not necessarily in the order sent: match them by id).
+
+        `calls` is an iterable (it may be a generator that waits) of (model_name, inputs)
+        or (model_name, inputs, id) tuples, inputs as infer() takes them in `inputs`, or of
+        ready ModelInferRequest messages. A failed request comes back as an answer with
+        `error` set and the stream goes on; the stream itself failing (a bad token, the
+        server shutting down) raises grpc.RpcError. `metadata`: e.g.
+        [("authorization", "Bearer <token>")], checked once for the stream.
+
+            answers = client.stream_infer(("matmul", {"A": a, "B": b}, str(i)) for i in range(8))
+            for answer in answers:
+                print(answer.id, answer.error or answer.outputs["Y"].shape)
+        """
+        def requests():
+            for call in calls:
+                if isinstance(call, pb2.ModelInferRequest):
+                    yield call
+                    continue
+                model_name, inputs, *rest = call
+                request = make_infer_request(model_name, input_entries(inputs, {}, None))
+                if rest:
+                    request.id = str(rest[0])
+                yield request
+
+        for response in self.stub.ModelStreamInfer(requests(), timeout=timeout,
+                                                   metadata=metadata):
+            answer = response.infer_response
+            if response.error_message:
+                yield StreamAnswer(answer.id, answer.model_name, None, response.error_message)
+            else:
+                yield StreamAnswer(answer.id, answer.model_name, decode_outputs(answer), None)

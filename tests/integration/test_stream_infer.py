@@ -1,0 +1,340 @@
+"""ModelStreamInfer (Triton's bidirectional inference stream) through a real server:
+answers by id across models, an error mid-stream, the per-stream bound, a stream's
+requests batched with unary calls, cancel with queued requests, tokens once per stream,
+and SIGTERM draining a stream; through the Python client's stream_infer."""
+import os
+import queue
+import signal
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+import numpy as np
+
+from gemmserve_client import GemmServeClient, make_infer_request, pb2, pb2_grpc
+from gemmserve_testing.base import GemmServeTestCase, open_channel, serve_with_tokens
+from gemmserve_testing.process import metric_sum
+from gemmserve_testing.server import ServerProcess
+
+
+def small_ints(rng, shape):
+    """Small integers: every float sum is exact, whatever the summation order."""
+    return rng.integers(-4, 5, size=shape).astype(np.float32)
+
+
+def grouped_reference(x, w, ids):
+    return np.stack([np.stack([x[m] @ w[g] for g in row]) for m, row in enumerate(ids)])
+
+
+def statistics(stub, model):
+    stats = stub.ModelStatistics(pb2.ModelStatisticsRequest(name=model), timeout=10)
+    return stats.model_stats[0]
+
+
+class HeldOpen:
+    """A request iterator that sends what it is given and keeps the stream open (the
+    client not done sending) until close()."""
+
+    def __init__(self):
+        self.queue = queue.Queue()
+
+    def send(self, request):
+        self.queue.put(request)
+
+    def close(self):
+        self.queue.put(None)
+
+    def __iter__(self):
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            yield item
+
+
+class StreamInferTest(GemmServeTestCase):
+    server_flags = ("--grpc_max_stream_inflight=3",)
+
+    def setUp(self):
+        self.client = GemmServeClient(self.server.address)
+        self.addCleanup(self.client.close)
+
+    def test_interleaved_models_are_answered_by_id_with_an_error_mid_stream(self):
+        rng = np.random.default_rng(7)
+        calls, expected = [], {}
+        for i in range(24):
+            if i == 11:
+                # An error for one request: its answer says so, and the stream goes on.
+                calls.append(("matmul", {"A": np.ones((2, 3), np.float32),
+                                         "B": np.ones((4, 5), np.float32)}, "bad"))
+                continue
+            if i % 2:
+                a, b = small_ints(rng, (1 + i, 7)), small_ints(rng, (7, 3 + i % 5))
+                calls.append(("matmul", {"A": a, "B": b}, f"mm-{i}"))
+                expected[f"mm-{i}"] = ("matmul", "Y", a @ b)
+            else:
+                x, w = small_ints(rng, (5, 6)), small_ints(rng, (4, 6, 3))
+                ids = rng.integers(0, 4, size=(5, 2)).astype(np.int64)
+                calls.append(("grouped_matmul", {"input": x, "weights": w,
+                                                 "group_indices": ids}, f"g-{i}"))
+                expected[f"g-{i}"] = ("grouped_matmul", "output", grouped_reference(x, w, ids))
+        answers = list(self.client.stream_infer(calls, timeout=60))
+        self.assertEqual(sorted(a.id for a in answers), sorted([c[2] for c in calls]))
+        for answer in answers:
+            if answer.id == "bad":
+                self.assertIsNone(answer.outputs)
+                self.assertRegex(answer.error, r"\b3\b.*\b4\b|\b4\b.*\b3\b")  # K of A and B
+                self.assertEqual(answer.model_name, "matmul")
+                continue
+            self.assertIsNone(answer.error, answer.id)
+            model, output, want = expected[answer.id]
+            self.assertEqual(answer.model_name, model)
+            np.testing.assert_array_equal(answer.outputs[output], want, err_msg=answer.id)
+
+    def test_a_request_that_cannot_be_decoded_is_answered_with_its_error(self):
+        request = make_infer_request("matmul", [("A", np.ones((2, 2), np.float32))])
+        request.id = "only-a"
+        good = make_infer_request("matmul", [("A", np.ones((1, 1), np.float32)),
+                                             ("B", np.ones((1, 1), np.float32))])
+        good.id = "good"
+        unknown = make_infer_request("no_such_model", [("A", np.ones((1, 1), np.float32))])
+        unknown.id = "unknown"
+        answers = {a.id: a for a in self.client.stream_infer([request, unknown, good],
+                                                             timeout=30)}
+        self.assertEqual(set(answers), {"only-a", "good", "unknown"})
+        self.assertIn("B", answers["only-a"].error)
+        self.assertIn("no_such_model", answers["unknown"].error)
+        np.testing.assert_array_equal(answers["good"].outputs["Y"], [[1.0]])
+        self.server.assert_alive()
+
+    def test_property_random_mixes_of_good_and_bad_requests(self):
+        """Seeded random streams of valid requests (random shapes, zeros and ones among
+        them) and invalid ones of every kind a stream may carry: each valid one gets its
+        exact answer, each invalid one an error, every id exactly once."""
+        for seed in range(6):
+            rng = np.random.default_rng(100 + seed)
+            requests, expected = [], {}
+            for i in range(int(rng.integers(1, 30))):
+                m, k, n = (int(d) for d in rng.integers(0, 9, size=3))
+                a, b = small_ints(rng, (m, k)), small_ints(rng, (k, n))
+                kind = rng.choice(["good"] * 4 + ["dims", "missing", "model", "raw", "type"])
+                if kind == "dims":
+                    b = small_ints(rng, (k + 1, n))
+                inputs = [("A", a), ("B", b)] if kind != "missing" else [("A", a)]
+                request = make_infer_request("nope" if kind == "model" else "matmul", inputs)
+                if kind == "raw":
+                    request.raw_input_contents[1] = request.raw_input_contents[1] + b"\0"
+                if kind == "type":
+                    request.inputs[0].datatype = "FP8"
+                request.id = f"{seed}-{i}"
+                requests.append(request)
+                expected[request.id] = a @ b if kind == "good" else None
+            answers = list(self.client.stream_infer(requests, timeout=60))
+            self.assertEqual(sorted(a.id for a in answers), sorted(expected), seed)
+            for answer in answers:
+                want = expected[answer.id]
+                if want is None:
+                    self.assertIsNone(answer.outputs, answer.id)
+                    self.assertTrue(answer.error, answer.id)
+                else:
+                    self.assertIsNone(answer.error, f"{answer.id}: {answer.error}")
+                    np.testing.assert_array_equal(answer.outputs["Y"], want, err_msg=answer.id)
+        self.assert_server_still_serves()
+
+    def test_a_stream_holds_at_most_its_bound_in_flight(self):
+        """--grpc_max_stream_inflight=3: with 16 requests sent at once, the server never
+        has more than 3 of the stream's requests accepted and unanswered."""
+        a = np.ones((512, 512), np.float32)
+        seen, stop = [], threading.Event()
+
+        def watch():
+            while not stop.is_set():
+                seen.append(metric_sum(self.server.metrics_url, "gemmserve_inflight_requests"))
+                time.sleep(0.002)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            answers = list(self.client.stream_infer(
+                (("matmul", {"A": a, "B": a}, i) for i in range(16)), timeout=120))
+        finally:
+            stop.set()
+            watcher.join()
+        self.assertEqual(len(answers), 16)
+        self.assertTrue(all(a.error is None for a in answers))
+        self.assertLessEqual(max(seen), 3, seen)
+        self.assertGreaterEqual(max(seen), 1, "the watcher saw none in flight")
+
+
+    def test_a_client_that_never_reads_its_answers_holds_only_its_bound(self):
+        """A stream that writes 200 requests and reads nothing: the server computes the
+        stream's bound, then stops reading it; it holds 3 answers, never 200, and serves
+        others meanwhile. Cancelling the stream frees what it held."""
+        a = np.ones((256, 256), np.float32)
+        sent = HeldOpen()
+        for _ in range(200):
+            sent.send(make_infer_request("matmul", [("A", a), ("B", a)]))
+        responses = self.stub.ModelStreamInfer(iter(sent), timeout=60)  # never read
+        answer_bytes = 256 * 256 * 4
+        time.sleep(1.0)
+        self.assert_server_still_serves()
+        stats = statistics(self.stub, "matmul")
+        held = metric_sum(self.server.metrics_url, "gemmserve_inflight_bytes")
+        self.assertLess(held, 3 * 8 * answer_bytes, "the server holds more than the stream's bound")
+        responses.cancel()
+        sent.close()
+        deadline = time.time() + 30
+        while metric_sum(self.server.metrics_url, "gemmserve_inflight_bytes") > 0:
+            self.assertLess(time.time(), deadline, "a cancelled stream's answers are still held")
+            time.sleep(0.05)
+        self.assertLess(statistics(self.stub, "matmul").inference_stats.success.count,
+                        stats.inference_stats.success.count + 16,
+                        "requests beyond the bound were read and computed")
+
+class StreamBatchingTest(GemmServeTestCase):
+    """A stream's requests and unary ones merge into one kernel call. The long queue
+    delay makes a batch wait for its closed-loop clients to come back."""
+    server_flags = ("--builtin_max_queue_delay_us=200000",)
+
+    def test_stream_and_unary_requests_are_batched_together(self):
+        """A stream sends 3-row requests, a unary caller 5-row ones, each one at a time:
+        a kernel call of 8 rows (batch_stats counts calls by rows) holds one of each."""
+        rng = np.random.default_rng(3)
+        b = small_ints(rng, (256, 256))
+        a3, a5 = small_ints(rng, (3, 256)), small_ints(rng, (5, 256))
+        client = GemmServeClient(self.server.address)
+        self.addCleanup(client.close)
+        rounds, failures = 40, []
+
+        def unary():
+            for _ in range(rounds):
+                if not np.array_equal(client.infer("matmul", A=a5, B=b)["Y"], a5 @ b):
+                    failures.append("unary")
+
+        def one_at_a_time():
+            sent = HeldOpen()
+            answers = client.stream_infer(sent, timeout=120)
+            for _ in range(rounds):
+                sent.send(make_infer_request("matmul", [("A", a3), ("B", b)]))
+                answer = next(answers)
+                if answer.error or not np.array_equal(answer.outputs["Y"], a3 @ b):
+                    failures.append(answer.error or "stream")
+            sent.close()
+            if list(answers):
+                failures.append("answers beyond the requests")
+
+        threads = [threading.Thread(target=f) for f in (unary, one_at_a_time)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(failures, [])
+        stats = statistics(self.stub, "matmul")
+        self.assertEqual(stats.inference_stats.success.count, 2 * rounds)
+        by_rows = {b.batch_size: b.compute_infer.count for b in stats.batch_stats}
+        self.assertEqual(set(by_rows) - {3, 5, 8}, set(), by_rows)
+        self.assertGreater(by_rows.get(8, 0), 0,
+                           f"no kernel call merged a stream request with a unary one: {by_rows}")
+
+
+class StreamCancelTest(GemmServeTestCase):
+    """A cancelled stream's queued requests are never computed."""
+    compute_threads = 1
+    server_flags = ("--builtin_max_batch_rows=1024",)
+
+    def test_cancel_drops_queued_requests_and_the_server_stays_healthy(self):
+        a = np.ones((1024, 1024), np.float32)
+        before = statistics(self.stub, "matmul")
+        sent = 40
+        requests = [make_infer_request("matmul", [("A", a), ("B", a)]) for _ in range(sent)]
+        responses = self.stub.ModelStreamInfer(iter(requests), timeout=120)
+        first = next(responses)
+        self.assertEqual(first.error_message, "")
+        responses.cancel()
+        with self.assertRaises(grpc.RpcError) as raised:
+            for _ in responses:
+                pass
+        self.assertEqual(raised.exception.code(), grpc.StatusCode.CANCELLED)
+        deadline = time.time() + 30
+        while metric_sum(self.server.metrics_url, "gemmserve_inflight_requests") > 0:
+            self.assertLess(time.time(), deadline, "cancelled requests still in flight")
+            time.sleep(0.05)
+        after = statistics(self.stub, "matmul")
+        computed = after.inference_stats.success.count - before.inference_stats.success.count
+        self.assertLess(computed, sent, "every queued request was computed after the cancel")
+        self.assertGreaterEqual(computed, 1)
+        self.assert_server_still_serves()
+
+
+class StreamTokenTest(unittest.TestCase):
+    """With a token file, the stream's metadata carries the token, checked once."""
+
+    @classmethod
+    def setUpClass(cls):
+        serve_with_tokens(cls, "stream-secret\n")
+
+    def test_the_token_is_checked_once_for_the_stream(self):
+        request = make_infer_request("matmul", [("A", np.ones((1, 1), np.float32)),
+                                                ("B", np.ones((1, 1), np.float32))])
+        with self.assertRaises(grpc.RpcError) as raised:
+            list(self.stub.ModelStreamInfer(iter([request]), timeout=10))
+        self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+        good = [("authorization", "Bearer stream-secret")]
+        answers = list(self.stub.ModelStreamInfer(iter([request] * 3), timeout=10,
+                                                  metadata=good))
+        self.assertEqual([a.error_message for a in answers], [""] * 3)
+
+
+class StreamDrainTest(unittest.TestCase):
+    """SIGTERM: the stream's accepted requests are answered, then it ends UNAVAILABLE."""
+
+    def test_sigterm_answers_accepted_requests_then_ends_the_stream(self):
+        server = ServerProcess("--shutdown_grace_seconds=60", "--builtin_max_batch_rows=1024",
+                               compute_threads=1).start()
+        self.addCleanup(server.stop)
+        channel = open_channel(server.address)
+        self.addCleanup(channel.close)
+        stub = pb2_grpc.GRPCInferenceServiceStub(channel)
+        a = np.ones((1024, 1024), np.float32)
+        count = 12
+        sent = HeldOpen()  # the client never finishes sending: the server ends the stream
+        for i in range(count):
+            request = make_infer_request("matmul", [("A", a), ("B", a)])
+            request.id = str(i)
+            sent.send(request)
+        responses = stub.ModelStreamInfer(iter(sent), timeout=120)
+        answers, ended = [], []
+
+        def read():
+            try:
+                for response in responses:
+                    answers.append(response)
+            except grpc.RpcError as error:
+                ended.append(error)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        # Every request accepted (in flight or answered) before the signal: the answers
+        # not yet received are at most those in flight.
+        deadline = time.time() + 60
+        while metric_sum(server.metrics_url, "gemmserve_inflight_requests") + len(answers) < count:
+            self.assertLess(time.time(), deadline, "the stream's requests were never all read")
+            time.sleep(0.002)
+        pending = count - len(answers)
+        server.proc.send_signal(signal.SIGTERM)
+        reader.join(timeout=120)
+        sent.close()
+        self.assertGreater(pending, 0, "every answer came before the signal: nothing drained")
+        self.assertEqual(len(ended), 1, "the stream did not end with an error")
+        self.assertEqual(ended[0].code(), grpc.StatusCode.UNAVAILABLE, ended[0].details())
+        self.assertEqual(sorted(int(r.infer_response.id) for r in answers), list(range(count)))
+        self.assertEqual([r.error_message for r in answers], [""] * count)
+        y = np.frombuffer(answers[-1].infer_response.raw_output_contents[0], np.float32)
+        np.testing.assert_array_equal(y[:3], [1024.0] * 3)
+        self.assertEqual(server.proc.wait(timeout=60), 0, server.stderr_text())
+
+
+if __name__ == "__main__":
+    unittest.main()
