@@ -389,6 +389,10 @@ def http_connection_seeds():
                        + post("/v2/repository/models/nobody/load", b'{"parameters":{}}'),
         "log_settings": b"\0" + post("/v2/logging",
                                      b'{"log_info":true,"log_verbose_level":1,"log_format":"x"}'),
+        "trace_settings": b"\0" + post("/v2/trace/setting",
+                                       b'{"trace_level":["TIMESTAMPS","OFF"],"trace_rate":7,'
+                                       b'"trace_count":null,"log_frequency":"2"}')
+                          + post("/v2/models/matmul/trace/setting", b'{"trace_rate":null}'),
         "shm_register": b"\0" + post("/v2/systemsharedmemory/region/r/register",
                                      b'{"key":"/x","byte_size":8}'),
     }

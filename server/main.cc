@@ -115,6 +115,19 @@ ABSL_FLAG(bool, allow_client_shm, kDefaults.serving.shm.allow_client_shm,
 ABSL_FLAG(bool, allow_log_file_setting, kDefaults.serving.allow_log_file_setting,
           "Let clients change log_file through LogSettings (gRPC, POST /v2/logging): the "
           "server then writes its log to a path the client picks. Off: refused.");
+ABSL_FLAG(std::string, trace_file, kDefaults.serving.trace_file,
+          "Where request traces go (Triton's trace JSON; with --trace_log_frequency N, every N "
+          "traces to FILE.0, FILE.1, ...). Fixed at start: clients cannot change it. Empty: "
+          "tracing cannot be turned on.");
+ABSL_FLAG(std::string, trace_level, "OFF",
+          "Tracing at start: OFF, or TIMESTAMPS (needs --trace_file); TraceSetting changes it.");
+ABSL_FLAG(int64_t, trace_rate, *kDefaults.serving.trace.rate,
+          "Trace one request in this many (1: every request).");
+ABSL_FLAG(int64_t, trace_count, *kDefaults.serving.trace.count,
+          "Traces to take, then stop; -1: no limit.");
+ABSL_FLAG(int64_t, trace_log_frequency, *kDefaults.serving.trace.log_frequency,
+          "Write every N traces to a file of their own (FILE.0, FILE.1, ...); 0: all to FILE "
+          "when the server stops.");
 ABSL_FLAG(int64_t, max_client_shm_bytes, kDefaults.serving.shm.max_registered_bytes,
           "Most bytes of client shared memory registered at once, all clients together.");
 
@@ -148,6 +161,16 @@ int main(int argc, char** argv) {
   serving.shm.allow_client_shm = absl::GetFlag(FLAGS_allow_client_shm);
   serving.allow_log_file_setting = absl::GetFlag(FLAGS_allow_log_file_setting);
   serving.shm.max_registered_bytes = absl::GetFlag(FLAGS_max_client_shm_bytes);
+  serving.trace_file = absl::GetFlag(FLAGS_trace_file);
+  {
+    const std::string level = absl::GetFlag(FLAGS_trace_level);
+    if (level != "OFF" && level != "TIMESTAMPS") {
+      GEMMSERVE_LOG(ERROR) << "cannot start: --trace_level must be OFF or TIMESTAMPS";
+      return 1;
+    }
+    serving.trace = {level == "TIMESTAMPS", absl::GetFlag(FLAGS_trace_rate),
+                     absl::GetFlag(FLAGS_trace_count), absl::GetFlag(FLAGS_trace_log_frequency)};
+  }
   engine.compute_threads = absl::GetFlag(FLAGS_compute_threads);
   engine.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   engine.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);

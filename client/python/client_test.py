@@ -153,6 +153,52 @@ class ClientTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "unknown datatype"):
             self.client.infer("matmul", A=Tensor(a, "FP8"), B=a)
 
+    # ------------------------------------------------- repository and settings
+
+    def test_load_model_uploads_a_model_with_tritons_json_config_over_both_protocols(self):
+        """tritonclient's load_model(config=json.dumps({...}), files=...), here with a dict;
+        the model answers, and its config says what was sent."""
+        from gemmserve_client.http import HttpClient
+        from gemmserve_testing.onnx_models import matmul_graph, model_bytes
+        w = np.arange(6, dtype=np.float32).reshape(2, 3)
+        model = model_bytes(matmul_graph("uploaded", w)).SerializeToString()
+        config = {"name": "uploaded", "max_batch_size": 0,
+                  "dynamic_batching": {"max_queue_delay_microseconds": 250}}
+        http = HttpClient(self.server.http_url)
+        self.addCleanup(http.close)
+        for load, config_of in ((self.client.load_model, self.client.model_config),
+                                (http.load_model, http.model_config)):
+            load("uploaded", config=config, files={"1/model.onnx": model})
+            reported = config_of("uploaded")
+            delay = (reported.dynamic_batching.max_queue_delay_microseconds
+                     if hasattr(reported, "dynamic_batching")
+                     else reported["dynamic_batching"]["max_queue_delay_microseconds"])
+            self.assertEqual(delay, 250)
+            metadata = self.client.model_metadata("uploaded")
+            x = np.ones((4, 2), np.float32)
+            y = self.client.infer("uploaded", {metadata.inputs[0].name: x})
+            np.testing.assert_array_equal(y[metadata.outputs[0].name], x @ w)
+        self.client.unload_model("uploaded")
+        names = {m["name"]: m["state"] for m in http.repository_index()}
+        self.assertNotEqual(names.get("uploaded"), "READY")
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.client.load_model("uploaded", config={"max_batch_size": "lots"},
+                                   files={"1/model.onnx": model})
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+
+    def test_trace_settings_from_both_clients(self):
+        from gemmserve_client.http import HttpClient
+        settings = self.client.trace_settings()
+        self.assertEqual(settings["trace_level"], ["OFF"])
+        self.assertEqual(settings["trace_mode"], ["triton"])
+        self.assertEqual(self.client.trace_settings("matmul", trace_rate="7")["trace_rate"],
+                         ["7"])
+        with HttpClient(self.server.http_url) as http:
+            self.assertEqual(http.trace_settings("matmul")["trace_rate"], "7")
+            self.assertEqual(http.trace_settings("matmul", trace_rate=None)["trace_rate"],
+                             "1000")
+            self.assertIn("log_info", http.log_settings())
+
     # ------------------------------------------------------------ examples
 
     def run_example(self, name):

@@ -795,6 +795,10 @@ absl::Time InferenceEngine::RunBatchOrThrow(ServedModel& served, PendingBatch& b
       continue;
     }
     InferResult result{metadata.name, metadata.versions.front(), {}};
+    result.queued = p.arrival();
+    result.compute_start = start;
+    result.compute_end = end;
+    result.batch_rows = rows;
     const auto& wanted = p.request().requested_outputs;
     for (NamedTensor& t : *outputs) {
       if (wanted.empty() || std::find(wanted.begin(), wanted.end(), t.name) != wanted.end()) {

@@ -112,6 +112,13 @@ struct InferResult {
   std::string model_name;
   std::string model_version;
   std::vector<NamedTensor> outputs;
+  // When it was computed, for traces: queued (accepted by the engine), its
+  // kernel call's start and end, and the rows of that call (every request
+  // merged into it).
+  absl::Time queued = absl::InfinitePast();
+  absl::Time compute_start = absl::InfinitePast();
+  absl::Time compute_end = absl::InfinitePast();
+  int64_t batch_rows = 0;
   // What the request is counted at against --max_inflight_bytes: the front
   // end keeps it until the answer has been handed to the socket, so an
   // answer a client does not read stays counted.

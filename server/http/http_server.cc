@@ -322,6 +322,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (auto it = req.find("Inference-Header-Content-Length"); it != req.end()) {
       call.header_length = std::string(it->value());
     }
+    if (auto it = req.find("traceparent"); it != req.end()) {
+      call.traceparent = std::string(it->value());
+    }
     coding_ = NegotiateContentCoding(HeaderValue(req, http::field::accept_encoding));
     absl::StatusOr<ContentCoding> encoding =
         ParseContentEncoding(HeaderValue(req, http::field::content_encoding));

@@ -168,6 +168,17 @@ void HttpService::Handle(HttpCall call, Reply reply) {
     absl::Status s = serving_->LogSettings(call.authorization, *request, &response);
     return s.ok() ? ok(LogSettingsJson(response)) : std::move(reply)(Error(s));
   }
+  if ((p.size() == 3 && p[1] == "trace" && p[2] == "setting") ||
+      (p.size() == 5 && p[1] == "models" && p[3] == "trace" && p[4] == "setting")) {
+    if (!get && !post) return method_not_allowed("GET, POST");
+    absl::StatusOr<inference::TraceSettingRequest> request =
+        ParseTraceSettingRequest(post ? absl::string_view(call.body) : absl::string_view());
+    if (!request.ok()) return std::move(reply)(Error(request.status()));
+    if (p.size() == 5) request->set_model_name(p[2]);
+    inference::TraceSettingResponse response;
+    absl::Status s = serving_->TraceSetting(call.authorization, *request, &response);
+    return s.ok() ? ok(TraceSettingJson(response)) : std::move(reply)(Error(s));
+  }
   if (p[1] == "cudasharedmemory") {
     return std::move(reply)(Error(
         absl::UnimplementedError("CUDA shared memory is not served; use system shared memory")));
@@ -309,6 +320,7 @@ void HttpService::Infer(HttpCall call, absl::string_view model, absl::string_vie
   Serving::InferCall infer;
   infer.model_name = model;  // the metrics' label, as the client sent it
   if (call.authorization) infer.authorization = *call.authorization;
+  if (call.traceparent) infer.traceparent = *call.traceparent;
   if (decoded.ok()) {
     infer.request = request->view;
   } else {

@@ -12,6 +12,8 @@
 //   POST /v2/models/{m}[/versions/{v}]/infer                inference
 //   POST /v2/repository/index                               repository index
 //   POST /v2/repository/models/{m}/load | /unload           load, unload
+//   GET|POST /v2/logging                                     log settings
+//   GET|POST /v2/trace/setting, /v2/models/{m}/trace/setting trace settings
 //
 // Errors are `{"error": "<the gRPC API's message>"}` with the status of the
 // gRPC code (HttpStatusOf). With a token file every route but the health
@@ -57,6 +59,7 @@ struct HttpCall {
   std::string target;  // path and query, as sent
   std::optional<std::string> authorization;
   std::optional<std::string> header_length;  // Inference-Header-Content-Length
+  std::optional<std::string> traceparent;    // W3C trace context, for traces
   std::string body;                          // decompressed
   // The body's bytes, held against --max_inflight_bytes since before it was
   // read: an inference's admission takes them over; a load holds them (and

@@ -1,5 +1,6 @@
 #include "server/http/model_json.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -427,6 +428,55 @@ std::string LogSettingsJson(const inference::LogSettingsResponse& response) {
         break;
       default:
         j.Str(value->string_param());
+    }
+  }
+  return j.Close('}').Take();
+}
+
+absl::StatusOr<inference::TraceSettingRequest> ParseTraceSettingRequest(
+    absl::string_view body) {
+  inference::TraceSettingRequest request;
+  if (body.empty()) return request;
+  absl::StatusOr<rapidjson::Document> doc = ParseObject(body, "trace settings");
+  if (!doc.ok()) return doc.status();
+  for (auto it = doc->MemberBegin(); it != doc->MemberEnd(); ++it) {
+    const std::string key(it->name.GetString(), it->name.GetStringLength());
+    auto& value = (*request.mutable_settings())[key];
+    const rapidjson::Value& v = it->value;
+    auto text = [](const rapidjson::Value& x) {
+      return std::string(x.GetString(), x.GetStringLength());
+    };
+    if (v.IsNull()) continue;  // an empty list: the key is cleared
+    if (v.IsString()) {
+      value.add_value(text(v));
+    } else if (v.IsInt64()) {
+      value.add_value(absl::StrCat(v.GetInt64()));
+    } else if (v.IsArray() && std::all_of(v.Begin(), v.End(), [](const rapidjson::Value& e) {
+                 return e.IsString();
+               })) {
+      for (const rapidjson::Value& e : v.GetArray()) value.add_value(text(e));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trace setting '", ClientText(key),
+                       "' must be a string, an integer, an array of strings or null"));
+    }
+  }
+  return request;
+}
+
+std::string TraceSettingJson(const inference::TraceSettingResponse& response) {
+  std::map<std::string, const inference::TraceSettingResponse::SettingValue*> sorted;
+  for (const auto& [key, value] : response.settings()) sorted[key] = &value;
+  Json j;
+  j.Open('{');
+  for (const auto& [key, value] : sorted) {
+    j.Key(key);
+    if (key == "trace_level") {
+      j.Open('[');
+      for (const std::string& level : value->value()) j.Str(level);
+      j.Close(']');
+    } else {
+      j.Str(value->value_size() > 0 ? value->value(0) : std::string());
     }
   }
   return j.Close('}').Take();

@@ -53,6 +53,13 @@ absl::StatusOr<inference::LogSettingsRequest> ParseLogSettingsRequest(absl::stri
 // The settings as Triton's flat JSON object, keys sorted.
 std::string LogSettingsJson(const inference::LogSettingsResponse& response);
 
+// Triton's /v2/trace/setting body: a flat object whose values are a string,
+// a number (taken as its text), an array of strings, or null (clears the
+// key); empty: none. INVALID_ARGUMENT for anything else.
+absl::StatusOr<inference::TraceSettingRequest> ParseTraceSettingRequest(absl::string_view body);
+// Triton's answer: trace_level an array, the other keys strings, sorted.
+std::string TraceSettingJson(const inference::TraceSettingResponse& response);
+
 }  // namespace gemmserve
 
 #endif  // GEMMSERVE_SERVER_HTTP_MODEL_JSON_H_

@@ -33,10 +33,7 @@ class HoldingReactor final : public grpc::ServerUnaryReactor {
 
 // The `authorization` header of the call, as it came; nullopt when absent.
 std::optional<absl::string_view> Authorization(const grpc::CallbackServerContext& context) {
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) return std::nullopt;
-  return absl::string_view(it->second.data(), it->second.size());
+  return MetadataValue(context, "authorization");
 }
 
 }  // namespace
@@ -98,6 +95,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   Serving::InferCall call;
   call.model_name = request->model_name();
   call.authorization = Authorization(*context);
+  call.traceparent = MetadataValue(*context, "traceparent");
   call.request = DecodeInferRequest(*request);
   if (call.request.ok() && context->deadline() != std::chrono::system_clock::time_point::max()) {
     call.request->deadline = absl::FromChrono(context->deadline());
@@ -242,6 +240,13 @@ grpc::ServerUnaryReactor* InferenceService::LogSettings(
     inference::LogSettingsResponse* response) {
   return FinishNow(context, ToGrpcStatus(serving_->LogSettings(Authorization(*context), *request,
                                                                response)));
+}
+
+grpc::ServerUnaryReactor* InferenceService::TraceSetting(
+    grpc::CallbackServerContext* context, const inference::TraceSettingRequest* request,
+    inference::TraceSettingResponse* response) {
+  return FinishNow(context, ToGrpcStatus(serving_->TraceSetting(Authorization(*context), *request,
+                                                                response)));
 }
 
 }  // namespace gemmserve

@@ -83,6 +83,9 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* context,
                                         const inference::LogSettingsRequest* request,
                                         inference::LogSettingsResponse* response) override;
+  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* context,
+                                         const inference::TraceSettingRequest* request,
+                                         inference::TraceSettingResponse* response) override;
 
  private:
   Serving* const serving_;

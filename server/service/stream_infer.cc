@@ -30,13 +30,10 @@ class StreamInferReactor final : public StreamReactorBase {
 
   // Authenticates from the stream's metadata, then starts reading.
   void Begin() {
-    const auto& metadata = context_->client_metadata();
-    std::optional<absl::string_view> authorization;
-    if (auto it = metadata.find("authorization"); it != metadata.end()) {
-      authorization_ = std::string(it->second.data(), it->second.size());
-      authorization = authorization_;
-    }
+    std::optional<absl::string_view> authorization = MetadataValue(*context_, "authorization");
+    if (authorization) authorization_ = std::string(*authorization);
     has_authorization_ = authorization.has_value();
+    traceparent_ = MetadataValue(*context_, "traceparent");
     absl::Status refused = serving_->Authenticate(authorization);
     if (refused.ok() && (registry_->draining() || serving_->draining())) {
       refused = absl::UnavailableError("server is shutting down; retry on another replica");
@@ -114,6 +111,7 @@ class StreamInferReactor final : public StreamReactorBase {
     Serving::InferCall call;
     call.model_name = request->model_name();
     if (has_authorization_) call.authorization = authorization_;
+    call.traceparent = traceparent_;  // the stream's, for each of its requests
     call.request = DecodeInferRequest(*request);
     call.is_cancelled = [this] { return cancelled_flag_.load(std::memory_order_relaxed); };
     auto answer = std::make_unique<Answer>();
@@ -211,6 +209,7 @@ class StreamInferReactor final : public StreamReactorBase {
   const int max_inflight_;
   std::string authorization_;  // the stream's token, for each request
   bool has_authorization_ = false;
+  std::optional<absl::string_view> traceparent_;  // in the call's metadata
   std::atomic<bool> cancelled_flag_{false};  // polled by the engine
   std::atomic<int> refs_{1};                 // gRPC's, until OnDone
 

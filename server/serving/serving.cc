@@ -8,8 +8,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/common/allocation.h"
 #include "server/common/client_text.h"
+#include "server/common/logging.h"
 #include "server/common/status_macros.h"
 #include "server/core/overload.h"
 #include "server/models/builtin_models.h"
@@ -72,6 +74,7 @@ struct Serving::Call {
   InferenceEngine::Reservation reservation{};
   std::vector<std::unique_ptr<char[]>> shm_inputs{};
   std::vector<std::pair<OutputShmView, size_t>> shm_outputs{};
+  std::unique_ptr<RequestTrace> trace{};  // traced requests only
 
   // Writes the outputs that go to shared memory; an error replaces the result.
   absl::Status WriteShmOutputs(InferResult& result) {
@@ -101,11 +104,29 @@ struct Serving::Call {
     return absl::OkStatus();
   }
 
+  // The trace's stamps from the engine's result; the rest at the answer.
+  void StampTrace(const absl::StatusOr<InferResult>& result) {
+    trace->computed = result.ok() && result->compute_start != absl::InfinitePast();
+    if (trace->computed) {
+      trace->model_name = result->model_name;
+      trace->model_version = result->model_version;
+      trace->queue_start = result->queued;
+      trace->compute_start = result->compute_start;
+      trace->compute_end = result->compute_end;
+      trace->batch_rows = result->batch_rows;
+    }
+  }
+
   void Finish(absl::StatusOr<InferResult> result) {
     if (result.ok() && !shm_outputs.empty()) {
       if (absl::Status s = WriteShmOutputs(*result); !s.ok()) result = s;
     }
+    if (trace) StampTrace(result);
     const absl::Status status = std::move(done)(std::move(result));
+    if (trace) {
+      trace->request_end = absl::Now();
+      serving->tracer_->Record(*trace);
+    }
     leases.clear();  // answered: the regions may be unregistered
     shm_inputs.clear();
     reservation = InferenceEngine::Reservation();
@@ -138,6 +159,7 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(ServingOptions options) 
     GEMMSERVE_ASSIGN_OR_RETURN(s->auth_, TokenAuthenticator::FromFile(options.auth_token_file));
   }
   s->shm_ = std::make_unique<SharedMemoryManager>(options.shm);
+  GEMMSERVE_ASSIGN_OR_RETURN(s->tracer_, Tracer::Create(options.trace_file, options.trace));
   s->max_message_bytes_ = options.engine.max_message_bytes;
   s->allow_log_file_setting_ = options.allow_log_file_setting;
   options.engine.metrics = s->metrics_.get();
@@ -230,7 +252,7 @@ absl::Status Serving::ResolveSharedMemory(const InferCall& call, InferRequestVie
 
 std::vector<std::string> Serving::Extensions() const {
   std::vector<std::string> extensions = {"binary_tensor_data", "model_repository", "statistics",
-                                         "model_configuration", "logging"};
+                                         "model_configuration", "logging", "trace"};
   if (shm_->enabled()) extensions.push_back("system_shared_memory");
   return extensions;
 }
@@ -261,6 +283,15 @@ void Serving::Infer(InferCall call, InferDone done) {
   }
   metrics_->AddInflight(1);
   *state = Call{this, engine_->MetricsFor(call.model_name), absl::Now(), std::move(done)};
+  if (const uint64_t id = tracer_->Sample(call.model_name); id != 0) {
+    state->trace = std::make_unique<RequestTrace>();
+    state->trace->id = id;
+    state->trace->model_name = std::string(call.model_name);
+    state->trace->request_start = state->arrival;
+    if (call.traceparent && Tracer::ValidTraceparent(*call.traceparent)) {
+      state->trace->traceparent = std::string(*call.traceparent);
+    }
+  }
   auto finish = [state](absl::StatusOr<InferResult> result) { state->Finish(std::move(result)); };
   state->reservation = std::move(call.reserved);  // the front end's, for the message
   // An error here means the engine never took `finish` (Submit's contract).
@@ -278,6 +309,27 @@ void Serving::Infer(InferCall call, InferDone done) {
     });
   }
   if (!refused.ok()) finish(refused);
+}
+
+absl::Status Serving::TraceSetting(std::optional<absl::string_view> authorization,
+                                  const inference::TraceSettingRequest& request,
+                                  inference::TraceSettingResponse* response) {
+  GEMMSERVE_RETURN_IF_ERROR(Authenticate(authorization));
+  const bool exists =
+      !request.model_name().empty() && engine_->FindModel(request.model_name(), "").ok();
+  GEMMSERVE_RETURN_IF_ERROR(tracer_->Update(request, exists, response));
+  if (!request.settings().empty()) {
+    std::vector<std::string> changed;
+    for (const auto& [key, value] : request.settings()) changed.push_back(key);
+    std::sort(changed.begin(), changed.end());
+    GEMMSERVE_LOG(WARNING) << "trace settings"
+                           << (request.model_name().empty()
+                                   ? std::string()
+                                   : absl::StrCat(" of model '", ClientText(request.model_name()),
+                                                  "'"))
+                           << " set by a client: " << absl::StrJoin(changed, ", ");
+  }
+  return absl::OkStatus();
 }
 
 void Serving::StartDraining() {

@@ -42,6 +42,7 @@
 #include "server/metrics/metrics.h"
 #include "server/repository/model_repository.h"
 #include "server/serving/token_authenticator.h"
+#include "server/serving/tracer.h"
 #include "server/shm/shared_memory_manager.h"
 
 namespace gemmserve {
@@ -69,6 +70,11 @@ struct ServingOptions {
   // --allow_log_file_setting: LogSettings may change log_file (a path the
   // client picks, opened for writing by the server); off, it is refused.
   bool allow_log_file_setting = false;
+  // --trace_file (empty: tracing cannot be turned on) and the global trace
+  // settings at start (--trace_level, --trace_rate, --trace_count,
+  // --trace_log_frequency); Triton's defaults.
+  std::string trace_file;
+  TraceSettings trace = {false, 1000, -1, 0};
 };
 
 class Serving {
@@ -109,9 +115,19 @@ class Serving {
                            const inference::LogSettingsRequest& request,
                            inference::LogSettingsResponse* response);
 
+  // Triton's TraceSetting (gRPC, GET/POST /v2/trace/setting and
+  // /v2/models/<m>/trace/setting): Tracer::Update, behind tokens; a model
+  // scope must name a served model (NOT_FOUND). Each change is logged.
+  absl::Status TraceSetting(std::optional<absl::string_view> authorization,
+                            const inference::TraceSettingRequest& request,
+                            inference::TraceSettingResponse* response);
+
   struct InferCall {
     absl::string_view model_name;  // as the client sent it: the metrics' label
     std::optional<absl::string_view> authorization;
+    // The W3C `traceparent` header (HTTP) or metadata (gRPC), if any: a
+    // traced request's trace records it when it is well formed.
+    std::optional<absl::string_view> traceparent;
     absl::StatusOr<InferRequestView> request;  // decoded, or why it could not be
     std::function<bool()> is_cancelled;        // may be empty: never cancelled
     // Bytes of the request's message the front end reserved before it
@@ -153,6 +169,7 @@ class Serving {
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<TokenAuthenticator> auth_;
   std::unique_ptr<SharedMemoryManager> shm_;
+  std::unique_ptr<Tracer> tracer_;
   int64_t max_message_bytes_ = 0;
   bool allow_log_file_setting_ = false;
   std::string metrics_host_;

@@ -17,6 +17,9 @@
 //   });
 //   // Y: { datatype: 'FP32', shape: [2, 1], data: Float32Array [6, 15] }
 //   client.close();
+//
+// client.stream() opens Triton's bidirectional ModelStreamInfer: requests are
+// sent with send() and answered as each completes, by id (see InferStream).
 
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
@@ -51,6 +54,135 @@ function loadService(protoDir) {
 
 function deadlineOf(timeoutMs) {
   return timeoutMs === undefined || timeoutMs === Infinity ? Infinity : Date.now() + timeoutMs;
+}
+
+// A ModelInferRequest for `model` on `inputs` (as infer takes them); throws a
+// TypeError or RangeError on malformed inputs.
+function inferRequest(model, inputs, { id = '', outputs, version = '' } = {}) {
+  const { tensors: inputTensors, raw } = tensors.encodeInputs(inputs);
+  return {
+    id,
+    model_name: model,
+    model_version: version,
+    inputs: inputTensors,
+    outputs: (outputs || []).map((name) => ({ name })),
+    raw_input_contents: raw,
+  };
+}
+
+// `metadata` as grpc.Metadata: one already, or a plain object {key: value or
+// [values]} (strings; Buffers for keys ending in -bin).
+function toMetadata(metadata) {
+  if (metadata instanceof grpc.Metadata) return metadata;
+  const result = new grpc.Metadata();
+  if (metadata === undefined || metadata === null) return result;
+  if (typeof metadata !== 'object') {
+    throw new TypeError('metadata must be a grpc.Metadata or an object {key: value}');
+  }
+  for (const [key, value] of Object.entries(metadata)) {
+    for (const one of Array.isArray(value) ? value : [value]) result.add(key, one);
+  }
+  return result;
+}
+
+// One ModelStreamInfer stream, from GemmServeClient.stream(). Requests go out
+// with send() and come back, each as it completes (not necessarily in the
+// order sent), through the async iterator as answers
+//   {id, model, outputs, error}:
+// id and model are the request's, outputs is {output name: tensor} as infer
+// resolves to, and error null; or, when that request failed (bad inputs, an
+// unknown model, ...), outputs is null and error the server's message, and the
+// stream goes on. The stream itself failing (a missing or wrong token:
+// UNAUTHENTICATED; the server shutting down: UNAVAILABLE, after the answers to
+// what it had accepted; the deadline: DEADLINE_EXCEEDED) makes the iteration
+// throw @grpc/grpc-js's error, with its `code`. The iteration ends normally
+// once end() was called and every request is answered, or after cancel().
+//
+//   const stream = client.stream();
+//   stream.send('matmul', { A: a, B: b }, { id: 'first' });
+//   stream.send('grouped_matmul', { input, weights, group_indices }, { id: 'second' });
+//   stream.end();
+//   for await (const { id, outputs, error } of stream) console.log(id, error || outputs);
+class InferStream {
+  constructor(call) {
+    this._call = call;
+    this._sent = 0;
+    this._closed = false; // end() or cancel() called: no more send()
+    this._cancelled = false;
+    this._iterated = false;
+    this._status = null; // the stream's final status, once received
+    this._error = null; // its error, unless OK
+    // Always listened to: an error nobody iterates for must not be thrown as
+    // an unhandled 'error' event. Iterating later still reports it.
+    call.on('error', (error) => { if (!this._error) this._error = error; });
+    call.on('status', (status) => { this._status = status; });
+  }
+
+  // Sends `model` on `inputs` ({name: tensor}, as infer takes them) and
+  // returns the request's id, which its answer carries. Options: id (a
+  // string; default the number of requests this stream sent before, as a
+  // string: give every request its own id when mixing both), outputs (names
+  // of the outputs wanted; default all), version. Malformed inputs throw a
+  // TypeError or RangeError and nothing is sent; so does send() after end()
+  // or cancel(). Requests the server has not read yet are buffered here.
+  send(model, inputs, { id, outputs, version = '' } = {}) {
+    const request = inferRequest(model, inputs, {
+      id: id === undefined ? String(this._sent) : String(id), outputs, version,
+    });
+    this._write(request);
+    return request.id;
+  }
+
+  _write(request) {
+    if (this._closed) throw new Error('send() on a stream after its end() or cancel()');
+    ++this._sent;
+    this._call.write(request);
+  }
+
+  // Half-closes the stream: no more requests. The iteration ends once those
+  // sent are answered.
+  end() {
+    if (this._closed) return;
+    this._closed = true;
+    this._call.end();
+  }
+
+  // Cancels the stream: the server drops the requests it has not answered
+  // (those still queued are never computed). The iteration yields the answers
+  // already received, then ends without an error.
+  cancel() {
+    this._closed = true;
+    this._cancelled = true;
+    this._call.cancel();
+  }
+
+  // The answers, as they arrive; once per stream. Leaving the loop early
+  // (break, return, a throw) cancels the stream.
+  async* [Symbol.asyncIterator]() {
+    if (this._iterated) throw new Error('a stream\'s answers can be iterated only once');
+    this._iterated = true;
+    let failure = null;
+    try {
+      for await (const response of this._call) yield InferStream._answer(response);
+    } catch (error) {
+      failure = error;
+    } finally {
+      // Not ended by the server: the caller left the loop, or decoding failed.
+      if (!this._status) this.cancel();
+    }
+    // The loop also ends quietly when the error came before the iteration began.
+    failure = failure || this._error;
+    if (failure && !(this._cancelled && failure.code === grpc.status.CANCELLED)) throw failure;
+  }
+
+  // A ModelStreamInferResponse -> {id, model, outputs, error}. A malformed
+  // answer (outputs not filling their shapes) throws, as infer rejects.
+  static _answer(response) {
+    const answer = response.infer_response || {};
+    const base = { id: answer.id || '', model: answer.model_name || '' };
+    if (response.error_message) return { ...base, outputs: null, error: response.error_message };
+    return { ...base, outputs: tensors.decodeOutputs(answer), error: null };
+  }
 }
 
 class GemmServeClient {
@@ -117,21 +249,66 @@ class GemmServeClient {
   // outputs (names of the outputs wanted; default all), version.
   // Malformed inputs reject with a TypeError or RangeError before anything is sent.
   async infer(model, inputs, { timeoutMs, outputs, version = '' } = {}) {
-    const { tensors: inputTensors, raw } = tensors.encodeInputs(inputs);
-    const request = {
-      model_name: model,
-      model_version: version,
-      inputs: inputTensors,
-      outputs: (outputs || []).map((name) => ({ name })),
-      raw_input_contents: raw,
-    };
+    const request = inferRequest(model, inputs, { outputs, version });
     return tensors.decodeOutputs(await this._call('ModelInfer', request, timeoutMs));
+  }
+
+  // Opens a ModelStreamInfer stream and returns its InferStream: send(model,
+  // inputs, {id, outputs, version}), end(), cancel(), and `for await (const
+  // {id, model, outputs, error} of stream)` (see InferStream above). Options:
+  // metadata (a grpc.Metadata or {key: value}, sent once with the stream: the
+  // server checks `authorization: 'Bearer <token>'` from it), timeoutMs (the
+  // whole stream's deadline). Only metadata of the wrong type throws here (a
+  // TypeError): a stream the server refuses makes the iteration throw.
+  stream({ metadata, timeoutMs } = {}) {
+    const call = this._stub.ModelStreamInfer(toMetadata(metadata),
+                                             { deadline: deadlineOf(timeoutMs) });
+    return new InferStream(call);
+  }
+
+  // Sends `calls`, an array of {model, inputs, id, outputs, version} (as
+  // send takes them), over one stream and resolves to their answers
+  // {id, model, outputs, error} in the order of `calls`. ids default to the
+  // call's index (as a string) and must differ. A failed request is an answer
+  // with `error` set; the stream failing rejects with the gRPC error, and
+  // malformed calls reject with a TypeError or RangeError before anything is
+  // sent. Options: those of stream().
+  async streamInfer(calls, options = {}) {
+    if (!Array.isArray(calls)) {
+      throw new TypeError('calls must be an array of {model, inputs, id, outputs, version}');
+    }
+    const index = new Map();
+    const requests = calls.map((call, i) => {
+      if (call === null || typeof call !== 'object') {
+        throw new TypeError(`calls[${i}] must be {model, inputs, id, outputs, version}`);
+      }
+      const id = call.id === undefined ? String(i) : String(call.id);
+      if (index.has(id)) throw new TypeError(`calls[${i}]: id '${id}' is used twice`);
+      index.set(id, i);
+      return inferRequest(call.model, call.inputs,
+                          { id, outputs: call.outputs, version: call.version });
+    });
+    const stream = this.stream(options);
+    for (const request of requests) stream._write(request);
+    stream.end();
+    const answers = new Array(calls.length).fill(null);
+    for await (const answer of stream) {
+      const i = index.get(answer.id);
+      if (i === undefined || answers[i] !== null) {
+        throw new Error(`the server answered id '${answer.id}', which was not awaited`);
+      }
+      answers[i] = answer;
+    }
+    const missing = answers.filter((answer) => answer === null).length;
+    if (missing > 0) throw new Error(`the stream ended with ${missing} requests unanswered`);
+    return answers;
   }
 }
 
 module.exports = {
   DEFAULT_URL,
   GemmServeClient,
+  InferStream, // what GemmServeClient.stream() returns
   HttpClient, // the same calls over HTTP/REST (http.js)
   HttpError,
   bf16BitsToFloat32: tensors.bf16BitsToFloat32,

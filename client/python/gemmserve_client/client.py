@@ -1,5 +1,6 @@
 """A small blocking client for gemmserve's gRPC API."""
 import collections
+import json
 
 import grpc
 
@@ -44,6 +45,38 @@ class GemmServeClient:
 
     def model_metadata(self, name, timeout=10.0):
         return self.stub.ModelMetadata(pb2.ModelMetadataRequest(name=name), timeout=timeout)
+
+    def load_model(self, name, config=None, files=None, timeout=120.0):
+        """Loads (or reloads) `name` from the repository, as tritonclient's load_model:
+        `config` a dict (sent as Triton's JSON form of a ModelConfig) or text (that JSON, or
+        config.pbtxt); `files` {"1/model.onnx": bytes, ...} uploads the model's files.
+        A refusal raises grpc.RpcError."""
+        request = pb2.RepositoryModelLoadRequest(model_name=name)
+        if config is not None:
+            request.parameters["config"].string_param = (
+                config if isinstance(config, str) else json.dumps(config))
+        for path, data in (files or {}).items():
+            request.parameters["file:" + path].bytes_param = data
+        self.stub.RepositoryModelLoad(request, timeout=timeout)
+
+    def unload_model(self, name, timeout=60.0):
+        self.stub.RepositoryModelUnload(pb2.RepositoryModelUnloadRequest(model_name=name),
+                                        timeout=timeout)
+
+    def model_config(self, name, timeout=10.0):
+        return self.stub.ModelConfig(pb2.ModelConfigRequest(name=name), timeout=timeout).config
+
+    def trace_settings(self, model=None, timeout=10.0, **settings):
+        """Triton's trace settings (global, or `model`'s) as {key: [values]}, after changing
+        those given: trace_settings(trace_level=["TIMESTAMPS"], trace_rate="100"); a value
+        of None or [] clears the key, a string is one value."""
+        request = pb2.TraceSettingRequest(model_name=model or "")
+        for key, value in settings.items():
+            entry = request.settings[key]
+            if value is not None:
+                entry.value.extend([value] if isinstance(value, str) else [str(v) for v in value])
+        response = self.stub.TraceSetting(request, timeout=timeout)
+        return {key: list(value.value) for key, value in response.settings.items()}
 
     def infer(self, model_name, inputs=None, outputs=None, *, typed=False, timeout=60.0,
               datatypes=None, **arrays):

@@ -12,6 +12,7 @@ little-endian bytes after the JSON header), or as JSON numbers with
 binary=False. BF16 arrays are uint16 bit patterns: pass ("A", bits, "BF16").
 Errors raise HttpError with the HTTP status and the server's message.
 """
+import base64
 import http.client
 import json
 import urllib.parse
@@ -167,6 +168,40 @@ class HttpClient:
 
     def model_statistics(self, model="", version=""):
         return self._json("GET", (_model_path(model, version) if model else "/v2/models") + "/stats")
+
+    def repository_index(self, ready=False):
+        return self._json("POST", "/v2/repository/index", json.dumps({"ready": ready}).encode())
+
+    def load_model(self, model, config=None, files=None):
+        """Loads (or reloads) `model` from the repository, as tritonclient's load_model:
+        `config` a dict (sent as Triton's JSON form of a ModelConfig) or text (that JSON, or
+        config.pbtxt); `files` {"1/model.onnx": bytes, ...} uploads the model's files."""
+        parameters = {}
+        if config is not None:
+            parameters["config"] = config if isinstance(config, str) else json.dumps(config)
+        for path, data in (files or {}).items():
+            parameters["file:" + path] = base64.b64encode(data).decode()
+        body = json.dumps({"parameters": parameters}).encode()
+        self._json("POST", "/v2/repository/models/" + urllib.parse.quote(model, safe="")
+                   + "/load", body)
+
+    def unload_model(self, model):
+        self._json("POST", "/v2/repository/models/" + urllib.parse.quote(model, safe="")
+                   + "/unload", b"{}")
+
+    def trace_settings(self, model=None, **settings):
+        """Triton's trace settings (global, or `model`'s), after changing those given:
+        trace_settings(trace_level=["TIMESTAMPS"], trace_rate="100"); None clears a key."""
+        path = (_model_path(model, "") if model else "/v2") + "/trace/setting"
+        if not settings:
+            return self._json("GET", path)
+        return self._json("POST", path, json.dumps(settings).encode())
+
+    def log_settings(self, **settings):
+        """Triton's log settings, after changing those given (log_info=False, ...)."""
+        if not settings:
+            return self._json("GET", "/v2/logging")
+        return self._json("POST", "/v2/logging", json.dumps(settings).encode())
 
     def infer(self, model, inputs, outputs=None, binary=True, version="", **kwargs):
         """{output name: array}; see encode_infer_request for the arguments."""
