@@ -257,14 +257,15 @@ void Tracer::Record(const RequestTrace& trace) {
   pending_bytes_ += static_cast<int64_t>(json.size());
   collected_.push_back(std::move(json));
   const int64_t frequency = global_.log_frequency.value_or(0);
-  if (frequency > 0 && static_cast<int64_t>(collected_.size()) >= frequency) HandOffLocked();
+  if (frequency > 0 && static_cast<int64_t>(collected_.size()) >= frequency) {
+    HandOffLocked(/*numbered=*/true);
+  }
 }
 
-void Tracer::HandOffLocked() {
+void Tracer::HandOffLocked(bool numbered) {
   if (collected_.empty()) return;
-  const int64_t frequency = global_.log_frequency.value_or(0);
   std::pair<std::string, std::vector<std::string>> job;
-  if (frequency > 0) {
+  if (numbered) {
     job = {absl::StrCat(file_, ".", next_file_++), std::move(collected_)};
     collected_.clear();
   } else {
@@ -303,7 +304,7 @@ void Tracer::WriterLoop() {
 void Tracer::Flush() {
   {
     absl::MutexLock lock(&mu_);
-    if (!file_.empty()) HandOffLocked();
+    if (!file_.empty()) HandOffLocked(/*numbered=*/global_.log_frequency.value_or(0) > 0);
   }
   std::unique_lock<std::mutex> lock(writer_mu_);
   writer_cv_.wait(lock, [&] { return to_write_.empty() && !writing_; });
@@ -316,7 +317,11 @@ absl::Status Tracer::Update(const inference::TraceSettingRequest& request, bool 
     return absl::NotFoundError(absl::StrCat("unknown model '", ClientText(model), "'"));
   }
   absl::MutexLock lock(&mu_);
-  TraceSettings scope = model.empty() ? global_ : models_[model];
+  TraceSettings scope = global_;
+  if (!model.empty()) {
+    auto it = models_.find(model);
+    scope = it == models_.end() ? TraceSettings() : it->second;
+  }
   for (const auto& [key, value] : request.settings()) {
     GEMMSERVE_RETURN_IF_ERROR(
         Apply(key, value, file_, model.empty() ? &start_ : nullptr, &scope));
@@ -331,9 +336,9 @@ absl::Status Tracer::Update(const inference::TraceSettingRequest& request, bool 
   GEMMSERVE_RETURN_IF_ERROR(CheckSettings(scope, file_));
   GEMMSERVE_RETURN_IF_ERROR(CheckSettings(effective, file_));
   if (after_global.log_frequency != global_.log_frequency && !file_.empty()) {
-    HandOffLocked();  // what was collected goes out under the old scheme
-    collected_.clear();
-    pending_bytes_ = 0;
+    // What was collected goes out first, to a numbered file of its own (so
+    // that FILE, rewritten by a later scheme of 0, never loses it).
+    HandOffLocked(/*numbered=*/true);
   }
   if (model.empty()) {
     global_ = scope;

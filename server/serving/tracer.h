@@ -13,8 +13,8 @@
 // the W3C header the request carried, when it was well formed). Files are
 // written as Triton writes them: with log_frequency N > 0, every N traces go
 // to `<trace_file>.<k>` (k = 0, 1, ...) as a JSON array; with 0, the traces
-// collected go to `<trace_file>` when the server stops or the settings
-// change. Writing happens on the tracer's own thread, never on a request's;
+// collected go to `<trace_file>` when the server stops (and on Flush). When
+// log_frequency changes, what was collected goes to the next numbered file. Writing happens on the tracer's own thread, never on a request's;
 // at most kMaxPendingTraceBytes wait to be written, beyond which traces are
 // dropped (and counted in the log).
 //
@@ -108,7 +108,10 @@ class Tracer {
   uint64_t SampleSlow(absl::string_view model);
   TraceSettings EffectiveLocked(const std::string& model) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshAnyOnLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void HandOffLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands the collected traces to the writer: numbered, moved into the
+  // next `<trace_file>.<k>`; else copied into `<trace_file>` whole (they stay
+  // collected, as the file is rewritten with every flush).
+  void HandOffLocked(bool numbered) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WriterLoop();
 
   std::string file_;

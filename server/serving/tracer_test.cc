@@ -197,5 +197,23 @@ TEST_F(TracerTest, FrequencyZeroWritesOneFileWithEveryTrace) {
   EXPECT_EQ(text.substr(text.size() - 2), "]\n");
 }
 
+TEST_F(TracerTest, ChangingLogFrequencyWritesWhatWasCollectedFirst) {
+  auto t = Make({true, 1, -1, 0});
+  t->Record(Computed(1));
+  ASSERT_TRUE(Set(*t, "", {{"log_frequency", {"1"}}}).ok());  // trace 1 to FILE.0
+  t->Record(Computed(2));                                      // FILE.1
+  ASSERT_TRUE(Set(*t, "", {{"log_frequency", {"0"}}}).ok());
+  t->Record(Computed(3));
+  t->Flush();
+  EXPECT_THAT(Read(file_ + ".0"), HasSubstr("\"id\":1"));
+  EXPECT_THAT(Read(file_ + ".1"), HasSubstr("\"id\":2"));
+  EXPECT_EQ(Read(file_).find("\"id\":1,"), std::string::npos);
+  EXPECT_THAT(Read(file_), HasSubstr("\"id\":3"));
+  for (uint64_t id = 4; id < 4 + 1000; ++id) t->Record(Computed(id));  // room freed each time
+  t->Flush();
+  const std::string all = Read(file_);
+  EXPECT_THAT(all, HasSubstr("\"id\":1003"));
+}
+
 }  // namespace
 }  // namespace gemmserve
