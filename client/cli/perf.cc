@@ -91,9 +91,10 @@ class LoadRun {
         open_loop_(options.rate > 0) {}
 
   PerfResult Run() {
-    start_ = Clock::now();
-    window_begin_ = start_ + ToClock(options_.warmup);
-    window_end_ = window_begin_ + ToClock(options_.duration);
+    const PerfWindow window = PerfWindow::StartingNow(options_);
+    start_ = window.start;
+    window_begin_ = window.begin;
+    window_end_ = window.end;
     if (open_loop_) {
       SendArrivals();
     } else {
@@ -176,17 +177,10 @@ class LoadRun {
     --finishing_;
   }
 
-  // Open loop: exponential gaps make Poisson arrivals. When sleep_until wakes
-  // late, the arrivals due meanwhile go out at once, which keeps the rate.
+  // Open loop: a call per arrival, unless `concurrency` are in flight.
   void SendArrivals() {
-    std::mt19937_64 rng(options_.seed);
-    std::exponential_distribution<double> gap_s(options_.rate);
-    Clock::time_point arrival = start_;
-    while (true) {
-      arrival +=
-          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap_s(rng)));
-      if (arrival >= window_end_) break;
-      std::this_thread::sleep_until(arrival);
+    const PerfWindow window{start_, window_begin_, window_end_};
+    SendPoissonArrivals(options_, window, [&](Clock::time_point arrival) {
       std::shared_ptr<Call> call;
       {
         absl::MutexLock lock(&mu_);
@@ -197,7 +191,8 @@ class LoadRun {
         }
       }
       if (call != nullptr) Start(call.get());
-    }
+      return true;
+    });
   }
 
   // Stops new calls, lets those in flight finish for kDrainGrace, cancels the
@@ -245,6 +240,32 @@ PerfResult RunSerialized(std::shared_ptr<grpc::Channel> channel,
   PerfResult result = run.Run();
   return result;
 }
+
+}  // namespace
+
+PerfWindow PerfWindow::StartingNow(const PerfOptions& options) {
+  PerfWindow w;
+  w.start = Clock::now();
+  w.begin = w.start + ToClock(options.warmup);
+  w.end = w.begin + ToClock(options.duration);
+  return w;
+}
+
+void SendPoissonArrivals(const PerfOptions& options, const PerfWindow& window,
+                         absl::FunctionRef<bool(PerfWindow::Clock::time_point)> arrive) {
+  std::mt19937_64 rng(options.seed);
+  std::exponential_distribution<double> gap_s(options.rate);
+  PerfWindow::Clock::time_point arrival = window.start;
+  while (true) {
+    arrival += std::chrono::duration_cast<PerfWindow::Clock::duration>(
+        std::chrono::duration<double>(gap_s(rng)));
+    if (arrival >= window.end) return;
+    std::this_thread::sleep_until(arrival);
+    if (!arrive(arrival)) return;
+  }
+}
+
+namespace {
 
 // ---------------------------------------------------------------- reports
 

@@ -40,6 +40,7 @@
 #ifndef GEMMSERVE_CLIENT_CLI_PERF_H_
 #define GEMMSERVE_CLIENT_CLI_PERF_H_
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -49,6 +50,7 @@
 
 #include <grpcpp/channel.h>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -96,6 +98,24 @@ struct PerfOptions {
 
 inline constexpr int kPerfMaxConcurrency = 10000;
 inline constexpr int64_t kPerfPoolMaxBytes = int64_t{256} << 20;
+
+// The time frame of one run, shared by every load generator (gRPC, HTTP,
+// stream): it starts when made; calls are measured from start + warmup for
+// `duration`.
+struct PerfWindow {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start, begin, end;
+  static PerfWindow StartingNow(const PerfOptions& options);
+  bool Measures(Clock::time_point t) const { return t >= begin && t < end; }
+};
+
+// The open loop's arrivals: calls `arrive(t)` at each arrival of a Poisson
+// process of options.rate per second (exponential gaps drawn from a
+// generator seeded with options.seed) in [window.start, window.end),
+// sleeping until each is due; arrivals due while it was late go at once,
+// which keeps the rate. Stops early when `arrive` returns false.
+void SendPoissonArrivals(const PerfOptions& options, const PerfWindow& window,
+                         absl::FunctionRef<bool(PerfWindow::Clock::time_point)> arrive);
 
 // Parses "NAME:d1,d2,..." ("NAME:" is a scalar). INVALID_ARGUMENT otherwise.
 absl::StatusOr<ShapeOverride> ParseShapeOverride(absl::string_view text);

@@ -397,11 +397,10 @@ class HttpLoadRun {
       : address_(std::move(address)), requests_(std::move(requests)), options_(options) {}
 
   PerfResult Run() {
-    start_ = Clock::now();
-    window_begin_ = start_ + std::chrono::duration_cast<Clock::duration>(
-                                 absl::ToChronoNanoseconds(options_.warmup));
-    window_end_ = window_begin_ + std::chrono::duration_cast<Clock::duration>(
-                                      absl::ToChronoNanoseconds(options_.duration));
+    const PerfWindow window = PerfWindow::StartingNow(options_);
+    start_ = window.start;
+    window_begin_ = window.begin;
+    window_end_ = window.end;
     const bool open_loop = options_.rate > 0;
     std::vector<std::thread> callers;
     for (int i = 0; i < options_.concurrency; ++i) {
@@ -484,27 +483,19 @@ class HttpLoadRun {
   }
 
   void Arrivals() {
-    std::mt19937_64 rng(options_.seed);
-    std::exponential_distribution<double> gap_s(options_.rate);
-    Clock::time_point arrival = start_;
-    for (;;) {
-      arrival +=
-          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap_s(rng)));
-      if (arrival >= window_end_) return;
-      std::this_thread::sleep_until(arrival);
+    const PerfWindow window{start_, window_begin_, window_end_};
+    SendPoissonArrivals(options_, window, [&](Clock::time_point arrival) {
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (idle_ > due_) {
-          ++due_;
-        } else if (arrival >= window_begin_) {
-          ++dropped_;
-          continue;
-        } else {
-          continue;
+        if (idle_ <= due_) {
+          if (arrival >= window_begin_) ++dropped_;
+          return true;
         }
+        ++due_;
       }
       wake_.notify_one();
-    }
+      return true;
+    });
   }
 
   const std::string address_;

@@ -35,10 +35,6 @@ constexpr int kInferResponseField = 2;
 constexpr int kIdField = 3;
 constexpr absl::Duration kDrainGrace = absl::Seconds(2);
 
-Clock::duration ToClock(absl::Duration d) {
-  return std::chrono::duration_cast<Clock::duration>(absl::ToChronoNanoseconds(d));
-}
-
 // Reads the id out of a serialized ModelInferResponse of `length` bytes.
 bool ReadResponseId(google::protobuf::io::CodedInputStream& in, uint32_t length,
                     std::string* id) {
@@ -109,9 +105,10 @@ class StreamLoadRun final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
         open_loop_(options.rate > 0) {}
 
   PerfResult Run() {
-    start_ = Clock::now();
-    window_begin_ = start_ + ToClock(options_.warmup);
-    window_end_ = window_begin_ + ToClock(options_.duration);
+    const PerfWindow window = PerfWindow::StartingNow(options_);
+    start_ = window.start;
+    window_begin_ = window.begin;
+    window_end_ = window.end;
     stub_.PrepareBidiStreamingCall(&context_, method_, grpc::StubOptions(), this);
     StartRead(&response_);
     if (!open_loop_) {
@@ -204,17 +201,11 @@ class StreamLoadRun final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
   }
 
   void SendArrivals() {
-    std::mt19937_64 rng(options_.seed);
-    std::exponential_distribution<double> gap_s(options_.rate);
-    Clock::time_point arrival = start_;
-    while (true) {
-      arrival +=
-          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap_s(rng)));
-      if (arrival >= window_end_) break;
-      std::this_thread::sleep_until(arrival);
+    const PerfWindow window{start_, window_begin_, window_end_};
+    SendPoissonArrivals(options_, window, [&](Clock::time_point arrival) {
       {
         absl::MutexLock lock(&mu_);
-        if (done_) break;
+        if (done_) return false;
         if (sent_.size() < static_cast<size_t>(options_.concurrency)) {
           QueueLocked();
         } else if (arrival >= window_begin_) {
@@ -222,7 +213,8 @@ class StreamLoadRun final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
         }
       }
       Pump();
-    }
+      return true;
+    });
   }
 
   // Writes no more and ends the stream; answers still missing after
