@@ -10,8 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "rapidjson/stringbuffer.h"
-#include "rapidjson/writer.h"
+#include "absl/strings/string_view.h"
 #include "server/common/client_text.h"
 #include "server/common/logging.h"
 #include "server/common/status_macros.h"
@@ -161,37 +160,34 @@ bool Tracer::ValidTraceparent(absl::string_view v) {
 }
 
 std::string Tracer::TraceJson(const RequestTrace& t) {
-  rapidjson::StringBuffer buffer;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-  w.StartObject();
-  w.Key("id");
-  w.Uint64(t.id);
-  w.Key("model_name");
-  w.String(t.model_name.data(), static_cast<rapidjson::SizeType>(t.model_name.size()));
-  w.Key("model_version");
+  // By hand: RapidJSON's Writer offsets a null pointer on its first push
+  // (UBSan). Every byte outside printable ASCII is escaped, so the text is
+  // JSON whatever a client named.
+  auto quoted = [](absl::string_view text) {
+    std::string out = "\"";
+    for (const unsigned char c : text) {
+      if (c == '"' || c == '\\') {
+        out.push_back('\\');
+        out.push_back(static_cast<char>(c));
+      } else if (c < 0x20 || c >= 0x7f) {
+        absl::StrAppend(&out, "\\u00", absl::Hex(c, absl::kZeroPad2));
+      } else {
+        out.push_back(static_cast<char>(c));
+      }
+    }
+    return out + "\"";
+  };
   int64_t version;
-  if (absl::SimpleAtoi(t.model_version, &version)) {
-    w.Int64(version);  // Triton writes it as a number
-  } else {
-    w.String(t.model_version.data(), static_cast<rapidjson::SizeType>(t.model_version.size()));
-  }
-  if (t.computed) {
-    w.Key("batch_size");
-    w.Int64(t.batch_rows);
-  }
-  if (!t.traceparent.empty()) {
-    w.Key("traceparent");
-    w.String(t.traceparent.data(), static_cast<rapidjson::SizeType>(t.traceparent.size()));
-  }
-  w.Key("timestamps");
-  w.StartArray();
+  std::string json = absl::StrCat(
+      "{\"id\":", t.id, ",\"model_name\":", quoted(t.model_name), ",\"model_version\":",
+      absl::SimpleAtoi(t.model_version, &version) ? absl::StrCat(version)  // a number, as Triton's
+                                                 : quoted(t.model_version));
+  if (t.computed) absl::StrAppend(&json, ",\"batch_size\":", t.batch_rows);
+  if (!t.traceparent.empty()) absl::StrAppend(&json, ",\"traceparent\":", quoted(t.traceparent));
+  json += ",\"timestamps\":[";
   auto stamp = [&](const char* name, absl::Time at) {
-    w.StartObject();
-    w.Key("name");
-    w.String(name);
-    w.Key("ns");
-    w.Int64(absl::ToUnixNanos(at));
-    w.EndObject();
+    absl::StrAppend(&json, json.back() == '[' ? "" : ",", "{\"name\":\"", name, "\",\"ns\":",
+                    absl::ToUnixNanos(at), "}");
   };
   stamp("REQUEST_START", t.request_start);
   if (t.computed) {
@@ -202,9 +198,7 @@ std::string Tracer::TraceJson(const RequestTrace& t) {
     stamp("COMPUTE_END", t.compute_end);
   }
   stamp("REQUEST_END", t.request_end);
-  w.EndArray();
-  w.EndObject();
-  return std::string(buffer.GetString(), buffer.GetSize());
+  return json + "]}";
 }
 
 TraceSettings Tracer::EffectiveLocked(const std::string& model) const {

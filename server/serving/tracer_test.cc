@@ -160,6 +160,8 @@ TEST_F(TracerTest, TraceJsonIsTritonsWithOurTwoFields) {
   refused.model_name = "no\"such";
   EXPECT_THAT(Tracer::TraceJson(refused), HasSubstr("\"model_name\":\"no\\\"such\""));
   EXPECT_THAT(Tracer::TraceJson(refused), ::testing::Not(HasSubstr("COMPUTE")));
+  refused.model_name = std::string("a\\b\n\xff", 5);
+  EXPECT_THAT(Tracer::TraceJson(refused), HasSubstr("\"model_name\":\"a\\\\b\\u000a\\u00ff\""));
 }
 
 TEST_F(TracerTest, TraceparentMustBeW3cs) {
