@@ -176,9 +176,12 @@ class StreamInferTest(GemmServeTestCase):
         sent = HeldOpen()
         for _ in range(200):
             sent.send(make_infer_request("matmul", [("A", a), ("B", a)]))
+        before = statistics(self.stub, "matmul").inference_stats.success.count
         responses = self.stub.ModelStreamInfer(iter(sent), timeout=60)  # never read
         answer_bytes = 256 * 256 * 4
-        time.sleep(1.0)
+        deadline = time.time() + 30  # until the stream's bound is computed and held
+        while statistics(self.stub, "matmul").inference_stats.success.count < before + 3:
+            self.assertLess(time.time(), deadline, "the stream's first requests were not served")
         self.assert_server_still_serves()
         stats = statistics(self.stub, "matmul")
         held = metric_sum(self.server.metrics_url, "gemmserve_inflight_bytes")
