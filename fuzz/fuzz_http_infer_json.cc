@@ -90,7 +90,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace gemmserve;
   if (size < 3) return 0;
   {
-    const absl::StatusOr<ShmRegisterBody> registered =
+    const absl::StatusOr<inference::SystemSharedMemoryRegisterRequest> registered =
         ParseShmRegisterRequest(absl::string_view(reinterpret_cast<const char*>(data), size));
     FUZZ_CHECK(registered.ok() || absl::IsInvalidArgument(registered.status()),
                "a register body got %s", registered.status().ToString().c_str());

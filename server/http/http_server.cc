@@ -211,7 +211,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     parser_->body_limit(static_cast<uint64_t>(body_limit_));
     if (length && *length > 0) {
       absl::StatusOr<Reservation> held =
-          shared_->serving->engine().Reserve(static_cast<int64_t>(*length), "the request body");
+          shared_->serving->Reserve(static_cast<int64_t>(*length), "the request body");
       if (!held.ok()) return Refuse(held.status());
       reserved_ = *std::move(held);
     }
@@ -253,7 +253,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     const int64_t room =
         std::max(need, std::min<int64_t>(body_limit_, 2 * static_cast<int64_t>(body.capacity())));
     absl::Status grown =
-        shared_->serving->engine().Grow(&reserved_, room - reserved_.bytes(), "the request body");
+        shared_->serving->Grow(&reserved_, room - reserved_.bytes(), "the request body");
     if (grown.ok())
       grown = CatchAllocationFailure("the request body", [&] {
         body.reserve(static_cast<size_t>(room));
@@ -369,7 +369,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     const int64_t limit = body_limit_;
     GEMMSERVE_ASSIGN_OR_RETURN(int64_t size, InflatedSize(call.body, encoding, limit));
     GEMMSERVE_RETURN_IF_ERROR(
-        shared_->serving->engine().Grow(&call.reserved, size, "the decompressed request body"));
+        shared_->serving->Grow(&call.reserved, size, "the decompressed request body"));
     GEMMSERVE_ASSIGN_OR_RETURN(std::string inflated, InflateExactly(call.body, encoding, size));
     const int64_t compressed = static_cast<int64_t>(call.body.capacity());
     call.body = std::move(inflated);
@@ -726,7 +726,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Serving* serving,
     return absl::InvalidArgumentError("HTTP timeouts must be at least 1 ms");
   }
   auto impl = std::make_unique<Impl>(serving, options);
-  impl->shared_->max_body_bytes = serving->engine().options().max_message_bytes;
+  impl->shared_->max_body_bytes = serving->max_message_bytes();
   if (absl::Status s = impl->Listen(host, options); !s.ok()) return s;
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }

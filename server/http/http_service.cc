@@ -19,7 +19,7 @@
 namespace gemmserve {
 namespace {
 
-constexpr char kServerName[] = "gemmserve";
+using Reply = HttpService::Reply;
 
 HttpReply Json(std::string body) {
   HttpReply r;
@@ -68,12 +68,321 @@ absl::StatusOr<std::vector<std::string>> PathSegments(absl::string_view target) 
   return segments;
 }
 
-// The routes that need no token, as Triton counts them: server liveness and
-// readiness, and a model's readiness.
-bool IsHealthRoute(const std::vector<std::string>& p) {
-  if (p.size() == 3 && p[1] == "health") return true;
-  const bool model = p.size() >= 4 && p[1] == "models";
-  return model && p.back() == "ready" && (p.size() == 4 || (p.size() == 6 && p[3] == "versions"));
+// A routed request: the call, the path's segments that the route's `{}`
+// matched (in order), and where the answer goes.
+struct Routed {
+  HttpCall call;
+  std::vector<std::string> args;
+  Reply reply;
+
+  std::optional<absl::string_view> authorization() const {
+    if (!call.authorization) return std::nullopt;
+    return absl::string_view(*call.authorization);
+  }
+  // The model's version: the route's second argument, or "" (its only one).
+  std::string version() const { return args.size() > 1 ? args[1] : std::string(); }
+};
+
+// Sends the API's answer: the error, or the response in its REST JSON.
+template <typename Response>
+void Send(Routed& r, const absl::Status& status, const Response& response,
+          absl::StatusOr<std::string> (*encode)(const Response&)) {
+  if (!status.ok()) return std::move(r.reply)(HttpService::Error(status));
+  absl::StatusOr<std::string> body = encode(response);
+  std::move(r.reply)(body.ok() ? Json(*std::move(body)) : HttpService::Error(body.status()));
+}
+
+// Sends `{}`, or the error.
+void SendEmpty(Reply reply, const absl::Status& status) {
+  std::move(reply)(status.ok() ? Json("{}") : HttpService::Error(status));
+}
+
+// The reply of an operation answered later, from another thread.
+absl::AnyInvocable<void(absl::Status) &&> Later(Reply reply, Reservation held = Reservation()) {
+  return [reply = std::move(reply), held = std::move(held)](absl::Status s) mutable {
+    SendEmpty(std::move(reply), s);
+    held.Release();
+  };
+}
+
+// An inference: decode the JSON (or binary) body, Serving::Infer, encode.
+void Infer(Serving& serving, HttpCall call, absl::string_view model, absl::string_view version,
+           Reply reply);
+
+void ServerLive(Serving& serving, Routed& r) {
+  inference::ServerLiveResponse response;
+  serving.ServerLive(&response);
+  std::move(r.reply)(Empty(response.live() ? 200 : 400));
+}
+
+void ServerReady(Serving& serving, Routed& r) {
+  inference::ServerReadyResponse response;
+  serving.ServerReady(&response);
+  std::move(r.reply)(Empty(response.ready() ? 200 : 400));
+}
+
+void ModelReady(Serving& serving, Routed& r) {
+  inference::ModelReadyRequest request;
+  request.set_name(r.args[0]);
+  request.set_version(r.version());
+  inference::ModelReadyResponse response;
+  serving.ModelReady(request, &response);
+  std::move(r.reply)(Empty(response.ready() ? 200 : 400));
+}
+
+void ServerMetadata(Serving& serving, Routed& r) {
+  inference::ServerMetadataResponse response;
+  Send(r, serving.ServerMetadata(r.authorization(), &response), response, &ServerMetadataJson);
+}
+
+void ModelMetadata(Serving& serving, Routed& r) {
+  inference::ModelMetadataRequest request;
+  request.set_name(r.args[0]);
+  request.set_version(r.version());
+  inference::ModelMetadataResponse response;
+  Send(r, serving.ModelMetadata(r.authorization(), request, &response), response,
+       &ModelMetadataJson);
+}
+
+void ModelConfig(Serving& serving, Routed& r) {
+  inference::ModelConfigRequest request;
+  request.set_name(r.args[0]);
+  request.set_version(r.version());
+  inference::ModelConfigResponse response;
+  Send(r, serving.ModelConfig(r.authorization(), request, &response), response, &ModelConfigJson);
+}
+
+// One model's statistics, or (no argument) every model's.
+void ModelStatistics(Serving& serving, Routed& r) {
+  inference::ModelStatisticsRequest request;
+  if (!r.args.empty()) request.set_name(r.args[0]);
+  request.set_version(r.version());
+  inference::ModelStatisticsResponse response;
+  Send(r, serving.ModelStatistics(r.authorization(), request, &response), response,
+       &ModelStatisticsJson);
+}
+
+void ModelInfer(Serving& serving, Routed& r) {
+  Infer(serving, std::move(r.call), r.args[0], r.version(), std::move(r.reply));
+}
+
+void RepositoryIndex(Serving& serving, Routed& r) {
+  absl::StatusOr<inference::RepositoryIndexRequest> request =
+      ParseRepositoryIndexRequest(r.call.body);
+  inference::RepositoryIndexResponse response;
+  absl::Status status = request.status();
+  if (status.ok()) status = serving.RepositoryIndex(r.authorization(), *request, &response);
+  Send(r, status, response, &RepositoryIndexJson);
+}
+
+void RepositoryModelLoad(Serving& serving, Routed& r) {
+  // The parse copies the body's strings and decodes its files: counted (as
+  // twice the body) with the body, until the load is done.
+  absl::Status room = serving.Grow(&r.call.reserved,
+                                   2 * static_cast<int64_t>(r.call.body.size()), "the model load");
+  if (!room.ok()) return SendEmpty(std::move(r.reply), room);
+  absl::StatusOr<inference::RepositoryModelLoadRequest> request =
+      ParseModelLoadRequest(r.call.body);
+  if (!request.ok()) return SendEmpty(std::move(r.reply), request.status());
+  r.call.body = std::string();
+  request->set_model_name(r.args[0]);
+  serving.RepositoryModelLoad(r.authorization(), *std::move(request),
+                              Later(std::move(r.reply), std::move(r.call.reserved)));
+}
+
+void RepositoryModelUnload(Serving& serving, Routed& r) {
+  inference::RepositoryModelUnloadRequest request;
+  request.set_model_name(r.args[0]);
+  serving.RepositoryModelUnload(r.authorization(), request, Later(std::move(r.reply)));
+}
+
+// The region a route names; INVALID_ARGUMENT for an empty name.
+absl::StatusOr<std::string> Region(const Routed& r) {
+  if (r.args.empty()) return std::string();
+  if (r.args[0].empty()) return absl::InvalidArgumentError("shared memory region name is empty");
+  return r.args[0];
+}
+
+void ShmStatus(Serving& serving, Routed& r) {
+  inference::SystemSharedMemoryStatusRequest request;
+  inference::SystemSharedMemoryStatusResponse response;
+  absl::StatusOr<std::string> region = Region(r);
+  absl::Status status = region.status();
+  if (status.ok()) {
+    request.set_name(*region);
+    status = serving.SystemSharedMemoryStatus(r.authorization(), request, &response);
+  }
+  Send(r, status, response, &ShmStatusJson);
+}
+
+void ShmRegister(Serving& serving, Routed& r) {
+  absl::StatusOr<std::string> region = Region(r);
+  if (!region.ok()) return SendEmpty(std::move(r.reply), region.status());
+  absl::StatusOr<inference::SystemSharedMemoryRegisterRequest> request =
+      ParseShmRegisterRequest(r.call.body);
+  if (!request.ok()) return SendEmpty(std::move(r.reply), request.status());
+  request->set_name(*region);
+  SendEmpty(std::move(r.reply), serving.SystemSharedMemoryRegister(r.authorization(), *request));
+}
+
+void ShmUnregister(Serving& serving, Routed& r) {
+  absl::StatusOr<std::string> region = Region(r);
+  if (!region.ok()) return SendEmpty(std::move(r.reply), region.status());
+  inference::SystemSharedMemoryUnregisterRequest request;
+  request.set_name(*region);
+  SendEmpty(std::move(r.reply), serving.SystemSharedMemoryUnregister(r.authorization(), request));
+}
+
+void CudaSharedMemory(Serving&, Routed& r) {
+  SendEmpty(std::move(r.reply),
+            absl::UnimplementedError("CUDA shared memory is not served; use system shared memory"));
+}
+
+void LogSettings(Serving& serving, Routed& r) {
+  absl::StatusOr<inference::LogSettingsRequest> request = ParseLogSettingsRequest(r.call.body);
+  inference::LogSettingsResponse response;
+  absl::Status status = request.status();
+  if (status.ok()) status = serving.LogSettings(r.authorization(), *request, &response);
+  Send(r, status, response, &LogSettingsJson);
+}
+
+// Global, or (an argument) the model's.
+void TraceSetting(Serving& serving, Routed& r) {
+  absl::StatusOr<inference::TraceSettingRequest> request = ParseTraceSettingRequest(r.call.body);
+  inference::TraceSettingResponse response;
+  absl::Status status = request.status();
+  if (status.ok()) {
+    if (!r.args.empty()) request->set_model_name(r.args[0]);
+    status = serving.TraceSetting(r.authorization(), *request, &response);
+  }
+  Send(r, status, response, &TraceSettingJson);
+}
+
+enum Body { kControl, kMessage };
+enum Access { kToken, kOpen };
+
+// A route of the REST binding: its path under /v2 (`{}` matches one
+// segment, `**` the rest), the methods it takes, whether it needs a token,
+// how large its body may be, and its handler. The first match wins.
+struct Route {
+  const char* path;
+  const char* methods;  // "GET", "POST" or "GET, POST"
+  void (*handler)(Serving&, Routed&);
+  Access access = kToken;
+  Body body = kControl;
+};
+
+const Route kRoutes[] = {
+    {"health/live", "GET", &ServerLive, kOpen},
+    {"health/ready", "GET", &ServerReady, kOpen},
+    {"", "GET", &ServerMetadata},
+    {"logging", "GET, POST", &LogSettings},
+    {"trace/setting", "GET, POST", &TraceSetting},
+    {"models/{}/trace/setting", "GET, POST", &TraceSetting},
+    {"cudasharedmemory/**", "GET, POST", &CudaSharedMemory},
+    {"systemsharedmemory/status", "GET", &ShmStatus},
+    {"systemsharedmemory/region/{}/status", "GET", &ShmStatus},
+    {"systemsharedmemory/unregister", "POST", &ShmUnregister},
+    {"systemsharedmemory/region/{}/unregister", "POST", &ShmUnregister},
+    {"systemsharedmemory/region/{}/register", "POST", &ShmRegister},
+    {"repository/index", "POST", &RepositoryIndex},
+    {"repository/models/{}/load", "POST", &RepositoryModelLoad, kToken, kMessage},
+    {"repository/models/{}/unload", "POST", &RepositoryModelUnload},
+    {"models/stats", "GET", &ModelStatistics},
+    {"models/{}", "GET", &ModelMetadata},
+    {"models/{}/versions/{}", "GET", &ModelMetadata},
+    {"models/{}/ready", "GET", &ModelReady, kOpen},
+    {"models/{}/versions/{}/ready", "GET", &ModelReady, kOpen},
+    {"models/{}/config", "GET", &ModelConfig},
+    {"models/{}/versions/{}/config", "GET", &ModelConfig},
+    {"models/{}/stats", "GET", &ModelStatistics},
+    {"models/{}/versions/{}/stats", "GET", &ModelStatistics},
+    {"models/{}/infer", "POST", &ModelInfer, kToken, kMessage},
+    {"models/{}/versions/{}/infer", "POST", &ModelInfer, kToken, kMessage},
+};
+
+// Whether the segments after "v2" match `route`'s path; fills `args`.
+bool Matches(const Route& route, const std::vector<std::string>& p,
+             std::vector<std::string>* args) {
+  args->clear();
+  const std::vector<absl::string_view> pattern =
+      *route.path == '\0' ? std::vector<absl::string_view>() : absl::StrSplit(route.path, '/');
+  size_t i = 1;  // p[0] is "v2"
+  for (absl::string_view part : pattern) {
+    if (part == "**") return true;
+    if (i >= p.size() || (part != "{}" && part != p[i])) return false;
+    if (part == "{}") args->push_back(p[i]);
+    ++i;
+  }
+  return i == p.size();
+}
+
+// The route of the segments (p[0] == "v2"), or nullptr.
+const Route* FindRoute(const std::vector<std::string>& p, std::vector<std::string>* args) {
+  for (const Route& route : kRoutes) {
+    if (Matches(route, p, args)) return &route;
+  }
+  return nullptr;
+}
+
+bool Allows(const Route& route, absl::string_view method) {
+  for (absl::string_view m : absl::StrSplit(route.methods, ", ")) {
+    if (m == method) return true;
+  }
+  return false;
+}
+
+void Infer(Serving& serving, HttpCall call, absl::string_view model, absl::string_view version,
+           Reply reply) {
+  std::shared_ptr<HttpInferRequest> request;
+  absl::Status decoded = CatchAllocationFailure("the request", [&] {
+    request = std::make_shared<HttpInferRequest>();
+    request->body = std::move(call.body);
+    return absl::OkStatus();
+  });
+  std::optional<int64_t> header_length;
+  if (decoded.ok() && call.header_length) {
+    int64_t n;
+    if (!absl::SimpleAtoi(*call.header_length, &n)) {
+      decoded = absl::InvalidArgumentError(absl::StrCat("Inference-Header-Content-Length '",
+                                                        ClientText(*call.header_length),
+                                                        "' is not a number"));
+    } else {
+      header_length = n;
+    }
+  }
+  if (decoded.ok()) decoded = DecodeInferRequestJson(model, version, header_length, request.get());
+  Serving::InferCall infer;
+  infer.model_name = model;  // the metrics' label, as the client sent it
+  if (call.authorization) infer.authorization = *call.authorization;
+  if (call.traceparent) infer.traceparent = *call.traceparent;
+  if (decoded.ok()) {
+    infer.request = request->view;
+  } else {
+    infer.request = decoded;
+  }
+  infer.is_cancelled = std::move(call.is_cancelled);
+  infer.reserved = std::move(call.reserved);
+  serving.Infer(std::move(infer),
+                  [request, reply = std::move(reply)](absl::StatusOr<InferResult> result) mutable {
+                    if (!result.ok()) {
+                      std::move(reply)(HttpService::Error(result.status()));
+                      return result.status();
+                    }
+                    HttpResponseBody out;
+                    absl::Status status = EncodeInferResponseJson(*result, *request, &out);
+                    if (!status.ok()) {
+                      std::move(reply)(HttpService::Error(status));
+                      return status;
+                    }
+                    HttpReply r;
+                    r.held = std::move(result->held);
+                    r.body = std::move(out.body);
+                    r.header_length = out.header_length;
+                    if (out.header_length) r.content_type = "application/octet-stream";
+                    std::move(reply)(std::move(r));
+                    return absl::OkStatus();
+                  });
 }
 
 }  // namespace
@@ -86,17 +395,16 @@ absl::StatusOr<int64_t> HttpService::Admit(const HttpHead& head) const {
   absl::StatusOr<std::vector<std::string>> parsed = PathSegments(head.target);
   // Handle answers a bad path, or one outside /v2, without a token.
   if (!parsed.ok() || parsed->empty() || (*parsed)[0] != "v2") return kMaxControlBodyBytes;
-  const std::vector<std::string>& p = *parsed;
-  if (IsHealthRoute(p)) return kMaxControlBodyBytes;
+  std::vector<std::string> args;
+  const Route* route = FindRoute(*parsed, &args);
+  if (route != nullptr && route->access == kOpen) return kMaxControlBodyBytes;
   std::optional<absl::string_view> authorization;
   if (!head.authorization.empty()) authorization = head.authorization.front();
   GEMMSERVE_RETURN_IF_ERROR(serving_->Authenticate(authorization));
-  if (p.size() >= 2 && p[1] == "systemsharedmemory" && p.back() == "register") {
-    GEMMSERVE_RETURN_IF_ERROR(serving_->shm().CheckEnabled());
+  if (route != nullptr && route->handler == &ShmRegister) {
+    GEMMSERVE_RETURN_IF_ERROR(serving_->CheckSharedMemoryEnabled());
   }
-  const bool infer = p.size() >= 4 && p[1] == "models" && p.back() == "infer";
-  const bool load = p.size() == 5 && p[1] == "repository" && p[4] == "load";
-  if (infer || load) return serving_->engine().options().max_message_bytes;
+  if (route != nullptr && route->body == kMessage) return serving_->max_message_bytes();
   return kMaxControlBodyBytes;
 }
 
@@ -132,222 +440,31 @@ void HttpService::Handle(HttpCall call, Reply reply) {
   absl::StatusOr<std::vector<std::string>> parsed = PathSegments(call.target);
   if (!parsed.ok()) return std::move(reply)(Error(parsed.status()));
   const std::vector<std::string>& p = *parsed;
-  const bool get = call.method == "GET";
-  const bool post = call.method == "POST";
-  auto method_not_allowed = [&](const char* allowed) {
-    HttpReply r = Error(absl::UnimplementedError(
-        absl::StrCat(call.method.substr(0, 16), " is not allowed here; use ", allowed)));
-    r.status = 405;
-    std::move(reply)(std::move(r));
-  };
-  auto ok = [&](std::string body) { std::move(reply)(Json(std::move(body))); };
   if (p.empty() || p[0] != "v2") {
     return std::move(reply)(Error(absl::NotFoundError(
         absl::StrCat("no such endpoint '", ClientText(call.target), "'; the API is under /v2"))));
   }
-  // Health: no token needed, as on gRPC.
-  if (p.size() == 3 && p[1] == "health" && (p[2] == "live" || p[2] == "ready")) {
-    if (!get) return method_not_allowed("GET");
-    const bool ready = p[2] == "live" || !serving_->draining();
-    return std::move(reply)(Empty(ready ? 200 : 400));
-  }
-  if (absl::Status auth = serving_->Authenticate(call.authorization);
-      !auth.ok() && !IsHealthRoute(p)) {
-    return std::move(reply)(Error(auth));
-  }
-  if (p.size() == 1) {
-    if (!get) return method_not_allowed("GET");
-    return ok(ServerMetadataJson(kServerName, kServerVersion, serving_->Extensions()));
-  }
-  if (p.size() == 2 && p[1] == "logging") {
-    if (!get && !post) return method_not_allowed("GET, POST");
-    absl::StatusOr<inference::LogSettingsRequest> request =
-        ParseLogSettingsRequest(post ? absl::string_view(call.body) : absl::string_view());
-    if (!request.ok()) return std::move(reply)(Error(request.status()));
-    inference::LogSettingsResponse response;
-    absl::Status s = serving_->LogSettings(call.authorization, *request, &response);
-    return s.ok() ? ok(LogSettingsJson(response)) : std::move(reply)(Error(s));
-  }
-  if ((p.size() == 3 && p[1] == "trace" && p[2] == "setting") ||
-      (p.size() == 5 && p[1] == "models" && p[3] == "trace" && p[4] == "setting")) {
-    if (!get && !post) return method_not_allowed("GET, POST");
-    absl::StatusOr<inference::TraceSettingRequest> request =
-        ParseTraceSettingRequest(post ? absl::string_view(call.body) : absl::string_view());
-    if (!request.ok()) return std::move(reply)(Error(request.status()));
-    if (p.size() == 5) request->set_model_name(p[2]);
-    inference::TraceSettingResponse response;
-    absl::Status s = serving_->TraceSetting(call.authorization, *request, &response);
-    return s.ok() ? ok(TraceSettingJson(response)) : std::move(reply)(Error(s));
-  }
-  if (p[1] == "cudasharedmemory") {
-    return std::move(reply)(Error(
-        absl::UnimplementedError("CUDA shared memory is not served; use system shared memory")));
-  }
-  if (p[1] == "systemsharedmemory") {
-    // Triton's routes: [region/{r}/]status (GET), region/{r}/register,
-    // [region/{r}/]unregister (POST).
-    const std::string owner = serving_->ShmOwner(call.authorization);
-    std::string region;
-    std::string action;
-    if (p.size() == 3) {
-      action = p[2];
-    } else if (p.size() == 5 && p[2] == "region") {
-      region = p[3];
-      action = p[4];
-      if (region.empty()) {
-        return std::move(reply)(
-            Error(absl::InvalidArgumentError("shared memory region name is empty")));
-      }
-    }
-    if (action == "status") {
-      if (!get) return method_not_allowed("GET");
-      auto regions = serving_->shm().Status(owner, region);
-      if (!regions.ok()) return std::move(reply)(Error(regions.status()));
-      return ok(ShmStatusJson(*regions));
-    }
-    if (action == "unregister") {
-      if (!post) return method_not_allowed("POST");
-      absl::Status s = serving_->shm().Unregister(owner, region);
-      return std::move(reply)(s.ok() ? Json("{}") : Error(s));
-    }
-    if (action == "register" && !region.empty()) {
-      if (!post) return method_not_allowed("POST");
-      if (absl::Status on = serving_->shm().CheckEnabled(); !on.ok()) {
-        return std::move(reply)(Error(on));
-      }
-      absl::StatusOr<ShmRegisterBody> body = ParseShmRegisterRequest(call.body);
-      if (!body.ok()) return std::move(reply)(Error(body.status()));
-      absl::Status s =
-          serving_->shm().Register(owner, region, body->key, body->offset, body->byte_size);
-      return std::move(reply)(s.ok() ? Json("{}") : Error(s));
+  Routed routed{std::move(call), {}, std::move(reply)};
+  const Route* route = FindRoute(p, &routed.args);
+  if (route == nullptr || route->access != kOpen) {
+    // The API authenticates each call itself; an unknown route is answered
+    // only to a caller with a token, as every other.
+    if (absl::Status auth = serving_->Authenticate(routed.authorization()); !auth.ok()) {
+      return std::move(routed.reply)(Error(auth));
     }
   }
-  if (p[1] == "repository") {
-    if (p.size() == 3 && p[2] == "index") {
-      if (!post) return method_not_allowed("POST");
-      absl::StatusOr<bool> ready = ParseRepositoryIndexRequest(call.body);
-      if (!ready.ok()) return std::move(reply)(Error(ready.status()));
-      std::vector<ModelStatus> index;
-      for (ModelStatus& s : serving_->repository().Index()) {
-        if (!*ready || s.state == ModelState::kReady) index.push_back(std::move(s));
-      }
-      return ok(RepositoryIndexJson(index));
-    }
-    if (p.size() == 5 && p[2] == "models" && (p[4] == "load" || p[4] == "unload")) {
-      if (!post) return method_not_allowed("POST");
-      if (p[4] == "unload") {
-        // Queued behind any load in progress; the reply goes from there.
-        auto shared = std::make_shared<Reply>(std::move(reply));
-        serving_->repository().UnloadAsync(p[3], [shared](absl::Status s) {
-          std::move (*shared)(s.ok() ? Json("{}") : Error(s));
-        });
-        return;
-      }
-      // The parse copies the body's strings and decodes its files: counted
-      // (as twice the body) with the body, until the load is done.
-      absl::Status room = serving_->engine().Grow(
-          &call.reserved, 2 * static_cast<int64_t>(call.body.size()), "the model load");
-      if (!room.ok()) return std::move(reply)(Error(room));
-      absl::StatusOr<ModelLoadRequest> load = ParseModelLoadRequest(call.body);
-      if (!load.ok()) return std::move(reply)(Error(load.status()));
-      call.body = std::string();
-      // The load runs on the repository's thread; the reply goes from there.
-      auto shared = std::make_shared<Reply>(std::move(reply));
-      serving_->repository().LoadAsync(
-          p[3], *std::move(load),
-          [shared, held = std::move(call.reserved)](absl::Status s) mutable {
-            std::move (*shared)(s.ok() ? Json("{}") : Error(s));
-            held.Release();
-          });
-      return;
-    }
+  if (route == nullptr) {
+    return std::move(routed.reply)(Error(absl::NotFoundError(
+        absl::StrCat("no such endpoint '", ClientText(routed.call.target), "'"))));
   }
-  if (p[1] == "models") {
-    if (p.size() == 3 && p[2] == "stats") {
-      if (!get) return method_not_allowed("GET");
-      std::vector<ModelStatistics> stats;
-      for (const auto& served : serving_->engine().models()) stats.push_back(served->statistics());
-      return ok(ModelStatisticsJson(stats));
-    }
-    if (p.size() >= 3) {
-      const std::string& model = p[2];
-      size_t next = 3;
-      std::string version;
-      if (p.size() >= 5 && p[3] == "versions") {
-        version = p[4];
-        next = 5;
-      }
-      const std::string tail = p.size() == next ? "" : p.size() == next + 1 ? p[next] : "/";
-      if (tail == "infer") {
-        if (!post) return method_not_allowed("POST");
-        return Infer(std::move(call), model, version, std::move(reply));
-      }
-      if (tail.empty() || tail == "ready" || tail == "config" || tail == "stats") {
-        if (!get) return method_not_allowed("GET");
-        auto served = serving_->engine().FindModel(model, version);
-        if (tail == "ready") return std::move(reply)(Empty(served.ok() ? 200 : 400));
-        if (!served.ok()) return std::move(reply)(Error(served.status()));
-        if (tail.empty()) return ok(ModelMetadataJson((*served)->metadata()));
-        if (tail == "config") return ok(ModelConfigJson(**served));
-        return ok(ModelStatisticsJson({(*served)->statistics()}));
-      }
-    }
+  if (!Allows(*route, routed.call.method)) {
+    HttpReply r = Error(absl::UnimplementedError(absl::StrCat(
+        ClientText(routed.call.method, 16), " is not allowed here; use ", route->methods)));
+    r.status = 405;
+    return std::move(routed.reply)(std::move(r));
   }
-  std::move(reply)(
-      Error(absl::NotFoundError(absl::StrCat("no such endpoint '", ClientText(call.target), "'"))));
-}
-
-void HttpService::Infer(HttpCall call, absl::string_view model, absl::string_view version,
-                        Reply reply) {
-  std::shared_ptr<HttpInferRequest> request;
-  absl::Status decoded = CatchAllocationFailure("the request", [&] {
-    request = std::make_shared<HttpInferRequest>();
-    request->body = std::move(call.body);
-    return absl::OkStatus();
-  });
-  std::optional<int64_t> header_length;
-  if (decoded.ok() && call.header_length) {
-    int64_t n;
-    if (!absl::SimpleAtoi(*call.header_length, &n)) {
-      decoded = absl::InvalidArgumentError(absl::StrCat("Inference-Header-Content-Length '",
-                                                        ClientText(*call.header_length),
-                                                        "' is not a number"));
-    } else {
-      header_length = n;
-    }
-  }
-  if (decoded.ok()) decoded = DecodeInferRequestJson(model, version, header_length, request.get());
-  Serving::InferCall infer;
-  infer.model_name = model;  // the metrics' label, as the client sent it
-  if (call.authorization) infer.authorization = *call.authorization;
-  if (call.traceparent) infer.traceparent = *call.traceparent;
-  if (decoded.ok()) {
-    infer.request = request->view;
-  } else {
-    infer.request = decoded;
-  }
-  infer.is_cancelled = std::move(call.is_cancelled);
-  infer.reserved = std::move(call.reserved);
-  serving_->Infer(std::move(infer),
-                  [request, reply = std::move(reply)](absl::StatusOr<InferResult> result) mutable {
-                    if (!result.ok()) {
-                      std::move(reply)(Error(result.status()));
-                      return result.status();
-                    }
-                    HttpResponseBody out;
-                    absl::Status status = EncodeInferResponseJson(*result, *request, &out);
-                    if (!status.ok()) {
-                      std::move(reply)(Error(status));
-                      return status;
-                    }
-                    HttpReply r;
-                    r.held = std::move(result->held);
-                    r.body = std::move(out.body);
-                    r.header_length = out.header_length;
-                    if (out.header_length) r.content_type = "application/octet-stream";
-                    std::move(reply)(std::move(r));
-                    return absl::OkStatus();
-                  });
+  if (routed.call.method == "GET") routed.call.body.clear();  // a GET's body means nothing
+  route->handler(*serving_, routed);
 }
 
 }  // namespace gemmserve

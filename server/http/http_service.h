@@ -1,6 +1,7 @@
-// The KServe v2 REST binding over Serving: routes a request (method and path)
-// to its handler, which decodes, asks Serving and encodes, as the gRPC front
-// end's InferenceService does. It knows nothing of sockets: HttpServer reads
+// The KServe v2 REST binding over Serving: routes a request (method and path,
+// through one table of routes) to its handler, which decodes, calls the one
+// Serving method of the operation and encodes, as the gRPC front end's
+// InferenceService does. It knows nothing of sockets: HttpServer reads
 // the request, hands it over whole (body decompressed) and writes the reply.
 //
 //   GET  /v2/health/live | /v2/health/ready                 200, or 400 when not
@@ -14,6 +15,10 @@
 //   POST /v2/repository/models/{m}/load | /unload           load, unload
 //   GET|POST /v2/logging                                     log settings
 //   GET|POST /v2/trace/setting, /v2/models/{m}/trace/setting trace settings
+//   GET  /v2/systemsharedmemory[/region/{r}]/status          shared memory
+//   POST /v2/systemsharedmemory/region/{r}/register
+//   POST /v2/systemsharedmemory[/region/{r}]/unregister
+//   *    /v2/cudasharedmemory/...                            501, as Triton on CPU
 //
 // Errors are `{"error": "<the gRPC API's message>"}` with the status of the
 // gRPC code (HttpStatusOf). With a token file every route but the health
@@ -99,11 +104,10 @@ class HttpService {
   // for the rest.
   absl::StatusOr<int64_t> Admit(const HttpHead& head) const;
 
+  // The error's JSON ({"error": "<message>"}) with its HTTP status.
   static HttpReply Error(const absl::Status& status);
 
  private:
-  void Infer(HttpCall call, absl::string_view model, absl::string_view version, Reply reply);
-
   Serving* const serving_;
 };
 

@@ -14,6 +14,7 @@
 namespace gemmserve {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 class HttpServiceTest : public ::testing::Test {
@@ -63,7 +64,8 @@ TEST_F(HttpServiceTest, HealthAndMetadata) {
   EXPECT_EQ(model.status, 200);
   EXPECT_THAT(model.body, HasSubstr(R"("name":"group_indices")"));
   HttpReply config = Call("GET", "/v2/models/grouped_matmul/config");
-  EXPECT_THAT(config.body, HasSubstr(R"("backend":"gemmserve","max_batch_size":0,)"));
+  EXPECT_THAT(config.body, AllOf(HasSubstr(R"("backend":"gemmserve")"), HasSubstr(R"("max_batch_size":0,)"),
+                                 HasSubstr(R"("dims":[-1,-1,-1])")));
   EXPECT_THAT(config.body, HasSubstr(R"("dynamic_batching":{)"));
   EXPECT_THAT(Call("GET", "/v2/models/stats").body, HasSubstr(R"("model_stats":[)"));
   EXPECT_EQ(Call("GET", "/v2/models/nope").status, 404);

@@ -2,84 +2,148 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/time.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/util/json_util.h"
 #include "rapidjson/document.h"
 #include "rapidjson/error/en.h"
 #include "rapidjson/memorystream.h"
 #include "rapidjson/reader.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
 #include "server/common/client_text.h"
-#include "server/tensor/datatype.h"
+#include "server/common/status_macros.h"
 
 namespace gemmserve {
 namespace {
 
-// A small builder of JSON text: objects and arrays with commas placed.
-class Json {
- public:
-  Json& Open(char c) {
-    Comma();
-    out_.push_back(c);
-    first_ = true;
-    return *this;
-  }
-  Json& Close(char c) {
-    out_.push_back(c);
-    first_ = false;
-    return *this;
-  }
-  Json& Key(absl::string_view k) {
-    Comma();
-    AppendJsonString(k, &out_);
-    out_.push_back(':');
-    first_ = true;  // the value follows without a comma
-    return *this;
-  }
-  Json& Str(absl::string_view v) {
-    Comma();
-    AppendJsonString(v, &out_);
-    return *this;
-  }
-  template <typename T>
-  Json& Num(T v) {
-    Comma();
-    absl::StrAppend(&out_, v);
-    return *this;
-  }
-  Json& Bool(bool v) {
-    Comma();
-    out_.append(v ? "true" : "false");
-    return *this;
-  }
-  Json& Field(absl::string_view k, absl::string_view v) { return Key(k).Str(v); }
-  template <typename T>
-  Json& NumField(absl::string_view k, T v) {
-    return Key(k).Num(v);
-  }
-  Json& Dims(absl::string_view k, const Shape& shape) {
-    Key(k).Open('[');
-    for (int64_t d : shape) Num(d);
-    return Close(']');
-  }
-  std::string Take() { return std::move(out_); }
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
 
- private:
-  void Comma() {
-    if (!first_) out_.push_back(',');
-    first_ = false;
-  }
-  std::string out_;
-  bool first_ = true;
-};
+std::string ProtobufMessage(const google::protobuf::util::Status& status) {
+  return std::string(status.message().data(), status.message().size());
+}
 
-void Duration(Json& j, absl::string_view key, const DurationStat& d) {
-  j.Key(key).Open('{').NumField("count", d.count).NumField("ns", d.ns).Close('}');
+// protobuf's JSON of `message`: field names as in the .proto; scalars at
+// their defaults too when `defaults` (a oneof's unset members never).
+absl::StatusOr<rapidjson::Document> ProtobufJson(const google::protobuf::Message& message,
+                                                 bool defaults) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = defaults;
+  std::string text;
+  const auto status = google::protobuf::util::MessageToJsonString(message, &text, options);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrCat("cannot write ", message.GetTypeName(),
+                                            " as JSON: ", ProtobufMessage(status)));
+  }
+  rapidjson::Document doc;
+  doc.Parse(text.data(), text.size());
+  if (doc.HasParseError() || !doc.IsObject()) {
+    return absl::InternalError(absl::StrCat("protobuf's JSON of ", message.GetTypeName(),
+                                            " does not parse"));
+  }
+  return doc;
+}
+
+void Int64AsNumbers(rapidjson::Value& object, const Descriptor& type);
+
+// One value of field `f`: a 64-bit integer's string becomes its number; a
+// message's fields are walked in turn.
+void FieldValueAsNumbers(rapidjson::Value& value, const FieldDescriptor& f) {
+  if (f.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+    if (value.IsObject()) Int64AsNumbers(value, *f.message_type());
+    return;
+  }
+  if (!value.IsString()) return;
+  const absl::string_view text(value.GetString(), value.GetStringLength());
+  if (f.cpp_type() == FieldDescriptor::CPPTYPE_INT64) {
+    int64_t n;
+    if (absl::SimpleAtoi(text, &n)) value.SetInt64(n);
+  } else if (f.cpp_type() == FieldDescriptor::CPPTYPE_UINT64) {
+    uint64_t n;
+    if (absl::SimpleAtoi(text, &n)) value.SetUint64(n);
+  }
+}
+
+// proto3's JSON mapping writes int64 and uint64 as strings; Triton's REST API
+// (and the clients that read it, perf_analyzer's among them) as numbers.
+// Walks `object` beside its message type and turns those back into numbers.
+void Int64AsNumbers(rapidjson::Value& object, const Descriptor& type) {
+  for (auto& member : object.GetObject()) {
+    const FieldDescriptor* f =
+        type.FindFieldByName(std::string(member.name.GetString(), member.name.GetStringLength()));
+    if (f == nullptr) continue;
+    if (f->is_map()) {
+      if (!member.value.IsObject()) continue;
+      for (auto& entry : member.value.GetObject()) {
+        FieldValueAsNumbers(entry.value, *f->message_type()->map_value());
+      }
+    } else if (f->is_repeated()) {
+      if (!member.value.IsArray()) continue;
+      for (auto& element : member.value.GetArray()) FieldValueAsNumbers(element, *f);
+    } else {
+      FieldValueAsNumbers(member.value, *f);
+    }
+  }
+}
+
+absl::StatusOr<rapidjson::Document> TritonDocument(const google::protobuf::Message& message,
+                                                   bool defaults = true) {
+  GEMMSERVE_ASSIGN_OR_RETURN(rapidjson::Document doc, ProtobufJson(message, defaults));
+  Int64AsNumbers(doc, *message.GetDescriptor());
+  return doc;
+}
+
+std::string Text(const rapidjson::Value& value) {
+  rapidjson::StringBuffer buffer;
+  Writer writer(buffer);
+  value.Accept(writer);
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+// The members of `object`, by name.
+std::vector<const rapidjson::Value::Member*> Sorted(const rapidjson::Value& object) {
+  std::vector<const rapidjson::Value::Member*> members;
+  if (!object.IsObject()) return members;
+  for (const auto& m : object.GetObject()) members.push_back(&m);
+  std::sort(members.begin(), members.end(), [](const auto* a, const auto* b) {
+    return absl::string_view(a->name.GetString(), a->name.GetStringLength()) <
+           absl::string_view(b->name.GetString(), b->name.GetStringLength());
+  });
+  return members;
+}
+
+const rapidjson::Value& Member(const rapidjson::Value& object, const char* name) {
+  static const rapidjson::Value kNull;
+  if (!object.IsObject()) return kNull;
+  auto it = object.FindMember(name);
+  return it == object.MemberEnd() ? kNull : it->value;
+}
+
+// A settings map ({"settings": {key: {<one field>: value}}}) as Triton's flat
+// object {key: value}; `value_of` picks what each setting's message becomes.
+template <typename ValueOf>
+absl::StatusOr<std::string> FlatSettings(const google::protobuf::Message& response,
+                                         ValueOf value_of) {
+  GEMMSERVE_ASSIGN_OR_RETURN(rapidjson::Document doc, TritonDocument(response, false));
+  rapidjson::StringBuffer buffer;
+  Writer writer(buffer);
+  writer.StartObject();
+  for (const auto* m : Sorted(Member(doc, "settings"))) {
+    writer.Key(m->name.GetString(), m->name.GetStringLength());
+    value_of(absl::string_view(m->name.GetString(), m->name.GetStringLength()), m->value, writer);
+  }
+  writer.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
 }
 
 }  // namespace
@@ -110,139 +174,6 @@ std::string ErrorJson(absl::string_view message) {
   return out;
 }
 
-std::string ServerMetadataJson(absl::string_view name, absl::string_view version,
-                               const std::vector<std::string>& extensions) {
-  Json j;
-  j.Open('{').Field("name", name).Field("version", version).Key("extensions").Open('[');
-  for (const std::string& e : extensions) j.Str(e);
-  return j.Close(']').Close('}').Take();
-}
-
-std::string ModelMetadataJson(const ModelMetadata& m) {
-  Json j;
-  j.Open('{').Field("name", m.name).Key("versions").Open('[');
-  for (const std::string& v : m.versions) j.Str(v);
-  j.Close(']').Field("platform", m.platform);
-  auto tensors = [&](absl::string_view key, const std::vector<TensorSpec>& specs) {
-    j.Key(key).Open('[');
-    for (const TensorSpec& s : specs) {
-      // One datatype per tensor, as on gRPC: the default, the first accepted.
-      j.Open('{').Field("name", s.name).Field("datatype", DataTypeName(s.datatypes.front()));
-      j.Dims("shape", s.shape).Close('}');
-    }
-    j.Close(']');
-  };
-  tensors("inputs", m.inputs);
-  tensors("outputs", m.outputs);
-  return j.Close('}').Take();
-}
-
-std::string ModelConfigJson(const ServedModel& served) {
-  const ModelMetadata& m = served.metadata();
-  Json j;
-  j.Open('{').Field("name", m.name).Field("platform", m.platform).Field("backend", "gemmserve");
-  // No implicit batch dimension: requests give every dimension (Triton's 0).
-  j.NumField("max_batch_size", 0);
-  auto tensors = [&](absl::string_view key, const std::vector<TensorSpec>& specs, bool input) {
-    j.Key(key).Open('[');
-    for (const TensorSpec& s : specs) {
-      j.Open('{').Field("name", s.name);
-      j.Field("data_type", absl::StrCat("TYPE_", DataTypeName(s.datatypes.front())));
-      j.Dims("dims", s.shape);
-      if (input) j.Key("optional").Bool(s.optional);
-      j.Close('}');
-    }
-    j.Close(']');
-  };
-  tensors("input", m.inputs, true);
-  tensors("output", m.outputs, false);
-  j.Key("parameters").Open('{');
-  if (const auto& b = served.batching()) {
-    j.Key("max_batch_rows").Open('{').Field("string_value", absl::StrCat(b->max_batch_rows));
-    j.Close('}');
-  }
-  for (const auto& [key, value] : served.model().parameters()) {
-    j.Key(key).Open('{').Field("string_value", value).Close('}');
-  }
-  j.Close('}');
-  if (const auto& b = served.batching()) {
-    j.Key("dynamic_batching").Open('{');
-    j.NumField("max_queue_delay_microseconds", absl::ToInt64Microseconds(b->max_queue_delay));
-    j.NumField("priority_levels", b->priority_levels);
-    j.NumField("default_priority_level", b->default_priority_level);
-    j.Key("default_queue_policy").Open('{').NumField("max_queue_size", b->max_queue_size);
-    j.Key("allow_timeout_override").Bool(true);
-    if (b->default_timeout != absl::InfiniteDuration()) {
-      j.NumField("default_timeout_microseconds", absl::ToInt64Microseconds(b->default_timeout));
-    }
-    j.Close('}').Close('}');
-  }
-  j.Key("model_warmup").Open('[');
-  for (const WarmupSample& sample : served.warmup()) {
-    j.Open('{').Field("name", sample.name).NumField("batch_size", sample.batch_size);
-    j.NumField("count", sample.count).Key("inputs").Open('{');
-    for (const WarmupInput& input : sample.inputs) {
-      j.Key(input.name).Open('{');
-      j.Field("data_type", absl::StrCat("TYPE_", DataTypeName(input.type)));
-      j.Dims("dims", input.shape);
-      switch (input.data) {
-        case WarmupInput::Data::kZero: j.Key("zero_data").Bool(true); break;
-        case WarmupInput::Data::kRandom: j.Key("random_data").Bool(true); break;
-        case WarmupInput::Data::kFile: j.Field("input_data_file", input.file); break;
-      }
-      j.Close('}');
-    }
-    j.Close('}').Close('}');
-  }
-  j.Close(']');
-  return j.Close('}').Take();
-}
-
-std::string ModelStatisticsJson(const std::vector<ModelStatistics>& stats) {
-  Json j;
-  j.Open('{').Key("model_stats").Open('[');
-  for (const ModelStatistics& s : stats) {
-    j.Open('{').Field("name", s.name).Field("version", s.version);
-    j.NumField("last_inference", s.last_inference_ms);
-    j.NumField("inference_count", s.inference_count);
-    j.NumField("execution_count", s.execution_count);
-    j.Key("inference_stats").Open('{');
-    Duration(j, "success", s.success);
-    Duration(j, "fail", s.fail);
-    Duration(j, "queue", s.queue);
-    // Triton's schema has these (perf_analyzer indexes them); gemmserve has no
-    // input/output stage apart from compute and no response cache: zero.
-    Duration(j, "compute_input", DurationStat{});
-    Duration(j, "compute_infer", s.compute_infer);
-    Duration(j, "compute_output", DurationStat{});
-    Duration(j, "cache_hit", DurationStat{});
-    Duration(j, "cache_miss", DurationStat{});
-    j.Close('}').Key("batch_stats").Open('[');
-    for (const BatchSizeStat& b : s.batch_stats) {
-      j.Open('{').NumField("batch_size", b.batch_size);
-      Duration(j, "compute_input", DurationStat{});
-      Duration(j, "compute_infer", b.compute_infer);
-      Duration(j, "compute_output", DurationStat{});
-      j.Close('}');
-    }
-    j.Close(']').Close('}');
-  }
-  return j.Close(']').Close('}').Take();
-}
-
-std::string RepositoryIndexJson(const std::vector<ModelStatus>& index) {
-  Json j;
-  j.Open('[');
-  for (const ModelStatus& s : index) {
-    const char* state = s.state == ModelState::kReady     ? "READY"
-                        : s.state == ModelState::kLoading ? "LOADING"
-                                                          : "UNAVAILABLE";
-    j.Open('{').Field("name", s.name).Field("version", s.version).Field("state", state);
-    j.Field("reason", s.reason).Close('}');
-  }
-  return j.Close(']').Take();
-}
-
 namespace {
 
 // Counts a document's values (keys included) as a SAX reader meets them and
@@ -268,17 +199,19 @@ class ValueCounter : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Valu
 // A control body has a few fields: this many values is more than any needs.
 constexpr int64_t kMaxControlValues = 4096;
 
+// INVALID_ARGUMENT for a body of more than kMaxControlValues values.
+absl::Status CheckValueCount(absl::string_view body, const char* what) {
+  ValueCounter counter(kMaxControlValues);
+  rapidjson::Reader reader;
+  rapidjson::MemoryStream stream(body.data(), body.size());
+  reader.Parse<rapidjson::kParseIterativeFlag>(stream, counter);
+  if (!counter.exhausted()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("the ", what, " body has more than ", kMaxControlValues, " JSON values"));
+}
+
 absl::StatusOr<rapidjson::Document> ParseObject(absl::string_view body, const char* what) {
-  {
-    ValueCounter counter(kMaxControlValues);
-    rapidjson::Reader reader;
-    rapidjson::MemoryStream stream(body.data(), body.size());
-    reader.Parse<rapidjson::kParseIterativeFlag>(stream, counter);
-    if (counter.exhausted()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the ", what, " body has more than ", kMaxControlValues, " JSON values"));
-    }
-  }
+  GEMMSERVE_RETURN_IF_ERROR(CheckValueCount(body, what));
   rapidjson::Document doc;
   doc.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(body.data(),
                                                                                     body.size());
@@ -293,68 +226,114 @@ absl::StatusOr<rapidjson::Document> ParseObject(absl::string_view body, const ch
   return doc;
 }
 
+absl::Status ProtoFromJson(absl::string_view body, const char* what,
+                           google::protobuf::Message* message) {
+  GEMMSERVE_RETURN_IF_ERROR(CheckValueCount(body, what));
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;  // a misspelt field is an error, not a default
+  const auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(body.data(), body.size()), message, options);
+  if (status.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("the ", what, " body: ", ClientText(ProtobufMessage(status), 200)));
+}
+
+
 }  // namespace
 
-absl::StatusOr<ShmRegisterBody> ParseShmRegisterRequest(absl::string_view body) {
-  absl::StatusOr<rapidjson::Document> doc = ParseObject(body, "shared memory register");
-  if (!doc.ok()) return doc.status();
-  ShmRegisterBody out;
-  bool has_key = false, has_size = false;
-  for (auto it = doc->MemberBegin(); it != doc->MemberEnd(); ++it) {
-    const absl::string_view key(it->name.GetString(), it->name.GetStringLength());
-    if (key == "key") {
-      if (!it->value.IsString()) return absl::InvalidArgumentError("'key' must be a string");
-      out.key.assign(it->value.GetString(), it->value.GetStringLength());
-      has_key = true;
-    } else if (key == "offset" || key == "byte_size") {
-      if (!it->value.IsUint64()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("'", key, "' must be a non-negative integer"));
-      }
-      (key == "offset" ? out.offset : out.byte_size) = it->value.GetUint64();
-      if (key == "byte_size") has_size = true;
+absl::StatusOr<std::string> ProtoJson(const google::protobuf::Message& message) {
+  GEMMSERVE_ASSIGN_OR_RETURN(rapidjson::Document doc, TritonDocument(message));
+  return Text(doc);
+}
+
+absl::StatusOr<std::string> ServerMetadataJson(const inference::ServerMetadataResponse& response) {
+  return ProtoJson(response);
+}
+
+absl::StatusOr<std::string> ModelMetadataJson(const inference::ModelMetadataResponse& response) {
+  return ProtoJson(response);
+}
+
+absl::StatusOr<std::string> ModelConfigJson(const inference::ModelConfigResponse& response) {
+  return ProtoJson(response.config());
+}
+
+absl::StatusOr<std::string> ModelStatisticsJson(
+    const inference::ModelStatisticsResponse& response) {
+  return ProtoJson(response);
+}
+
+absl::StatusOr<std::string> RepositoryIndexJson(
+    const inference::RepositoryIndexResponse& response) {
+  GEMMSERVE_ASSIGN_OR_RETURN(rapidjson::Document doc, TritonDocument(response));
+  const rapidjson::Value& models = Member(doc, "models");
+  return models.IsArray() ? Text(models) : std::string("[]");
+}
+
+absl::StatusOr<std::string> ShmStatusJson(
+    const inference::SystemSharedMemoryStatusResponse& response) {
+  GEMMSERVE_ASSIGN_OR_RETURN(rapidjson::Document doc, TritonDocument(response));
+  rapidjson::StringBuffer buffer;
+  Writer writer(buffer);
+  writer.StartArray();
+  for (const auto* m : Sorted(Member(doc, "regions"))) m->value.Accept(writer);
+  writer.EndArray();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+absl::StatusOr<std::string> LogSettingsJson(const inference::LogSettingsResponse& response) {
+  // Each setting's message holds the one member of its oneof that is set.
+  return FlatSettings(response, [](absl::string_view, const rapidjson::Value& v, Writer& w) {
+    if (v.IsObject() && v.MemberCount() == 1) {
+      v.MemberBegin()->value.Accept(w);
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown field '", ClientText(key),
-                       "' in the shared memory register body; expected key, offset, byte_size"));
+      w.Null();
     }
-  }
-  if (!has_key || !has_size) {
+  });
+}
+
+absl::StatusOr<std::string> TraceSettingJson(const inference::TraceSettingResponse& response) {
+  // Each setting is a list of strings: trace_level stays one, the rest are
+  // their first (or "").
+  return FlatSettings(response, [](absl::string_view key, const rapidjson::Value& v, Writer& w) {
+    const rapidjson::Value& values = Member(v, "value");
+    if (key == "trace_level") {
+      if (values.IsArray()) {
+        values.Accept(w);
+      } else {
+        w.StartArray();
+        w.EndArray();
+      }
+    } else if (values.IsArray() && !values.Empty() && values[0].IsString()) {
+      values[0].Accept(w);
+    } else {
+      w.String("");
+    }
+  });
+}
+
+absl::StatusOr<inference::RepositoryIndexRequest> ParseRepositoryIndexRequest(
+    absl::string_view body) {
+  inference::RepositoryIndexRequest request;
+  if (body.empty()) return request;
+  GEMMSERVE_RETURN_IF_ERROR(ProtoFromJson(body, "repository index", &request));
+  return request;
+}
+
+absl::StatusOr<inference::SystemSharedMemoryRegisterRequest> ParseShmRegisterRequest(
+    absl::string_view body) {
+  inference::SystemSharedMemoryRegisterRequest request;
+  GEMMSERVE_RETURN_IF_ERROR(ProtoFromJson(body, "shared memory register", &request));
+  if (request.key().empty() || request.byte_size() == 0) {
     return absl::InvalidArgumentError(
-        "the shared memory register body needs 'key' and 'byte_size'");
+        "the shared memory register body needs 'key' and a positive 'byte_size'");
   }
-  return out;
+  return request;
 }
 
-std::string ShmStatusJson(const std::vector<SharedMemoryRegionStatus>& regions) {
-  Json j;
-  j.Open('[');
-  for (const SharedMemoryRegionStatus& r : regions) {
-    j.Open('{').Field("name", r.name).Field("key", r.key);
-    j.NumField("offset", r.offset).NumField("byte_size", r.byte_size).Close('}');
-  }
-  return j.Close(']').Take();
-}
-
-absl::StatusOr<bool> ParseRepositoryIndexRequest(absl::string_view body) {
-  if (body.empty()) return false;
-  absl::StatusOr<rapidjson::Document> doc = ParseObject(body, "repository index");
-  if (!doc.ok()) return doc.status();
-  bool ready = false;
-  for (auto it = doc->MemberBegin(); it != doc->MemberEnd(); ++it) {
-    const absl::string_view key(it->name.GetString(), it->name.GetStringLength());
-    if (key != "ready") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown field '", ClientText(key), "' in the repository index body"));
-    }
-    if (!it->value.IsBool()) return absl::InvalidArgumentError("'ready' must be a boolean");
-    ready = it->value.GetBool();
-  }
-  return ready;
-}
-
-absl::StatusOr<ModelLoadRequest> ParseModelLoadRequest(absl::string_view body) {
-  ModelLoadRequest load;
+absl::StatusOr<inference::RepositoryModelLoadRequest> ParseModelLoadRequest(
+    absl::string_view body) {
+  inference::RepositoryModelLoadRequest load;
   if (body.empty()) return load;
   absl::StatusOr<rapidjson::Document> doc = ParseObject(body, "load");
   if (!doc.ok()) return doc.status();
@@ -366,24 +345,18 @@ absl::StatusOr<ModelLoadRequest> ParseModelLoadRequest(absl::string_view body) {
     }
     if (!it->value.IsObject()) return absl::InvalidArgumentError("'parameters' must be an object");
     for (auto p = it->value.MemberBegin(); p != it->value.MemberEnd(); ++p) {
-      const absl::string_view name(p->name.GetString(), p->name.GetStringLength());
+      const std::string name(p->name.GetString(), p->name.GetStringLength());
       if (!p->value.IsString()) {
         return absl::InvalidArgumentError(
             absl::StrCat("load parameter '", ClientText(name), "' must be a string"));
       }
       const absl::string_view value(p->value.GetString(), p->value.GetStringLength());
-      if (name == "config") {
-        load.config = std::string(value);
-      } else if (absl::StartsWith(name, "file:")) {
-        std::string bytes;
-        if (!absl::Base64Unescape(value, &bytes)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("load parameter '", ClientText(name), "' is not base64"));
-        }
-        load.files[std::string(name.substr(5))] = std::move(bytes);
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat("unknown load parameter '", ClientText(name),
-                                                       "'; expected 'config' or 'file:<path>'"));
+      inference::ModelRepositoryParameter& param = (*load.mutable_parameters())[name];
+      if (!absl::StartsWith(name, "file:")) {
+        param.set_string_param(std::string(value));
+      } else if (!absl::Base64Unescape(value, param.mutable_bytes_param())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("load parameter '", ClientText(name), "' is not base64"));
       }
     }
   }
@@ -410,27 +383,6 @@ absl::StatusOr<inference::LogSettingsRequest> ParseLogSettingsRequest(absl::stri
     }
   }
   return request;
-}
-
-std::string LogSettingsJson(const inference::LogSettingsResponse& response) {
-  std::map<std::string, const inference::LogSettingsResponse::SettingValue*> sorted;
-  for (const auto& [key, value] : response.settings()) sorted[key] = &value;
-  Json j;
-  j.Open('{');
-  for (const auto& [key, value] : sorted) {
-    j.Key(key);
-    switch (value->parameter_choice_case()) {
-      case inference::LogSettingsResponse::SettingValue::kBoolParam:
-        j.Bool(value->bool_param());
-        break;
-      case inference::LogSettingsResponse::SettingValue::kUint32Param:
-        j.Num(value->uint32_param());
-        break;
-      default:
-        j.Str(value->string_param());
-    }
-  }
-  return j.Close('}').Take();
 }
 
 absl::StatusOr<inference::TraceSettingRequest> ParseTraceSettingRequest(
@@ -462,24 +414,6 @@ absl::StatusOr<inference::TraceSettingRequest> ParseTraceSettingRequest(
     }
   }
   return request;
-}
-
-std::string TraceSettingJson(const inference::TraceSettingResponse& response) {
-  std::map<std::string, const inference::TraceSettingResponse::SettingValue*> sorted;
-  for (const auto& [key, value] : response.settings()) sorted[key] = &value;
-  Json j;
-  j.Open('{');
-  for (const auto& [key, value] : sorted) {
-    j.Key(key);
-    if (key == "trace_level") {
-      j.Open('[');
-      for (const std::string& level : value->value()) j.Str(level);
-      j.Close(']');
-    } else {
-      j.Str(value->value_size() > 0 ? value->value(0) : std::string());
-    }
-  }
-  return j.Close('}').Take();
 }
 
 }  // namespace gemmserve

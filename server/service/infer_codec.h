@@ -24,20 +24,6 @@ absl::StatusOr<InferRequestView> DecodeInferRequest(const inference::ModelInferR
 absl::Status EncodeInferResponse(const InferResult& result, const std::string& id,
                                  inference::ModelInferResponse* response);
 
-// An entry of RepositoryIndex: Triton's states READY, LOADING and
-// UNAVAILABLE (a failed load or an unloaded model, with its reason).
-void EncodeModelIndexEntry(const ModelStatus& status,
-                           inference::RepositoryIndexResponse::ModelIndex* out);
-
-void EncodeModelMetadata(const ModelMetadata& metadata, inference::ModelMetadataResponse* response);
-
-// Triton's ModelConfig for a served model: tensors, dynamic batching (the
-// queue policy carries max_queue_size and the default timeout; max_batch_rows
-// is a parameter), and the model's own parameters (e.g. "groups").
-void EncodeModelConfig(const ServedModel& served, inference::ModelConfig* config);
-
-void EncodeModelStatistics(const ModelStatistics& stats, inference::ModelStatistics* out);
-
 }  // namespace gemmserve
 
 #endif  // GEMMSERVE_SERVER_SERVICE_INFER_CODEC_H_

@@ -85,10 +85,9 @@ class Serving {
   static absl::StatusOr<std::unique_ptr<Serving>> Start(ServingOptions options);
   ~Serving();
 
+  // For tests and benchmarks; front ends use the API below.
   InferenceEngine& engine() { return *engine_; }
-  ModelRepository& repository() { return *repository_; }
   Metrics& metrics() { return *metrics_; }
-  SharedMemoryManager& shm() { return *shm_; }
   // Whose shared-memory regions a call may use: its credentials when tokens
   // are configured (the `authorization` value as sent), else "" (everyone's).
   std::string ShmOwner(std::optional<absl::string_view> authorization) const;
@@ -103,6 +102,75 @@ class Serving {
   // OK when no token is configured; else TokenAuthenticator::Check of the
   // `authorization` header's value (nullopt when absent).
   absl::Status Authenticate(std::optional<absl::string_view> authorization) const;
+
+  // ---- The API: one method per operation of KServe v2 / Triton, with the
+  // protocol's messages as its types. Front ends decode their wire form into
+  // the request, call, and encode the response or the error (HTTP: its
+  // JSON). Every method but the health checks authenticates first
+  // (UNAUTHENTICATED); a model is named by name and version ("" for its
+  // only one): NOT_FOUND when it is not served.
+  using Authorization = std::optional<absl::string_view>;
+  using StatusDone = absl::AnyInvocable<void(absl::Status) &&>;
+
+  // Health, without a token (Triton counts a model's readiness with them):
+  // live always; ready until draining; a model ready while it is served (an
+  // unknown, loading or unloaded one is simply not ready).
+  void ServerLive(inference::ServerLiveResponse* response) const;
+  void ServerReady(inference::ServerReadyResponse* response) const;
+  void ModelReady(const inference::ModelReadyRequest& request,
+                  inference::ModelReadyResponse* response) const;
+
+  // Name, version and the extensions (Extensions()).
+  absl::Status ServerMetadata(Authorization authorization,
+                              inference::ServerMetadataResponse* response) const;
+  absl::Status ModelMetadata(Authorization authorization,
+                             const inference::ModelMetadataRequest& request,
+                             inference::ModelMetadataResponse* response) const;
+  // Triton's ModelConfig of the served model (EncodeModelConfig).
+  absl::Status ModelConfig(Authorization authorization,
+                           const inference::ModelConfigRequest& request,
+                           inference::ModelConfigResponse* response) const;
+  // One model's statistics, or (no name) every served model's.
+  absl::Status ModelStatistics(Authorization authorization,
+                               const inference::ModelStatisticsRequest& request,
+                               inference::ModelStatisticsResponse* response) const;
+  // Every model known, or (`ready`) the ready ones only.
+  absl::Status RepositoryIndex(Authorization authorization,
+                               const inference::RepositoryIndexRequest& request,
+                               inference::RepositoryIndexResponse* response) const;
+  // Triton's load, with its parameters: `config` (a string: Triton's JSON of
+  // a ModelConfig, or config.pbtxt text) and `file:<path>` (bytes), whose
+  // contents are moved out of `request`; INVALID_ARGUMENT for another key or
+  // type. The load runs on the repository's thread; `done` is called once,
+  // from there or (refusals) before this returns.
+  void RepositoryModelLoad(Authorization authorization,
+                           inference::RepositoryModelLoadRequest request, StatusDone done);
+  // Queued behind any load in progress (ModelRepository::UnloadAsync).
+  void RepositoryModelUnload(Authorization authorization,
+                             const inference::RepositoryModelUnloadRequest& request,
+                             StatusDone done);
+  // Triton's system shared memory, per owner (ShmOwner): the regions (one by
+  // name, or all), registration, and unregistration (one, or all when the
+  // name is empty). PERMISSION_DENIED for a registration while client shared
+  // memory is off (--allow_client_shm).
+  absl::Status SystemSharedMemoryStatus(Authorization authorization,
+                                        const inference::SystemSharedMemoryStatusRequest& request,
+                                        inference::SystemSharedMemoryStatusResponse* response);
+  absl::Status SystemSharedMemoryRegister(
+      Authorization authorization, const inference::SystemSharedMemoryRegisterRequest& request);
+  absl::Status SystemSharedMemoryUnregister(
+      Authorization authorization, const inference::SystemSharedMemoryUnregisterRequest& request);
+  // PERMISSION_DENIED unless client shared memory is on: what a front end
+  // asks before it reads a registration's body.
+  absl::Status CheckSharedMemoryEnabled() const;
+
+  // ---- Accounting for front ends: the bytes of a message they are about
+  // to receive or inflate, held against --max_inflight_bytes before they
+  // are allocated (InferenceEngine::Reserve and Grow), and the limit of a
+  // message.
+  absl::StatusOr<Reservation> Reserve(int64_t bytes, absl::string_view what);
+  absl::Status Grow(Reservation* reservation, int64_t more, absl::string_view what);
+  int64_t max_message_bytes() const { return max_message_bytes_; }
 
   // Triton's LogSettings (gRPC, and GET/POST /v2/logging): fills `response`
   // with the settings in effect after the request's; the listed keys change

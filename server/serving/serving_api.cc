@@ -1,0 +1,171 @@
+// Serving's API apart from inference: metadata, configuration, statistics,
+// the repository and shared memory, each answered from the one place both
+// front ends call.
+#include <string>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "server/common/client_text.h"
+#include "server/common/status_macros.h"
+#include "server/serving/model_protos.h"
+#include "server/serving/serving.h"
+
+namespace gemmserve {
+namespace {
+
+constexpr char kServerName[] = "gemmserve";
+
+// The parameters of a load, moved out of the request: `config` a string,
+// `file:<path>` bytes.
+absl::StatusOr<ModelLoadRequest> LoadParameters(inference::RepositoryModelLoadRequest& request) {
+  ModelLoadRequest load;
+  for (auto& [key, param] : *request.mutable_parameters()) {
+    using Parameter = inference::ModelRepositoryParameter;
+    if (key == "config") {
+      if (param.parameter_choice_case() != Parameter::kStringParam) {
+        return absl::InvalidArgumentError(
+            "parameter 'config': expected a string (Triton's JSON form of a ModelConfig, or "
+            "config.pbtxt text)");
+      }
+      load.config = std::move(*param.mutable_string_param());
+    } else if (absl::StartsWith(key, "file:")) {
+      if (param.parameter_choice_case() != Parameter::kBytesParam) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter '", ClientText(key), "': 'file:' parameters carry bytes"));
+      }
+      load.files[key.substr(5)] = std::move(*param.mutable_bytes_param());
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown load parameter '", ClientText(key), "'; expected 'config' or 'file:<path>'"));
+    }
+  }
+  return load;
+}
+
+}  // namespace
+
+void Serving::ServerLive(inference::ServerLiveResponse* response) const {
+  response->set_live(true);
+}
+
+void Serving::ServerReady(inference::ServerReadyResponse* response) const {
+  response->set_ready(!draining());
+}
+
+void Serving::ModelReady(const inference::ModelReadyRequest& request,
+                         inference::ModelReadyResponse* response) const {
+  response->set_ready(engine_->FindModel(request.name(), request.version()).ok());
+}
+
+absl::Status Serving::ServerMetadata(Authorization authorization,
+                                     inference::ServerMetadataResponse* response) const {
+  GEMMSERVE_RETURN_IF_ERROR(Authenticate(authorization));
+  response->set_name(kServerName);
+  response->set_version(kServerVersion);
+  for (std::string& extension : Extensions()) response->add_extensions(std::move(extension));
+  return absl::OkStatus();
+}
+
+absl::Status Serving::ModelMetadata(Authorization authorization,
+                                    const inference::ModelMetadataRequest& request,
+                                    inference::ModelMetadataResponse* response) const {
+  GEMMSERVE_RETURN_IF_ERROR(Authenticate(authorization));
+  GEMMSERVE_ASSIGN_OR_RETURN(auto served, engine_->FindModel(request.name(), request.version()));
+  EncodeModelMetadata(served->metadata(), response);
+  return absl::OkStatus();
+}
+
+absl::Status Serving::ModelConfig(Authorization authorization,
+                                  const inference::ModelConfigRequest& request,
+                                  inference::ModelConfigResponse* response) const {
+  GEMMSERVE_RETURN_IF_ERROR(Authenticate(authorization));
+  GEMMSERVE_ASSIGN_OR_RETURN(auto served, engine_->FindModel(request.name(), request.version()));
+  EncodeModelConfig(*served, response->mutable_config());
+  return absl::OkStatus();
+}
+
+absl::Status Serving::ModelStatistics(Authorization authorization,
+                                      const inference::ModelStatisticsRequest& request,
+                                      inference::ModelStatisticsResponse* response) const {
+  GEMMSERVE_RETURN_IF_ERROR(Authenticate(authorization));
+  if (request.name().empty()) {
+    for (const auto& served : engine_->models()) {
+      EncodeModelStatistics(served->statistics(), response->add_model_stats());
+    }
+    return absl::OkStatus();
+  }
+  GEMMSERVE_ASSIGN_OR_RETURN(auto served, engine_->FindModel(request.name(), request.version()));
+  EncodeModelStatistics(served->statistics(), response->add_model_stats());
+  return absl::OkStatus();
+}
+
+absl::Status Serving::RepositoryIndex(Authorization authorization,
+                                      const inference::RepositoryIndexRequest& request,
+                                      inference::RepositoryIndexResponse* response) const {
+  GEMMSERVE_RETURN_IF_ERROR(Authenticate(authorization));
+  for (const ModelStatus& status : repository_->Index()) {
+    if (request.ready() && status.state != ModelState::kReady) continue;
+    EncodeModelIndexEntry(status, response->add_models());
+  }
+  return absl::OkStatus();
+}
+
+void Serving::RepositoryModelLoad(Authorization authorization,
+                                  inference::RepositoryModelLoadRequest request,
+                                  StatusDone done) {
+  absl::Status refused = Authenticate(authorization);
+  absl::StatusOr<ModelLoadRequest> load = refused.ok() ? LoadParameters(request) : refused;
+  if (!load.ok()) return std::move(done)(load.status());
+  repository_->LoadAsync(std::move(*request.mutable_model_name()), *std::move(load),
+                         std::move(done));
+}
+
+void Serving::RepositoryModelUnload(Authorization authorization,
+                                    const inference::RepositoryModelUnloadRequest& request,
+                                    StatusDone done) {
+  if (absl::Status refused = Authenticate(authorization); !refused.ok()) {
+    return std::move(done)(refused);
+  }
+  repository_->UnloadAsync(request.model_name(), std::move(done));
+}
+
+absl::Status Serving::SystemSharedMemoryStatus(
+    Authorization authorization, const inference::SystemSharedMemoryStatusRequest& request,
+    inference::SystemSharedMemoryStatusResponse* response) {
+  GEMMSERVE_RETURN_IF_ERROR(Authenticate(authorization));
+  GEMMSERVE_ASSIGN_OR_RETURN(auto regions, shm_->Status(ShmOwner(authorization), request.name()));
+  for (const SharedMemoryRegionStatus& r : regions) {
+    auto& out = (*response->mutable_regions())[r.name];
+    out.set_name(r.name);
+    out.set_key(r.key);
+    out.set_offset(r.offset);
+    out.set_byte_size(r.byte_size);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Serving::SystemSharedMemoryRegister(
+    Authorization authorization, const inference::SystemSharedMemoryRegisterRequest& request) {
+  GEMMSERVE_RETURN_IF_ERROR(Authenticate(authorization));
+  return shm_->Register(ShmOwner(authorization), request.name(), request.key(), request.offset(),
+                        request.byte_size());
+}
+
+absl::Status Serving::SystemSharedMemoryUnregister(
+    Authorization authorization, const inference::SystemSharedMemoryUnregisterRequest& request) {
+  GEMMSERVE_RETURN_IF_ERROR(Authenticate(authorization));
+  return shm_->Unregister(ShmOwner(authorization), request.name());
+}
+
+absl::Status Serving::CheckSharedMemoryEnabled() const { return shm_->CheckEnabled(); }
+
+absl::StatusOr<Reservation> Serving::Reserve(int64_t bytes, absl::string_view what) {
+  return engine_->Reserve(bytes, what);
+}
+
+absl::Status Serving::Grow(Reservation* reservation, int64_t more, absl::string_view what) {
+  return engine_->Grow(reservation, more, what);
+}
+
+}  // namespace gemmserve
