@@ -5,9 +5,8 @@
 
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <fstream>
 #include <iostream>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -15,13 +14,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
-#include "server/common/descriptor_limit.h"
 #include "server/common/logging.h"
-#include "server/ops/kernels/bf16_panel_gemm.h"
+#include "server/common/status_macros.h"
 #include "server/ops/kernels/compute_environment.h"
-#include "server/ops/kernels/cpu_features.h"
-#include "server/http/http_server.h"
-#include "server/service/grpc_server.h"
+#include "server/root/server.h"
 
 namespace {
 // Every flag's default is the options' own (each written once, where its
@@ -30,7 +26,7 @@ const gemmserve::ServerOptions kDefaults;
 const gemmserve::EngineOptions& kEngine = kDefaults.serving.engine;
 const gemmserve::GrpcOptions& kGrpc = kDefaults.grpc;
 const gemmserve::BatchingOptions& kBuiltin = kDefaults.serving.builtin_batching;
-const gemmserve::HttpOptions kHttp;
+const gemmserve::HttpOptions& kHttp = kDefaults.http;
 }  // namespace
 
 ABSL_FLAG(std::string, host, kDefaults.serving.host, "Address to listen on (gRPC and /metrics).");
@@ -136,8 +132,90 @@ ABSL_FLAG(std::string, bf16_panels, "auto",
           "measured at start to do 1.25x FP32 FMA's flops), on, or off (row-major, BLIS on "
           "widened values).");
 
+namespace {
+
+gemmserve::GrpcOptions GrpcFromFlags() {
+  gemmserve::GrpcOptions grpc;
+  grpc.port = absl::GetFlag(FLAGS_grpc_port);
+  grpc.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  grpc.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  grpc.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  grpc.keepalive_time_ms = absl::GetFlag(FLAGS_grpc_keepalive_time_ms);
+  grpc.keepalive_timeout_ms = absl::GetFlag(FLAGS_grpc_keepalive_timeout_ms);
+  grpc.max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
+  grpc.max_connections = absl::GetFlag(FLAGS_grpc_max_connections);
+  grpc.max_stream_inflight = absl::GetFlag(FLAGS_grpc_max_stream_inflight);
+  grpc.max_connection_idle_ms = absl::GetFlag(FLAGS_grpc_max_connection_idle_ms);
+  grpc.max_connection_age_ms = absl::GetFlag(FLAGS_grpc_max_connection_age_ms);
+  return grpc;
+}
+
+gemmserve::HttpOptions HttpFromFlags() {
+  gemmserve::HttpOptions http;
+  http.port = absl::GetFlag(FLAGS_http_port);
+  http.threads = absl::GetFlag(FLAGS_http_threads);
+  http.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  http.max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);
+  http.idle_timeout_ms = absl::GetFlag(FLAGS_http_idle_timeout_ms);
+  http.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
+  return http;
+}
+
+gemmserve::EngineOptions EngineFromFlags() {
+  gemmserve::EngineOptions engine;
+  engine.compute_threads = absl::GetFlag(FLAGS_compute_threads);
+  engine.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  engine.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
+  engine.inline_max_flops = absl::GetFlag(FLAGS_inline_max_flops);
+  engine.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
+  return engine;
+}
+
+absl::StatusOr<gemmserve::ServingOptions> ServingFromFlags() {
+  gemmserve::ServingOptions serving;
+  serving.engine = EngineFromFlags();
+  serving.host = absl::GetFlag(FLAGS_host);
+  serving.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  serving.model_repository = absl::GetFlag(FLAGS_model_repository);
+  serving.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  serving.shm.allow_client_shm = absl::GetFlag(FLAGS_allow_client_shm);
+  serving.shm.max_registered_bytes = absl::GetFlag(FLAGS_max_client_shm_bytes);
+  serving.allow_log_file_setting = absl::GetFlag(FLAGS_allow_log_file_setting);
+  serving.trace_file = absl::GetFlag(FLAGS_trace_file);
+  const std::string level = absl::GetFlag(FLAGS_trace_level);
+  if (level != "OFF" && level != "TIMESTAMPS") {
+    return absl::InvalidArgumentError("--trace_level must be OFF or TIMESTAMPS");
+  }
+  serving.trace = {level == "TIMESTAMPS", absl::GetFlag(FLAGS_trace_rate),
+                   absl::GetFlag(FLAGS_trace_count), absl::GetFlag(FLAGS_trace_log_frequency)};
+  GEMMSERVE_ASSIGN_OR_RETURN(serving.metrics.latency_buckets,
+                             gemmserve::Metrics::ParseBuckets(absl::GetFlag(FLAGS_latency_buckets)));
+  serving.builtin_batching.max_queue_delay =
+      absl::Microseconds(absl::GetFlag(FLAGS_builtin_max_queue_delay_us));
+  serving.builtin_batching.max_batch_rows = absl::GetFlag(FLAGS_builtin_max_batch_rows);
+  serving.builtin_batching.max_queue_size = absl::GetFlag(FLAGS_builtin_max_queue_size);
+  return serving;
+}
+
+// Every flag, as the options Server::Start takes.
+absl::StatusOr<gemmserve::ServerOptions> OptionsFromFlags() {
+  gemmserve::ServerOptions options;
+  GEMMSERVE_ASSIGN_OR_RETURN(options.serving, ServingFromFlags());
+  options.grpc = GrpcFromFlags();
+  options.http = HttpFromFlags();
+  options.address_file = absl::GetFlag(FLAGS_address_file);
+  const std::string bf16 = absl::GetFlag(FLAGS_bf16_panels);
+  if (!gemmserve::ParseBf16Panels(bf16.c_str(), &options.compute.bf16_panels)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--bf16_panels: expected auto, on or off, got '", bf16, "'"));
+  }
+  return options;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  gemmserve::ReexecWithComputeEnvironment(argv);
+  gemmserve::ReexecWithComputeEnvironment(argv);  // before anything starts a thread
   absl::SetProgramUsageMessage(
       "gemmserve: MatMul and GroupedMatMul over the KServe v2 protocol (gRPC and HTTP/REST).\n"
       "  gemmserve --grpc_port=8001 --compute_threads=2");
@@ -151,138 +229,28 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  gemmserve::ServerOptions options;
-  gemmserve::ServingOptions& serving = options.serving;
-  gemmserve::EngineOptions& engine = serving.engine;
-  serving.host = absl::GetFlag(FLAGS_host);
-  serving.metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  serving.model_repository = absl::GetFlag(FLAGS_model_repository);
-  serving.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
-  serving.shm.allow_client_shm = absl::GetFlag(FLAGS_allow_client_shm);
-  serving.allow_log_file_setting = absl::GetFlag(FLAGS_allow_log_file_setting);
-  serving.shm.max_registered_bytes = absl::GetFlag(FLAGS_max_client_shm_bytes);
-  serving.trace_file = absl::GetFlag(FLAGS_trace_file);
-  {
-    const std::string level = absl::GetFlag(FLAGS_trace_level);
-    if (level != "OFF" && level != "TIMESTAMPS") {
-      GEMMSERVE_LOG(ERROR) << "cannot start: --trace_level must be OFF or TIMESTAMPS";
-      return 1;
-    }
-    serving.trace = {level == "TIMESTAMPS", absl::GetFlag(FLAGS_trace_rate),
-                     absl::GetFlag(FLAGS_trace_count), absl::GetFlag(FLAGS_trace_log_frequency)};
-  }
-  engine.compute_threads = absl::GetFlag(FLAGS_compute_threads);
-  engine.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  engine.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
-  engine.inline_max_flops = absl::GetFlag(FLAGS_inline_max_flops);
-  engine.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
-  {
-    auto buckets = gemmserve::Metrics::ParseBuckets(absl::GetFlag(FLAGS_latency_buckets));
-    if (!buckets.ok()) {
-      GEMMSERVE_LOG(ERROR) << "cannot start: " << buckets.status();
-      return 1;
-    }
-    serving.metrics.latency_buckets = *std::move(buckets);
-  }
-  serving.builtin_batching.max_queue_delay =
-      absl::Microseconds(absl::GetFlag(FLAGS_builtin_max_queue_delay_us));
-  serving.builtin_batching.max_batch_rows = absl::GetFlag(FLAGS_builtin_max_batch_rows);
-  serving.builtin_batching.max_queue_size = absl::GetFlag(FLAGS_builtin_max_queue_size);
-  gemmserve::GrpcOptions& grpc = options.grpc;
-  grpc.port = absl::GetFlag(FLAGS_grpc_port);
-  grpc.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
-  grpc.tls.key_file = absl::GetFlag(FLAGS_tls_key);
-  grpc.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
-  grpc.keepalive_time_ms = absl::GetFlag(FLAGS_grpc_keepalive_time_ms);
-  grpc.keepalive_timeout_ms = absl::GetFlag(FLAGS_grpc_keepalive_timeout_ms);
-  grpc.max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
-  grpc.max_connections = absl::GetFlag(FLAGS_grpc_max_connections);
-  grpc.max_stream_inflight = absl::GetFlag(FLAGS_grpc_max_stream_inflight);
-  grpc.max_connection_idle_ms = absl::GetFlag(FLAGS_grpc_max_connection_idle_ms);
-  grpc.max_connection_age_ms = absl::GetFlag(FLAGS_grpc_max_connection_age_ms);
-
-  gemmserve::HttpOptions http_options;
-  const int http_port = absl::GetFlag(FLAGS_http_port);
-  http_options.port = http_port;
-  http_options.threads = absl::GetFlag(FLAGS_http_threads);
-  http_options.max_connections = absl::GetFlag(FLAGS_http_max_connections);
-  http_options.max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);
-  http_options.idle_timeout_ms = absl::GetFlag(FLAGS_http_idle_timeout_ms);
-  http_options.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
-  http_options.tls = grpc.tls;
-  const std::string host = serving.host;
-  {
-    // Every connection and shared-memory region holds a descriptor.
-    const int64_t connections = (http_port == -1 ? 0 : http_options.max_connections) +
-                                (grpc.tls.cert_file.empty() ? grpc.max_connections : 0);
-    const gemmserve::DescriptorPlan plan = gemmserve::PlanDescriptors(
-        gemmserve::RaiseDescriptorLimit(), connections, serving.shm.max_regions);
-    serving.shm.max_regions = plan.shm_max_regions;
-    if (!plan.warning.empty()) GEMMSERVE_LOG(WARNING) << plan.warning;
-  }
-
-  if (const std::string cap = gemmserve::CpuIsaCapError(); !cap.empty()) {
-    GEMMSERVE_LOG(ERROR) << "cannot start: " << cap;
-    return 1;
-  }
-  {
-    gemmserve::Bf16Panels mode;
-    if (!gemmserve::ParseBf16Panels(absl::GetFlag(FLAGS_bf16_panels).c_str(), &mode)) {
-      GEMMSERVE_LOG(ERROR) << "cannot start: --bf16_panels: expected auto, on or off, got '"
-                           << absl::GetFlag(FLAGS_bf16_panels) << "'";
-      return 1;
-    }
-    gemmserve::SetBf16Panels(mode);  // before the model repository loads
-  }
-
-  absl::StatusOr<std::unique_ptr<gemmserve::GemmServer>> server =
-      gemmserve::GemmServer::Start(std::move(options));
+  absl::StatusOr<gemmserve::ServerOptions> options = OptionsFromFlags();
+  absl::StatusOr<std::unique_ptr<gemmserve::Server>> server =
+      options.ok() ? gemmserve::Server::Start(*std::move(options)) : options.status();
   if (!server.ok()) {
     GEMMSERVE_LOG(ERROR) << "cannot start: " << server.status();
     return 1;
   }
-  std::unique_ptr<gemmserve::HttpServer> http;
-  if (http_port != -1) {
-    auto started = gemmserve::HttpServer::Start(&(*server)->serving(), host, http_options);
-    if (!started.ok()) {
-      GEMMSERVE_LOG(ERROR) << "cannot start: " << started.status();
-      return 1;
-    }
-    http = *std::move(started);
-  }
-  GEMMSERVE_LOG(INFO) << "gemmserve serving with "
-                      << (*server)->serving().engine().options().compute_threads
-                      << " compute threads, kernels " << gemmserve::CpuIsaDescription()
-                      << ", BLIS config " << gemmserve::BlisArchitecture() << ", BF16 weights "
-                      << gemmserve::Bf16PanelsChoice();
-  std::cout << "gemmserve listening on " << (*server)->address() << std::endl;
-  if (const std::string path = absl::GetFlag(FLAGS_address_file); !path.empty()) {
-    // Written whole, then renamed: a reader never sees half an address.
-    const std::string partial = path + ".partial";
-    std::ofstream out(partial, std::ios::trunc);
-    out << (*server)->address() << "\n";
-    out.close();
-    if (!out || std::rename(partial.c_str(), path.c_str()) != 0) {
-      GEMMSERVE_LOG(WARNING) << "cannot write --address_file " << path
-                             << "; health checks fall back to their default port";
-    }
-  }
+  GEMMSERVE_LOG(INFO) << "gemmserve serving with " << (*server)->Description();
+  std::cout << "gemmserve listening on " << (*server)->grpc_address() << std::endl;
   if (!(*server)->metrics_address().empty()) {
     std::cout << "gemmserve metrics on " << (*server)->metrics_address() << std::endl;
   }
-  if (http) std::cout << "gemmserve http on " << http->address() << std::endl;
+  if (!(*server)->http_address().empty()) {
+    std::cout << "gemmserve http on " << (*server)->http_address() << std::endl;
+  }
 
   std::thread signal_thread([&] {
     int received = 0;
     sigwait(&signals, &received);
     GEMMSERVE_LOG(INFO) << "signal " << received << ": shutting down";
-    const auto deadline = std::chrono::system_clock::now() +
-                          std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
-    // Both front ends drain together: Serving refuses new inferences (HTTP's
-    // ready turns 400), the accepted ones are answered, then gRPC stops and
-    // HTTP writes its last replies.
-    (*server)->Shutdown(deadline);
-    if (http) http->Shutdown(absl::FromChrono(deadline));
+    (*server)->Shutdown(std::chrono::system_clock::now() +
+                        std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
   });
   (*server)->Wait();
   signal_thread.join();

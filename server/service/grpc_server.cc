@@ -20,14 +20,15 @@ namespace {
 constexpr char kInferenceServiceName[] = "inference.GRPCInferenceService";
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(ServerOptions options) {
-  const GrpcOptions& g = options.grpc;
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Serving* serving,
+                                                             const std::string& listen_host,
+                                                             const GrpcOptions& g) {
   if (g.port < 0 || g.port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--grpc_port ", g.port, " is not a port number"));
   }
   // gRPC takes the limits as int; protobuf cannot carry 2 GiB anyway.
-  const int64_t max_message_bytes = options.serving.engine.max_message_bytes;
+  const int64_t max_message_bytes = serving->max_message_bytes();
   if (max_message_bytes <= 0 || max_message_bytes > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_message_bytes must be in [1, ", std::numeric_limits<int>::max(), "]"));
@@ -47,20 +48,19 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(ServerOptions opti
   auto credentials = MakeServerCredentials(g.tls);
   if (!credentials.ok()) return credentials.status();
 
-  std::unique_ptr<GemmServer> server(new GemmServer);
-  GEMMSERVE_ASSIGN_OR_RETURN(server->serving_, Serving::Start(options.serving));
-  server->service_ = std::make_unique<InferenceService>(server->serving_.get(), g.max_stream_inflight);
+  std::unique_ptr<GrpcServer> server(new GrpcServer);
+  server->service_ = std::make_unique<InferenceService>(serving, g.max_stream_inflight);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  const std::string host = HostForPort(options.serving.host);
+  const std::string host = HostForPort(listen_host);
   std::unique_ptr<GrpcAcceptor> acceptor;
   if (g.tls.cert_file.empty()) {
     // Plaintext: the port is ours (GrpcAcceptor), for its connection cap and
     // so that running out of descriptors never stops it for good.
     GEMMSERVE_ASSIGN_OR_RETURN(
-        acceptor, GrpcAcceptor::Listen(options.serving.host, g.port, g.max_connections));
+        acceptor, GrpcAcceptor::Listen(listen_host, g.port, g.max_connections));
     server->port_ = acceptor->port();
   } else {
     builder.AddListeningPort(absl::StrCat(host, ":", g.port), *credentials, &server->port_);
@@ -87,7 +87,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(ServerOptions opti
   // from a quota of the same size as the engine's: a client cannot make
   // gRPC hold more than the limits promise, beside what the engine counts.
   grpc::ResourceQuota quota("gemmserve");
-  quota.Resize(static_cast<size_t>(options.serving.engine.max_inflight_bytes));
+  quota.Resize(static_cast<size_t>(serving->max_inflight_bytes()));
   builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
@@ -107,26 +107,21 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(ServerOptions opti
   return server;
 }
 
-GemmServer::~GemmServer() {
+GrpcServer::~GrpcServer() {
   if (acceptor_) acceptor_->Stop();
   if (server_) server_->Shutdown();
 }
 
-void GemmServer::Shutdown(std::chrono::system_clock::time_point deadline) {
-  // Graceful: health turns NOT_SERVING so balancers and probes stop sending;
-  // new inference calls get UNAVAILABLE; the calls already accepted run to
-  // the end (or to the deadline); then gRPC stops.
+void GrpcServer::StopServing() {
   server_->GetHealthCheckService()->SetServingStatus(false);  // every service
-  serving_->StartDraining();
   service_->DrainStreams();
-  if (!serving_->WaitUntilIdle(absl::FromChrono(deadline))) {
-    GEMMSERVE_LOG(WARNING) << "shutdown grace period over with calls still running; "
-                              "cancelling them";
-  }
+}
+
+void GrpcServer::Stop(std::chrono::system_clock::time_point deadline) {
   if (acceptor_) acceptor_->Stop();
   server_->Shutdown(deadline);
 }
 
-void GemmServer::Wait() { server_->Wait(); }
+void GrpcServer::Wait() { server_->Wait(); }
 
 }  // namespace gemmserve

@@ -1,15 +1,18 @@
-// GemmServer: the gRPC front end as a process runs it. It starts Serving (the
-// composition root: metrics, engine, models, repository, tokens) and
-// configures gRPC around it: the KServe service, the standard
-// grpc.health.v1 service and server reflection on one port, TLS, the HTTP/2
-// limits, and the message size limits applied by gRPC itself in both
-// directions.
+// GrpcServer: the gRPC front end over a Serving it borrows (the composition
+// root, server/root, builds both and drains them together). It configures
+// gRPC around the API: the KServe service, the standard grpc.health.v1
+// service and server reflection on one port, TLS, the HTTP/2 limits, and the
+// message size limits applied by gRPC itself in both directions.
 //
-//   ServerOptions options;
-//   options.grpc.port = 0;  // pick a free port
-//   GEMMSERVE_ASSIGN_OR_RETURN(auto server, GemmServer::Start(options));
-//   std::cout << "listening on " << server->address() << "\n";
-//   server->Wait();
+//   GrpcOptions options;
+//   options.port = 0;  // pick a free port
+//   GEMMSERVE_ASSIGN_OR_RETURN(auto grpc, GrpcServer::Start(&serving, "127.0.0.1", options));
+//   std::cout << "listening on " << grpc->address() << "\n";
+//   ...
+//   serving.StartDraining();
+//   grpc->StopServing();                  // health NOT_SERVING, streams drain
+//   serving.WaitUntilIdle(deadline);
+//   grpc->Stop(deadline);
 #ifndef GEMMSERVE_SERVER_SERVICE_GRPC_SERVER_H_
 #define GEMMSERVE_SERVER_SERVICE_GRPC_SERVER_H_
 
@@ -28,9 +31,9 @@
 
 namespace gemmserve {
 
-// What only gRPC needs; the rest is ServingOptions. gRPC listens on
-// ServingOptions::host, with ServingOptions::engine.max_message_bytes as its
-// message limit.
+// What only gRPC needs; the rest is ServingOptions. gRPC takes Serving's
+// --max_message_bytes as its message limit and --max_inflight_bytes as its
+// buffers' quota.
 struct GrpcOptions {
   int port = 8001;  // 0 picks a free one
   TlsOptions tls;   // no certificate: plaintext
@@ -48,33 +51,31 @@ struct GrpcOptions {
   int max_stream_inflight = 64;
 };
 
-struct ServerOptions {
-  ServingOptions serving;
-  GrpcOptions grpc;
-};
-
-class GemmServer {
+class GrpcServer {
  public:
-  // INVALID_ARGUMENT for bad options; UNAVAILABLE if a port cannot be bound.
-  static absl::StatusOr<std::unique_ptr<GemmServer>> Start(ServerOptions options);
-  ~GemmServer();
+  // INVALID_ARGUMENT for bad options; UNAVAILABLE if the port cannot be
+  // bound. `serving` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(Serving* serving,
+                                                           const std::string& host,
+                                                           const GrpcOptions& options);
+  ~GrpcServer();
 
   // "host:port" with the port actually bound.
   const std::string& address() const { return address_; }
   int port() const { return port_; }
-  // "host:port" of /metrics, or empty when not served.
-  std::string metrics_address() const { return serving_->metrics_address(); }
-  Serving& serving() { return *serving_; }
 
-  // Health turns NOT_SERVING, then in-flight calls get until `deadline` to
-  // finish before they are cancelled.
-  void Shutdown(std::chrono::system_clock::time_point deadline);
+  // The first step of a graceful stop (after Serving::StartDraining):
+  // health turns NOT_SERVING so balancers and probes stop sending, and every
+  // stream stops reading and answers what it accepted.
+  void StopServing();
+  // The last: calls still running get until `deadline`, then gRPC stops.
+  void Stop(std::chrono::system_clock::time_point deadline);
+  // Returns once Stop has run.
   void Wait();
 
  private:
-  GemmServer() = default;
+  GrpcServer() = default;
 
-  std::unique_ptr<Serving> serving_;  // outlives the service and gRPC
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<GrpcAcceptor> acceptor_;  // plaintext: the port's listener

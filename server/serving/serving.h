@@ -171,6 +171,9 @@ class Serving {
   absl::StatusOr<Reservation> Reserve(int64_t bytes, absl::string_view what);
   absl::Status Grow(Reservation* reservation, int64_t more, absl::string_view what);
   int64_t max_message_bytes() const { return max_message_bytes_; }
+  int64_t max_inflight_bytes() const { return engine_->options().max_inflight_bytes; }
+  // Threads that compute (--compute_threads, 0 resolved to the cores).
+  int compute_threads() const { return engine_->options().compute_threads; }
 
   // Triton's LogSettings (gRPC, and GET/POST /v2/logging): fills `response`
   // with the settings in effect after the request's; the listed keys change

@@ -1,0 +1,96 @@
+#include "server/root/server.h"
+
+#include <cstdio>
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/common/descriptor_limit.h"
+#include "server/common/logging.h"
+#include "server/common/status_macros.h"
+#include "server/ops/kernels/compute_environment.h"
+#include "server/ops/kernels/cpu_features.h"
+
+namespace gemmserve {
+namespace {
+
+// Every connection and shared-memory region holds a descriptor: raises the
+// process's limit and sizes the region count to what is left.
+void FitDescriptors(ServerOptions& options) {
+  const bool plaintext_grpc = options.grpc.tls.cert_file.empty();
+  const int64_t connections = (options.http.port == -1 ? 0 : options.http.max_connections) +
+                              (plaintext_grpc ? options.grpc.max_connections : 0);
+  const DescriptorPlan plan =
+      PlanDescriptors(RaiseDescriptorLimit(), connections, options.serving.shm.max_regions);
+  options.serving.shm.max_regions = plan.shm_max_regions;
+  if (!plan.warning.empty()) GEMMSERVE_LOG(WARNING) << plan.warning;
+}
+
+// Written whole, then renamed: a reader never sees half an address.
+void WriteAddressFile(const std::string& path, const std::string& address) {
+  const std::string partial = path + ".partial";
+  std::ofstream out(partial, std::ios::trunc);
+  out << address << "\n";
+  out.close();
+  if (!out || std::rename(partial.c_str(), path.c_str()) != 0) {
+    GEMMSERVE_LOG(WARNING) << "cannot write --address_file " << path
+                           << "; health checks fall back to their default port";
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
+  if (const std::string cap = CpuIsaCapError(); !cap.empty()) {
+    return absl::InvalidArgumentError(cap);
+  }
+  SetBf16Panels(options.compute.bf16_panels);  // before the repository loads
+  FitDescriptors(options);
+  options.http.tls = options.grpc.tls;
+  std::unique_ptr<Server> server(new Server);
+  const std::string host = options.serving.host;
+  GEMMSERVE_ASSIGN_OR_RETURN(server->serving_, Serving::Start(std::move(options.serving)));
+  GEMMSERVE_ASSIGN_OR_RETURN(server->grpc_,
+                             GrpcServer::Start(server->serving_.get(), host, options.grpc));
+  if (options.http.port != -1) {
+    GEMMSERVE_ASSIGN_OR_RETURN(server->http_,
+                               HttpServer::Start(server->serving_.get(), host, options.http));
+  }
+  if (!options.address_file.empty()) {
+    WriteAddressFile(options.address_file, server->grpc_->address());
+  }
+  return server;
+}
+
+Server::~Server() {
+  // Front ends first: they call into Serving until they are gone.
+  http_.reset();
+  grpc_.reset();
+  serving_.reset();
+}
+
+std::string Server::http_address() const { return http_ ? http_->address() : std::string(); }
+
+std::string Server::Description() const {
+  return absl::StrCat(serving_->compute_threads(), " compute threads, kernels ",
+                      CpuIsaDescription(), ", BLIS config ", BlisArchitecture(),
+                      ", BF16 weights ", Bf16PanelsChoice());
+}
+
+void Server::Shutdown(std::chrono::system_clock::time_point deadline) {
+  std::call_once(shutdown_, [&] {
+    serving_->StartDraining();
+    grpc_->StopServing();
+    if (!serving_->WaitUntilIdle(absl::FromChrono(deadline))) {
+      GEMMSERVE_LOG(WARNING) << "shutdown grace period over with calls still running; "
+                                "cancelling them";
+    }
+    grpc_->Stop(deadline);
+    if (http_) http_->Shutdown(absl::FromChrono(deadline));
+  });
+}
+
+void Server::Wait() { grpc_->Wait(); }
+
+}  // namespace gemmserve
