@@ -44,18 +44,22 @@ constexpr int64_t kResponseEnvelopeBytes = 1024;
 // Bytes of the response's tensors: the outputs' own, or their largest decimal
 // text for a front end that writes them as text (outputs of the built-in
 // operators and of resident models have the datatype of the first input).
-int64_t ResponseTensorBytes(const PreparedInference& prepared, DataType type, bool as_text) {
-  if (!as_text) return prepared.output_bytes();
+// The answer's tensor bytes: raw, or as the front end writes them.
+int64_t ResponseTensorBytes(const PreparedInference& prepared, DataType type,
+                            const InferRequestView& request) {
+  if (request.output_element_bytes == nullptr) return prepared.output_bytes();
+  const int64_t per_element = request.output_element_bytes(type);
   int64_t bytes = 0;
   for (const auto& [name, shape] : prepared.output_shapes()) {
     const absl::StatusOr<int64_t> n = ElementCount(shape);
-    bytes = SaturatingAdd(bytes, SaturatingMul(n.ok() ? *n : INT64_MAX, MaxDecimalTextBytes(type)));
+    bytes = SaturatingAdd(bytes, SaturatingMul(n.ok() ? *n : INT64_MAX, per_element));
   }
   return bytes;
 }
 
 absl::Status CheckOutputLimits(const PreparedInference& prepared, int64_t response_tensor_bytes,
-                               bool as_text, int64_t id_bytes, const EngineOptions& options) {
+                               absl::string_view output_form, int64_t id_bytes,
+                               const EngineOptions& options) {
   const int64_t bytes = prepared.output_bytes();
   auto describe = [&] {
     std::string shapes;
@@ -74,8 +78,7 @@ absl::Status CheckOutputLimits(const PreparedInference& prepared, int64_t respon
   if (response_bytes > options.max_message_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "output ", describe(), " would be ", bytes, " bytes, making a response of about ",
-        response_bytes, " bytes with the request id",
-        as_text ? " written as JSON numbers (binary_data_output sends raw bytes)" : "",
+        response_bytes, " bytes with the request id", output_form,
         ", over the message limit of ", options.max_message_bytes,
         " (raise it with --max_message_bytes)"));
   }
@@ -629,9 +632,9 @@ absl::Status InferenceEngine::AdmitTo(std::shared_ptr<ServedModel> served, absl:
                              served->model().Prepare(bound));
   const DataType type = bound.empty() ? DataType::kFP32 : bound.front().type;
   const int64_t response_tensor_bytes =
-      ResponseTensorBytes(*prepared, type, request->outputs_as_text);
+      ResponseTensorBytes(*prepared, type, *request);
   GEMMSERVE_RETURN_IF_ERROR(CheckOutputLimits(*prepared, response_tensor_bytes,
-                                              request->outputs_as_text,
+                                              request->output_form,
                                               static_cast<int64_t>(request->id.size()), options_));
   int64_t input_bytes = 0;
   for (const BoundInput& b : bound) input_bytes = SaturatingAdd(input_bytes, b.byte_size);

@@ -5,17 +5,21 @@ namespace gemmserve {
 absl::string_view ContentsKindName(ContentsKind kind) {
   switch (kind) {
     case ContentsKind::kNone: return "no contents";
-    case ContentsKind::kRaw: return "raw_input_contents";
-    case ContentsKind::kBool: return "bool_contents";
-    case ContentsKind::kInt32: return "int_contents";
-    case ContentsKind::kInt64: return "int64_contents";
-    case ContentsKind::kUint32: return "uint_contents";
-    case ContentsKind::kUint64: return "uint64_contents";
-    case ContentsKind::kFp32: return "fp32_contents";
-    case ContentsKind::kFp64: return "fp64_contents";
-    case ContentsKind::kBytes: return "bytes_contents";
+    case ContentsKind::kRaw: return "raw contents";
+    case ContentsKind::kBool: return "BOOL contents";
+    case ContentsKind::kInt32: return "INT32 contents";
+    case ContentsKind::kInt64: return "INT64 contents";
+    case ContentsKind::kUint32: return "UINT32 contents";
+    case ContentsKind::kUint64: return "UINT64 contents";
+    case ContentsKind::kFp32: return "FP32 contents";
+    case ContentsKind::kFp64: return "FP64 contents";
+    case ContentsKind::kBytes: return "BYTES contents";
   }
   return "?";
+}
+
+absl::string_view ContentsName(const InferRequestView& request, ContentsKind kind) {
+  return request.contents_name != nullptr ? request.contents_name(kind) : ContentsKindName(kind);
 }
 
 }  // namespace gemmserve

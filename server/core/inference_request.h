@@ -36,7 +36,8 @@ enum class ContentsKind {
   kBytes,
 };
 
-// The protocol's name for a contents kind: "raw_input_contents", "fp32_contents", ...
+// The kind in the core's own words: "raw contents", "FP32 contents", ... (A
+// front end names its wire's fields: InferRequestView::contents_name.)
 absl::string_view ContentsKindName(ContentsKind kind);
 
 // Triton's shared-memory parameters of a tensor: a window of a region the
@@ -87,12 +88,22 @@ struct InferRequestView {
   // Whether a tiny request may be computed on the caller's thread
   // (--inline_max_flops); false for front ends whose threads only do I/O.
   bool may_run_inline = true;
-  // Whether the front end writes outputs as decimal text (HTTP's JSON
-  // numbers) rather than raw bytes: the response is then counted, against
-  // --max_inflight_bytes and --max_message_bytes, at its largest text size
-  // (MaxDecimalTextBytes per element).
-  bool outputs_as_text = false;
+  // How the front end's wire form differs from raw bytes, which the core
+  // knows only through these (null: raw):
+  //  - contents_name: the wire's name for where a kind of contents goes
+  //    ("raw_input_contents", "fp32_contents", ... on gRPC), in messages;
+  //  - output_element_bytes: the most bytes an output element of a type
+  //    takes in the answer (HTTP's JSON numbers: their longest text). The
+  //    response is counted at that against --max_inflight_bytes and
+  //    --max_message_bytes; `output_form` says so in a refusal (e.g.
+  //    " written as JSON numbers").
+  absl::string_view (*contents_name)(ContentsKind kind) = nullptr;
+  int64_t (*output_element_bytes)(DataType type) = nullptr;
+  absl::string_view output_form;
 };
+
+// ContentsKindName, or the request's front end's name for the kind.
+absl::string_view ContentsName(const InferRequestView& request, ContentsKind kind);
 
 // Where an output went when it was written to client shared memory; the
 // front end then sends no bytes for it, only these parameters.

@@ -63,7 +63,9 @@ absl::Status CheckSignature(const TensorSpec& spec, absl::string_view name,
   return absl::OkStatus();
 }
 
-absl::Status CheckContents(const BoundInput& bound, int64_t elements) {
+absl::Status CheckContents(const InferRequestView& request, const BoundInput& bound,
+                           int64_t elements) {
+  auto name = [&](ContentsKind kind) { return ContentsName(request, kind); };
   const InputTensorView& view = *bound.view;
   const absl::string_view type_name = DataTypeName(bound.type);
   const std::string where = absl::StrCat("input '", view.name, "': ");
@@ -74,8 +76,9 @@ absl::Status CheckContents(const BoundInput& bound, int64_t elements) {
     case ContentsKind::kNone:
       if (elements == 0) return absl::OkStatus();
       return absl::InvalidArgumentError(absl::StrCat(
-          where, "no data: expected ", bound.byte_size, " bytes ", what, " in raw_input_contents",
-          typed == ContentsKind::kNone ? "" : absl::StrCat(" or ", ContentsKindName(typed))));
+          where, "no data: expected ", bound.byte_size, " bytes ", what, " in ",
+          name(ContentsKind::kRaw),
+          typed == ContentsKind::kNone ? "" : absl::StrCat(" or ", name(typed))));
     case ContentsKind::kRaw:
       if (view.count != bound.byte_size) {
         return absl::InvalidArgumentError(absl::StrCat(where, "expected ", bound.byte_size,
@@ -86,16 +89,16 @@ absl::Status CheckContents(const BoundInput& bound, int64_t elements) {
       if (view.contents != typed) {
         if (typed == ContentsKind::kNone) {
           return absl::InvalidArgumentError(absl::StrCat(
-              where, type_name, " has no typed contents field; send it in raw_input_contents, got ",
-              ContentsKindName(view.contents)));
+              where, type_name, " has no typed contents field; send it in ",
+              name(ContentsKind::kRaw), ", got ", name(view.contents)));
         }
         return absl::InvalidArgumentError(absl::StrCat(where, type_name, " data belongs in ",
-                                                       ContentsKindName(typed), ", got ",
-                                                       ContentsKindName(view.contents)));
+                                                       name(typed), ", got ",
+                                                       name(view.contents)));
       }
       if (view.count != elements) {
         return absl::InvalidArgumentError(absl::StrCat(where, "expected ", elements, " elements ",
-                                                       what, " in ", ContentsKindName(typed),
+                                                       what, " in ", name(typed),
                                                        ", got ", view.count));
       }
       return absl::OkStatus();
@@ -142,7 +145,7 @@ absl::StatusOr<BoundInputs> BindInputs(const ModelMetadata& metadata,
     GEMMSERVE_RETURN_IF_ERROR(CheckSignature(*it, it->name, view.shape));
     slot.shape.assign(view.shape.begin(), view.shape.end());
     slot.byte_size = *bytes;
-    GEMMSERVE_RETURN_IF_ERROR(CheckContents(slot, *elements));
+    GEMMSERVE_RETURN_IF_ERROR(CheckContents(request, slot, *elements));
   }
   for (size_t i = 0; i < bound.size(); ++i) {
     if (bound[i].spec == nullptr && !metadata.inputs[i].optional) {

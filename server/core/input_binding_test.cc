@@ -228,7 +228,7 @@ TEST_F(InputBindingTest, E5TypedElementCountMismatch) {
     r.Typed("A", "FP32", {2, 3}, ContentsKind::kFp32, 6)
         .Typed("B", "FP32", {3, 4}, ContentsKind::kFp32, elements);
     EXPECT_EQ(BindError(matmul(), r.View()),
-              "input 'B': expected 12 elements (shape [3,4], FP32) in fp32_contents, got " +
+              "input 'B': expected 12 elements (shape [3,4], FP32) in FP32 contents, got " +
                   std::to_string(elements));
   }
 }
@@ -252,23 +252,23 @@ TEST_F(InputBindingTest, E5EachDatatypeBindsFromItsOwnTypedField) {
 TEST_F(InputBindingTest, E5TypedFieldOfTheWrongKind) {
   const std::vector<std::tuple<DataType, ContentsKind, std::string>> wrong = {
       {DataType::kFP32, ContentsKind::kInt32,
-       "FP32 data belongs in fp32_contents, got int_contents"},
+       "FP32 data belongs in FP32 contents, got INT32 contents"},
       {DataType::kFP32, ContentsKind::kFp64,
-       "FP32 data belongs in fp32_contents, got fp64_contents"},
+       "FP32 data belongs in FP32 contents, got FP64 contents"},
       {DataType::kFP64, ContentsKind::kFp32,
-       "FP64 data belongs in fp64_contents, got fp32_contents"},
+       "FP64 data belongs in FP64 contents, got FP32 contents"},
       {DataType::kINT32, ContentsKind::kInt64,
-       "INT32 data belongs in int_contents, got int64_contents"},
+       "INT32 data belongs in INT32 contents, got INT64 contents"},
       {DataType::kINT64, ContentsKind::kInt32,
-       "INT64 data belongs in int64_contents, got int_contents"},
+       "INT64 data belongs in INT64 contents, got INT32 contents"},
       {DataType::kUINT32, ContentsKind::kInt32,
-       "UINT32 data belongs in uint_contents, got int_contents"},
+       "UINT32 data belongs in UINT32 contents, got INT32 contents"},
       {DataType::kUINT64, ContentsKind::kUint32,
-       "UINT64 data belongs in uint64_contents, got uint_contents"},
+       "UINT64 data belongs in UINT64 contents, got UINT32 contents"},
       {DataType::kINT32, ContentsKind::kBool,
-       "INT32 data belongs in int_contents, got bool_contents"},
+       "INT32 data belongs in INT32 contents, got BOOL contents"},
       {DataType::kFP32, ContentsKind::kBytes,
-       "FP32 data belongs in fp32_contents, got bytes_contents"},
+       "FP32 data belongs in FP32 contents, got BYTES contents"},
   };
   for (const auto& [type, kind, message] : wrong) {
     const std::string name(DataTypeName(type));
@@ -284,7 +284,7 @@ TEST_F(InputBindingTest, E5HalfTypesHaveNoTypedField) {
     r.Typed("A", half, {2, 3}, ContentsKind::kFp32, 6).Raw("B", half, {3, 4}, 24);
     EXPECT_EQ(BindError(matmul(), r.View()),
               std::string("input 'A': ") + half +
-                  " has no typed contents field; send it in raw_input_contents, got fp32_contents");
+                  " has no typed contents field; send it in raw contents, got FP32 contents");
   }
 }
 
@@ -292,12 +292,28 @@ TEST_F(InputBindingTest, MissingContentsForANonEmptyTensor) {
   RequestBuilder r;
   r.Raw("A", "FP32", {2, 3}, 24).Add({"B", "FP32", {3, 4}, ContentsKind::kNone, nullptr, 0});
   EXPECT_EQ(BindError(matmul(), r.View()),
-            "input 'B': no data: expected 48 bytes (shape [3,4], FP32) in raw_input_contents or "
-            "fp32_contents");
+            "input 'B': no data: expected 48 bytes (shape [3,4], FP32) in raw contents or "
+            "FP32 contents");
   RequestBuilder half;
   half.Raw("A", "BF16", {2, 3}, 12).Add({"B", "BF16", {3, 4}, ContentsKind::kNone, nullptr, 0});
   EXPECT_EQ(BindError(matmul(), half.View()),
-            "input 'B': no data: expected 24 bytes (shape [3,4], BF16) in raw_input_contents");
+            "input 'B': no data: expected 24 bytes (shape [3,4], BF16) in raw contents");
+}
+
+// A front end names its wire's fields (InferRequestView::contents_name);
+// the core's messages use its names.
+absl::string_view WireName(ContentsKind kind) {
+  return kind == ContentsKind::kRaw ? "the body" : "a typed field";
+}
+
+TEST_F(InputBindingTest, MessagesUseTheFrontEndsNamesForContents) {
+  RequestBuilder r;
+  r.Raw("A", "FP32", {2, 3}, 24).Add({"B", "FP32", {3, 4}, ContentsKind::kNone, nullptr, 0});
+  InferRequestView view = r.View();
+  view.contents_name = &WireName;
+  EXPECT_EQ(BindError(matmul(), view),
+            "input 'B': no data: expected 48 bytes (shape [3,4], FP32) in the body or a typed "
+            "field");
 }
 
 TEST_F(InputBindingTest, EmptyTensorNeedsNoContents) {

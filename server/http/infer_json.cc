@@ -804,9 +804,13 @@ absl::Status DecodeOrThrow(absl::string_view model_name, absl::string_view model
   view.may_run_inline = false;  // never compute on an HTTP I/O thread
   // Outputs written as JSON numbers take up to 8 bytes of text per byte
   // (BF16): the engine counts and caps the response at that size.
-  view.outputs_as_text = request->outputs.empty() && !request->binary_data_output;
+  bool as_text = request->outputs.empty() && !request->binary_data_output;
   for (const HttpRequestedOutput& o : request->outputs) {
-    view.outputs_as_text = view.outputs_as_text || (!o.binary && !o.shm.given());
+    as_text = as_text || (!o.binary && !o.shm.given());
+  }
+  if (as_text) {
+    view.output_element_bytes = &MaxDecimalTextBytes;
+    view.output_form = " written as JSON numbers (binary_data_output sends raw bytes)";
   }
   view.inputs.reserve(inputs.size());
   size_t offset = json_size;

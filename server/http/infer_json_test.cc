@@ -377,7 +377,7 @@ TEST(InferJson, SharedMemoryParametersReferToRegionsAndCarryNoBytes) {
   EXPECT_EQ(r.view.output_shm[0].ref.region, "out");
   EXPECT_EQ(r.view.output_shm[0].ref.offset, 0u);
   EXPECT_FALSE(r.outputs[0].binary);    // the region takes its bytes
-  EXPECT_TRUE(r.view.outputs_as_text);  // Z is JSON numbers
+  EXPECT_NE(r.view.output_element_bytes, nullptr);  // Z is JSON numbers
 
   struct Case {
     std::string body, message;

@@ -485,7 +485,8 @@ TEST_F(InferenceEngineTest, E8OutputsWrittenAsTextAreCountedAtTheirLargestText) 
   ASSERT_TRUE(c.Wait().ok());
   c.Wait()->held.Release();  // the answer written
   InferRequestView as_text = r.View();
-  as_text.outputs_as_text = true;
+  as_text.output_element_bytes = &MaxDecimalTextBytes;
+  as_text.output_form = " written as JSON numbers (binary_data_output sends raw bytes)";
   auto refused = std::make_unique<Completion>();
   absl::Status status = engine_->Submit(as_text, NeverCancelled(), refused->Callback());
   never_done_.push_back(std::move(refused));  // TearDown checks it was never called
@@ -498,7 +499,7 @@ TEST_F(InferenceEngineTest, E8OutputsWrittenAsTextAreCountedAtTheirLargestText) 
   Request small =
       MatMulFp32({128, 1}, std::vector<float>(128, 1.0f), {1, 256}, std::vector<float>(256, 1.0f));
   InferRequestView small_text = small.View();
-  small_text.outputs_as_text = true;
+  small_text.output_element_bytes = &MaxDecimalTextBytes;
   Completion accepted;
   ASSERT_TRUE(engine_->Submit(small_text, NeverCancelled(), accepted.Callback()).ok());
   ASSERT_TRUE(accepted.Wait().ok());

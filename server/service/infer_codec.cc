@@ -11,6 +11,23 @@
 namespace gemmserve {
 namespace {
 
+// The KServe message's field for each kind of contents.
+absl::string_view ContentsField(ContentsKind kind) {
+  switch (kind) {
+    case ContentsKind::kNone: return "no contents";
+    case ContentsKind::kRaw: return "raw_input_contents";
+    case ContentsKind::kBool: return "bool_contents";
+    case ContentsKind::kInt32: return "int_contents";
+    case ContentsKind::kInt64: return "int64_contents";
+    case ContentsKind::kUint32: return "uint_contents";
+    case ContentsKind::kUint64: return "uint64_contents";
+    case ContentsKind::kFp32: return "fp32_contents";
+    case ContentsKind::kFp64: return "fp64_contents";
+    case ContentsKind::kBytes: return "bytes_contents";
+  }
+  return "?";
+}
+
 void EncodeInto(const InferResult& result, const std::string& id,
                 inference::ModelInferResponse* response);
 
@@ -109,6 +126,7 @@ absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryParameters(const Para
 
 absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferRequest& request) {
   InferRequestView view;
+  view.contents_name = &ContentsField;
   view.model_name = request.model_name();
   view.model_version = request.model_version();
   view.id = request.id();
@@ -144,14 +162,14 @@ absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferReques
     if (shm[i]) {
       if (!typed.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "input '", ClientText(input.name()), "' has ", ContentsKindName(typed[0].kind),
+            "input '", ClientText(input.name()), "' has ", ContentsField(typed[0].kind),
             " and shared memory parameters; send its bytes one way"));
       }
       tensor.shm = shm[i];
     } else if (raw_count > 0) {
       if (!typed.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "input '", ClientText(input.name()), "' has ", ContentsKindName(typed[0].kind),
+            "input '", ClientText(input.name()), "' has ", ContentsField(typed[0].kind),
             " while the request uses raw_input_contents; send all inputs one way"));
       }
       const std::string& raw = request.raw_input_contents(raw_index++);
@@ -161,8 +179,8 @@ absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferReques
       view.message_bytes += tensor.count;
     } else if (typed.size() > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "input '", ClientText(input.name()), "' sets both ", ContentsKindName(typed[0].kind),
-          " and ", ContentsKindName(typed[1].kind), "; use the one field of its datatype"));
+          "input '", ClientText(input.name()), "' sets both ", ContentsField(typed[0].kind),
+          " and ", ContentsField(typed[1].kind), "; use the one field of its datatype"));
     } else if (typed.size() == 1) {
       tensor.contents = typed[0].kind;
       tensor.data = typed[0].data;
