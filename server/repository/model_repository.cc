@@ -9,6 +9,8 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include "gemmserve_config.pb.h"
+
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -61,6 +63,19 @@ absl::Status OverLimit(const char* field, uint64_t value, uint64_t limit) {
                                                  value, " is over the limit of ", limit));
 }
 
+// A gemmserve parameter of the config as its number; 0 when absent.
+absl::StatusOr<uint64_t> Parameter(const inference::ModelConfig& config, const char* key) {
+  auto it = config.parameters().find(key);
+  if (it == config.parameters().end()) return uint64_t{0};
+  uint64_t n = 0;
+  if (!absl::SimpleAtoi(it->second.string_value(), &n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: parameters['", key, "'] '", ClientText(it->second.string_value(), 64),
+                     "' is not a non-negative integer"));
+  }
+  return n;
+}
+
 absl::StatusOr<std::string> ReadConfigText(const ModelFiles& files) {
   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<ModelFile> file, files.Open("", kConfigFile));
   if (file->size() > kMaxModelConfigBytes) {
@@ -74,7 +89,7 @@ absl::StatusOr<std::string> ReadConfigText(const ModelFiles& files) {
 
 }  // namespace
 
-absl::StatusOr<config::ModelConfigFile> ParseModelConfigFile(absl::string_view text) {
+absl::StatusOr<inference::ModelConfig> ParseModelConfigFile(absl::string_view text) {
   if (static_cast<int64_t>(text.size()) > kMaxModelConfigBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("config.pbtxt: ", text.size(), " bytes, over the limit of ", kMaxModelConfigBytes));
@@ -86,28 +101,33 @@ absl::StatusOr<config::ModelConfigFile> ParseModelConfigFile(absl::string_view t
   if (!parser.ParseFromString(std::string(text), &config)) {
     return absl::InvalidArgumentError(absl::StrCat("config.pbtxt: ", errors.first()));
   }
-  return config;
+  return ConfigFromFile(config);
 }
 
 absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
-    const config::ModelConfigFile& config) {
+    const inference::ModelConfig& config) {
   if (!config.has_dynamic_batching()) return std::optional<BatchingOptions>();
-  const config::DynamicBatching& db = config.dynamic_batching();
+  const inference::ModelDynamicBatching& db = config.dynamic_batching();
+  const inference::ModelQueuePolicy& queue = db.default_queue_policy();
+  GEMMSERVE_ASSIGN_OR_RETURN(const uint64_t max_batch_rows,
+                             Parameter(config, kMaxBatchRowsParameter));
+  GEMMSERVE_ASSIGN_OR_RETURN(const uint64_t max_concurrent_batches,
+                             Parameter(config, kMaxConcurrentBatchesParameter));
   if (db.max_queue_delay_microseconds() > kMaxQueueDelayUs) {
     return OverLimit("max_queue_delay_microseconds", db.max_queue_delay_microseconds(),
                      kMaxQueueDelayUs);
   }
-  if (db.max_batch_rows() > kMaxBatchRows) {
-    return OverLimit("max_batch_rows", db.max_batch_rows(), kMaxBatchRows);
+  if (max_batch_rows > kMaxBatchRows) {
+    return OverLimit("max_batch_rows", max_batch_rows, kMaxBatchRows);
   }
-  if (db.max_queue_size() > kMaxQueueSize) {
-    return OverLimit("max_queue_size", db.max_queue_size(), kMaxQueueSize);
+  if (queue.max_queue_size() > kMaxQueueSize) {
+    return OverLimit("max_queue_size", queue.max_queue_size(), kMaxQueueSize);
   }
-  if (db.default_timeout_microseconds() > kMaxDefaultTimeoutUs) {
-    return OverLimit("default_timeout_microseconds", db.default_timeout_microseconds(),
+  if (queue.default_timeout_microseconds() > kMaxDefaultTimeoutUs) {
+    return OverLimit("default_timeout_microseconds", queue.default_timeout_microseconds(),
                      kMaxDefaultTimeoutUs);
   }
-  if (db.priority_levels() > static_cast<uint32_t>(kMaxPriorityLevels)) {
+  if (db.priority_levels() > static_cast<uint64_t>(kMaxPriorityLevels)) {
     return OverLimit("priority_levels", db.priority_levels(), kMaxPriorityLevels);
   }
   if (db.default_priority_level() > db.priority_levels()) {
@@ -115,21 +135,21 @@ absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
         "config.pbtxt: dynamic_batching.default_priority_level ", db.default_priority_level(),
         " is above priority_levels ", db.priority_levels()));
   }
-  if (db.max_concurrent_batches() > kMaxConcurrentBatches) {
-    return OverLimit("max_concurrent_batches", db.max_concurrent_batches(), kMaxConcurrentBatches);
+  if (max_concurrent_batches > kMaxConcurrentBatches) {
+    return OverLimit("max_concurrent_batches", max_concurrent_batches, kMaxConcurrentBatches);
   }
   // Every value is now small enough for the types it goes into.
   BatchingOptions o;
   o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(db.max_queue_delay_microseconds()));
-  o.max_batch_rows = static_cast<int64_t>(db.max_batch_rows());
-  o.max_queue_size = static_cast<int64_t>(db.max_queue_size());
+  o.max_batch_rows = static_cast<int64_t>(max_batch_rows);
+  o.max_queue_size = static_cast<int64_t>(queue.max_queue_size());
   o.default_timeout =
-      db.default_timeout_microseconds() == 0
+      queue.default_timeout_microseconds() == 0
           ? absl::InfiniteDuration()
-          : absl::Microseconds(static_cast<int64_t>(db.default_timeout_microseconds()));
+          : absl::Microseconds(static_cast<int64_t>(queue.default_timeout_microseconds()));
   o.priority_levels = static_cast<int>(db.priority_levels());
   o.default_priority_level = static_cast<int>(db.default_priority_level());
-  o.max_concurrent_batches = std::max<int>(1, static_cast<int>(db.max_concurrent_batches()));
+  o.max_concurrent_batches = std::max<int>(1, static_cast<int>(max_concurrent_batches));
   return std::optional<BatchingOptions>(o);
 }
 
@@ -190,7 +210,7 @@ void ModelRepository::LoadAll() {
 
 absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles& files,
                                        const std::optional<std::string>& config_text) {
-  config::ModelConfigFile config;
+  inference::ModelConfig config;
   if (config_text) {
     GEMMSERVE_ASSIGN_OR_RETURN(config, ParseLoadConfig(*config_text));
   } else if (files.Exists("", kConfigFile)) {

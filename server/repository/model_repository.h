@@ -34,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "gemmserve_config.pb.h"
+#include "model_config.pb.h"
 #include "server/core/dynamic_batcher.h"
 #include "server/core/inference_engine.h"
 #include "server/repository/model_files.h"
@@ -53,11 +53,11 @@ struct ModelLoadRequest {
 };
 
 // Parses config.pbtxt text. INVALID_ARGUMENT with the parser's line and column.
-absl::StatusOr<config::ModelConfigFile> ParseModelConfigFile(absl::string_view text);
+absl::StatusOr<inference::ModelConfig> ParseModelConfigFile(absl::string_view text);
 // The batcher options of a config; nullopt without a dynamic_batching block.
 // INVALID_ARGUMENT naming the field for a value over its limit (README).
 absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
-    const config::ModelConfigFile& config);
+    const inference::ModelConfig& config);
 
 class ModelRepository {
  public:

@@ -24,50 +24,33 @@ absl::Status Refuse(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(kJsonForm, field, ": ", why));
 }
 
-uint32_t Saturate32(uint64_t v) {
-  return static_cast<uint32_t>(std::min<uint64_t>(v, std::numeric_limits<uint32_t>::max()));
-}
-
-absl::Status MapBatching(const inference::ModelDynamicBatching& d,
-                         config::DynamicBatching* out) {
+// Triton's dynamic batching, as far as gemmserve honours it: one queue
+// policy for every level, whose timeout action is REJECT. (preferred_batch_size
+// and preserve_ordering change nothing here: batches are cut by rows,
+// max_batch_rows, and each request has its own answer.)
+absl::Status CheckBatching(const inference::ModelConfig& t) {
+  const inference::ModelDynamicBatching& d = t.dynamic_batching();
   if (d.priority_queue_policy_size() > 0) {
     return Refuse("dynamic_batching.priority_queue_policy",
                   "per-level queue policies are not supported; default_queue_policy "
                   "applies to every level");
   }
-  const inference::ModelQueuePolicy& q = d.default_queue_policy();
-  if (q.timeout_action() != inference::ModelQueuePolicy::REJECT) {
+  if (d.default_queue_policy().timeout_action() != inference::ModelQueuePolicy::REJECT) {
     return Refuse("dynamic_batching.default_queue_policy.timeout_action",
                   "only REJECT: a request whose queue timeout passes is answered at once");
   }
-  // preferred_batch_size and preserve_ordering change nothing here: batches
-  // are cut by rows (max_batch_rows), and each request has its own answer.
-  out->set_max_queue_delay_microseconds(d.max_queue_delay_microseconds());
-  out->set_priority_levels(Saturate32(d.priority_levels()));
-  out->set_default_priority_level(Saturate32(d.default_priority_level()));
-  out->set_max_queue_size(q.max_queue_size());
-  out->set_default_timeout_microseconds(q.default_timeout_microseconds());
-  return absl::OkStatus();
-}
-
-absl::Status MapParameters(const inference::ModelConfig& t, config::ModelConfigFile* out) {
-  for (const auto& [key, value] : t.parameters()) {
-    if (key != "max_batch_rows" && key != "max_concurrent_batches") {
-      (*out->mutable_parameters())[key] = value;  // checked against the model's (below)
-      continue;
-    }
+  for (const char* key : {kMaxBatchRowsParameter, kMaxConcurrentBatchesParameter}) {
+    auto it = t.parameters().find(key);
+    if (it == t.parameters().end()) continue;
     uint64_t n = 0;
-    if (!absl::SimpleAtoi(value.string_value(), &n)) {
+    if (!absl::SimpleAtoi(it->second.string_value(), &n)) {
       return Refuse(absl::StrCat("parameters['", key, "']"),
-                    absl::StrCat("'", ClientText(value.string_value(), 64),
+                    absl::StrCat("'", ClientText(it->second.string_value(), 64),
                                  "' is not a non-negative integer"));
     }
     if (!t.has_dynamic_batching()) {
       return Refuse(absl::StrCat("parameters['", key, "']"), "needs a dynamic_batching block");
     }
-    config::DynamicBatching* db = out->mutable_dynamic_batching();
-    if (key == "max_batch_rows") db->set_max_batch_rows(n);
-    if (key == "max_concurrent_batches") db->set_max_concurrent_batches(Saturate32(n));
   }
   return absl::OkStatus();
 }
@@ -145,27 +128,42 @@ absl::Status CheckTensor(absl::string_view what, const Declared& d,
 
 }  // namespace
 
-absl::StatusOr<config::ModelConfigFile> ConfigFromTriton(const inference::ModelConfig& t) {
-  GEMMSERVE_RETURN_IF_ERROR(CheckPlacement(t));
-  config::ModelConfigFile out;
-  out.set_name(t.name());
-  out.set_max_batch_size(t.max_batch_size());
-  *out.mutable_input() = t.input();
-  *out.mutable_output() = t.output();
-  if (t.has_dynamic_batching()) {
-    GEMMSERVE_RETURN_IF_ERROR(MapBatching(t.dynamic_batching(), out.mutable_dynamic_batching()));
+absl::Status CheckConfig(const inference::ModelConfig& config) {
+  GEMMSERVE_RETURN_IF_ERROR(CheckPlacement(config));
+  return CheckBatching(config);
+}
+
+inference::ModelConfig ConfigFromFile(const config::ModelConfigFile& file) {
+  inference::ModelConfig out;
+  out.set_name(file.name());
+  out.set_max_batch_size(file.max_batch_size());
+  out.set_default_model_filename(file.default_model_filename());
+  *out.mutable_input() = file.input();
+  *out.mutable_output() = file.output();
+  *out.mutable_parameters() = file.parameters();
+  if (file.has_dynamic_batching()) {
+    const config::DynamicBatching& d = file.dynamic_batching();
+    inference::ModelDynamicBatching* db = out.mutable_dynamic_batching();
+    db->set_max_queue_delay_microseconds(d.max_queue_delay_microseconds());
+    db->set_priority_levels(d.priority_levels());
+    db->set_default_priority_level(d.default_priority_level());
+    inference::ModelQueuePolicy* q = db->mutable_default_queue_policy();
+    q->set_max_queue_size(d.max_queue_size());
+    q->set_default_timeout_microseconds(d.default_timeout_microseconds());
+    q->set_allow_timeout_override(true);
+    auto& params = *out.mutable_parameters();
+    params[kMaxBatchRowsParameter].set_string_value(absl::StrCat(d.max_batch_rows()));
+    params[kMaxConcurrentBatchesParameter].set_string_value(
+        absl::StrCat(d.max_concurrent_batches()));
   }
-  GEMMSERVE_RETURN_IF_ERROR(MapParameters(t, &out));
-  // Triton's ModelWarmup and gemmserve's have the same fields and numbers.
-  for (const inference::ModelWarmup& w : t.model_warmup()) {
-    if (!out.add_model_warmup()->ParseFromString(w.SerializeAsString())) {
-      return Refuse("model_warmup", "could not be read");
-    }
+  // The two ModelWarmup messages have the same fields and numbers.
+  for (const config::ModelWarmup& w : file.model_warmup()) {
+    out.add_model_warmup()->ParseFromString(w.SerializeAsString());
   }
   return out;
 }
 
-absl::StatusOr<config::ModelConfigFile> ConfigFromTritonJson(absl::string_view json) {
+absl::StatusOr<inference::ModelConfig> ConfigFromTritonJson(absl::string_view json) {
   inference::ModelConfig triton;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;  // a misspelt field is an error, not a default
@@ -175,10 +173,11 @@ absl::StatusOr<config::ModelConfigFile> ConfigFromTritonJson(absl::string_view j
     return absl::InvalidArgumentError(absl::StrCat(
         kJsonForm, ClientText(std::string(status.message().data(), status.message().size()), 200)));
   }
-  return ConfigFromTriton(triton);
+  GEMMSERVE_RETURN_IF_ERROR(CheckConfig(triton));
+  return triton;
 }
 
-absl::StatusOr<config::ModelConfigFile> ParseLoadConfig(absl::string_view text) {
+absl::StatusOr<inference::ModelConfig> ParseLoadConfig(absl::string_view text) {
   const absl::string_view body = absl::StripLeadingAsciiWhitespace(text);
   if (!body.empty() && body.front() == '{') {
     if (text.size() > kMaxModelConfigBytes) {
@@ -197,7 +196,7 @@ absl::StatusOr<config::ModelConfigFile> ParseLoadConfig(absl::string_view text) 
   return parsed;
 }
 
-absl::Status CheckDeclaredTensors(const config::ModelConfigFile& config,
+absl::Status CheckDeclaredTensors(const inference::ModelConfig& config,
                                   const ModelMetadata& metadata) {
   if (config.max_batch_size() != 0) {
     return absl::InvalidArgumentError(
@@ -214,16 +213,15 @@ absl::Status CheckDeclaredTensors(const config::ModelConfigFile& config,
   return absl::OkStatus();
 }
 
-absl::Status CheckParameters(const config::ModelConfigFile& config, const Model& model) {
+absl::Status CheckParameters(const inference::ModelConfig& config, const Model& model) {
   if (config.parameters().empty()) return absl::OkStatus();
-  std::vector<std::string> reported;
+  std::vector<std::string> reported = {kMaxBatchRowsParameter, kMaxConcurrentBatchesParameter};
   for (const auto& [key, value] : model.parameters()) reported.push_back(key);
   for (const auto& [key, value] : config.parameters()) {
     if (std::find(reported.begin(), reported.end(), key) == reported.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "config: parameter '", ClientText(key), "' is neither a setting of gemmserve "
-          "(max_batch_rows, max_concurrent_batches, in Triton's JSON form) nor one this model "
-          "reports (", absl::StrJoin(reported, ", "), ")"));
+          "nor one this model reports (", absl::StrJoin(reported, ", "), ")"));
     }
   }
   return absl::OkStatus();

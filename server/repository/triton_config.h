@@ -1,20 +1,24 @@
-// Triton's JSON form of a model config, as a load's `config` parameter carries
-// it (tritonclient's load_model(config=json.dumps({...})), Triton's
-// RepositoryModelLoad), turned into the config gemmserve loads
-// (config::ModelConfigFile, config.pbtxt's type); and the check of the
-// tensors a config declares against the model's.
+// The model config: Triton's ModelConfig proto (inference::ModelConfig) is
+// the one type a load works from, whichever form the config came in:
+//  - Triton's JSON form, as a load's `config` parameter carries it
+//    (tritonclient's load_model(config=json.dumps({...}))), read by
+//    protobuf's own JSON parser (google::protobuf::util::JsonStringToMessage,
+//    the mapping Triton uses), so a field name or value protobuf does not know
+//    is refused with protobuf's message; then each field is either used,
+//    accepted because it changes nothing here, or refused by name because
+//    gemmserve cannot do what it asks (CheckConfig);
+//  - config.pbtxt text (gemmserve's form, config::ModelConfigFile, whose
+//    dynamic_batching block also holds max_batch_rows, max_queue_size,
+//    default_timeout_microseconds and max_concurrent_batches), turned into
+//    the same message by ConfigFromFile: the queue fields into
+//    default_queue_policy, the others into parameters, as Triton's form
+//    carries them.
+// What the server reports in ModelConfig loads back unchanged: the
+// parameters it reports (such as "weights_layout") are kept and checked
+// against the loaded model's (CheckParameters), so a misspelt one is
+// refused, never ignored.
 //
-// The JSON is read into the ModelConfig proto by protobuf's own JSON parser
-// (google::protobuf::util::JsonStringToMessage, the mapping Triton uses), so
-// a field name or value protobuf does not know is refused with protobuf's
-// message; then each Triton field is either mapped to gemmserve's, accepted
-// because it changes nothing here, or refused by name because gemmserve
-// cannot do what it asks. What the server reports in ModelConfig loads
-// back unchanged: the parameters it reports (such as "weights_layout") are
-// kept and checked against the loaded model's (CheckParameters), so a
-// misspelt one is refused, never ignored.
-//
-//   GEMMSERVE_ASSIGN_OR_RETURN(config::ModelConfigFile config, ParseLoadConfig(text));
+//   GEMMSERVE_ASSIGN_OR_RETURN(inference::ModelConfig config, ParseLoadConfig(text));
 //   ... load the model ...
 //   GEMMSERVE_RETURN_IF_ERROR(CheckDeclaredTensors(config, model->metadata()));
 //   GEMMSERVE_RETURN_IF_ERROR(CheckParameters(config, *model));
@@ -29,28 +33,41 @@
 
 namespace gemmserve {
 
+// gemmserve's settings among a config's parameters (string values of
+// non-negative integers, with a dynamic_batching block): the rows of one
+// kernel call (0: no limit) and the batches of the model run at once.
+inline constexpr char kMaxBatchRowsParameter[] = "max_batch_rows";
+inline constexpr char kMaxConcurrentBatchesParameter[] = "max_concurrent_batches";
+
 // A load's `config` text in either form: Triton's JSON when its first
 // non-blank character is '{', else config.pbtxt text. INVALID_ARGUMENT names
 // the form it was read as.
-absl::StatusOr<config::ModelConfigFile> ParseLoadConfig(absl::string_view text);
+absl::StatusOr<inference::ModelConfig> ParseLoadConfig(absl::string_view text);
 
 // Triton's JSON ModelConfig. INVALID_ARGUMENT for JSON protobuf cannot read
-// into a ModelConfig, and for a field gemmserve cannot honour (named).
-absl::StatusOr<config::ModelConfigFile> ConfigFromTritonJson(absl::string_view json);
+// into a ModelConfig, and for a field gemmserve cannot honour (CheckConfig).
+absl::StatusOr<inference::ModelConfig> ConfigFromTritonJson(absl::string_view json);
 
-// The same mapping from the proto (the gRPC form of a ModelConfig).
-absl::StatusOr<config::ModelConfigFile> ConfigFromTriton(const inference::ModelConfig& triton);
+// OK when gemmserve can do what `config` asks; INVALID_ARGUMENT naming the
+// first field it cannot (another platform or backend, GPU instances,
+// decoupled, a version policy other than the latest, per-level queue
+// policies, the DELAY timeout action, a gemmserve parameter that is not a
+// non-negative integer or lacks a dynamic_batching block).
+absl::Status CheckConfig(const inference::ModelConfig& config);
+
+// config.pbtxt's form as Triton's message (above).
+inference::ModelConfig ConfigFromFile(const config::ModelConfigFile& file);
 
 // OK when max_batch_size is 0 and every declared input and output is one of
 // the model's, with a datatype it accepts (TYPE_INVALID: any) and the same
 // dimensions (-1 on either side matches any); INVALID_ARGUMENT naming the
 // first that is not.
-absl::Status CheckDeclaredTensors(const config::ModelConfigFile& config,
+absl::Status CheckDeclaredTensors(const inference::ModelConfig& config,
                                   const ModelMetadata& metadata);
 
-// OK when every parameter of `config` is one `model` reports (its
-// parameters()); INVALID_ARGUMENT naming the first that is not.
-absl::Status CheckParameters(const config::ModelConfigFile& config, const Model& model);
+// OK when every parameter of `config` is gemmserve's (above) or one `model`
+// reports (its parameters()); INVALID_ARGUMENT naming the first that is not.
+absl::Status CheckParameters(const inference::ModelConfig& config, const Model& model);
 
 }  // namespace gemmserve
 

@@ -36,35 +36,64 @@ constexpr char kTritonJson[] = R"({
       "X": {"data_type": "TYPE_FP32", "dims": [1, 64], "random_data": true}}}]
 })";
 
-TEST(TritonConfigTest, TritonsJsonMapsOntoGemmservesConfig) {
+TEST(TritonConfigTest, TritonsJsonIsTheOneConfigType) {
   auto config = ParseLoadConfig(kTritonJson);
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->name(), "moe");
-  const config::DynamicBatching& db = config->dynamic_batching();
+  const inference::ModelDynamicBatching& db = config->dynamic_batching();
   EXPECT_EQ(db.max_queue_delay_microseconds(), 200u);
   EXPECT_EQ(db.priority_levels(), 2u);
   EXPECT_EQ(db.default_priority_level(), 2u);
-  EXPECT_EQ(db.max_queue_size(), 64u);
-  EXPECT_EQ(db.default_timeout_microseconds(), 5000u);
-  EXPECT_EQ(db.max_batch_rows(), 256u);
+  EXPECT_EQ(db.default_queue_policy().max_queue_size(), 64u);
+  EXPECT_EQ(db.default_queue_policy().default_timeout_microseconds(), 5000u);
   // A reported parameter is kept, for CheckParameters against the loaded model.
   EXPECT_EQ(config->parameters().at("weights_layout").string_value(), "panels");
-  EXPECT_EQ(config->parameters().count("max_batch_rows"), 0u);
   ASSERT_EQ(config->input_size(), 1);
   EXPECT_EQ(config->input(0).data_type(), inference::TYPE_FP32);
   EXPECT_EQ(config->output(0).dims(0), -1);  // "-1": protobuf's int64 as a string, too
   ASSERT_EQ(config->model_warmup_size(), 1);
-  const config::ModelWarmup& w = config->model_warmup(0);
+  const inference::ModelWarmup& w = config->model_warmup(0);
   EXPECT_EQ(w.count(), 3u);
-  EXPECT_EQ(w.inputs().at("X").data_type(), config::TYPE_FP32);
+  EXPECT_EQ(w.inputs().at("X").data_type(), inference::TYPE_FP32);
   EXPECT_TRUE(w.inputs().at("X").random_data());
   EXPECT_EQ(w.inputs().at("X").dims_size(), 2);
+  absl::StatusOr<std::optional<BatchingOptions>> batching = BatchingFromConfig(*config);
+  ASSERT_TRUE(batching.ok() && batching->has_value()) << batching.status();
+  EXPECT_EQ((*batching)->max_batch_rows, 256);
+  EXPECT_EQ((*batching)->max_queue_size, 64);
+  EXPECT_EQ((*batching)->default_timeout, absl::Microseconds(5000));
+  EXPECT_EQ((*batching)->priority_levels, 2);
+}
+
+// config.pbtxt's form and Triton's JSON of the same settings become the same
+// message, field for field.
+TEST(TritonConfigTest, ConfigPbtxtBecomesTheSameMessageAsTritonsJson) {
+  auto text = ParseLoadConfig(R"(
+    dynamic_batching { max_queue_delay_microseconds: 200 max_batch_rows: 256
+                       max_queue_size: 64 default_timeout_microseconds: 5000
+                       priority_levels: 2 default_priority_level: 2 max_concurrent_batches: 3 }
+    default_model_filename: "w.onnx"
+    model_warmup { name: "one" count: 3
+                   inputs { key: "X" value { data_type: TYPE_FP32 dims: [1, 64] random_data: true } } })");
+  ASSERT_TRUE(text.ok()) << text.status();
+  auto json = ParseLoadConfig(R"({
+    "default_model_filename": "w.onnx",
+    "dynamic_batching": {"max_queue_delay_microseconds": 200, "priority_levels": 2,
+                         "default_priority_level": 2,
+                         "default_queue_policy": {"max_queue_size": 64, "allow_timeout_override": true,
+                                                  "default_timeout_microseconds": 5000}},
+    "parameters": {"max_batch_rows": {"string_value": "256"},
+                   "max_concurrent_batches": {"string_value": "3"}},
+    "model_warmup": [{"name": "one", "count": 3, "inputs": {
+        "X": {"data_type": "TYPE_FP32", "dims": [1, 64], "random_data": true}}}]})");
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(text->DebugString(), json->DebugString());
 }
 
 TEST(TritonConfigTest, TextThatDoesNotStartWithABraceIsConfigPbtxt) {
   auto text = ParseLoadConfig("  dynamic_batching { max_batch_rows: 8 }\n");
   ASSERT_TRUE(text.ok()) << text.status();
-  EXPECT_EQ(text->dynamic_batching().max_batch_rows(), 8u);
+  EXPECT_EQ(text->parameters().at(kMaxBatchRowsParameter).string_value(), "8");
   auto bad_text = ParseLoadConfig("dynamic_batching { max_batch_rows: -1 }");
   EXPECT_THAT(bad_text.status().message(), HasSubstr("read as config.pbtxt text"));
   auto bad_json = ParseLoadConfig("\n {\"name\": 3");

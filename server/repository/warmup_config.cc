@@ -21,9 +21,9 @@ namespace {
 constexpr char kWarmupDir[] = "warmup";
 constexpr size_t kMaxWarmupNameLength = 128;
 
-absl::StatusOr<DataType> WarmupDataType(config::DataType t) {
-  if (t == config::TYPE_INVALID) return absl::InvalidArgumentError("data_type is not set");
-  const std::string name = config::DataType_Name(t);
+absl::StatusOr<DataType> WarmupDataType(inference::DataType t) {
+  if (t == inference::TYPE_INVALID) return absl::InvalidArgumentError("data_type is not set");
+  const std::string name = inference::DataType_Name(t);
   if (name.empty()) return absl::InvalidArgumentError(absl::StrCat("data_type ", t, " is unknown"));
   // TYPE_FP32 -> FP32; TYPE_STRING and TYPE_BOOL are refused by ParseDataType.
   absl::StatusOr<DataType> type = ParseDataType(name.substr(5));
@@ -55,7 +55,7 @@ void FillRandom(DataType type, int64_t elements, char* out, std::mt19937_64& rng
 
 }  // namespace
 
-absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const config::ModelConfigFile& config,
+absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const inference::ModelConfig& config,
                                                            const ModelFiles& files,
                                                            int64_t max_bytes) {
   if (config.model_warmup_size() > kMaxWarmupSamples) {
@@ -68,7 +68,7 @@ absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const config::ModelCo
   uint64_t total_runs = 0;
   std::vector<WarmupSample> samples;
   for (int s = 0; s < config.model_warmup_size(); ++s) {
-    const config::ModelWarmup& w = config.model_warmup(s);
+    const inference::ModelWarmup& w = config.model_warmup(s);
     const std::string where = w.name().empty() ? absl::StrCat("config.pbtxt: model_warmup[", s, "]")
                                                : absl::StrCat("config.pbtxt: model_warmup '",
                                                               ClientText(w.name(), 128), "'");
@@ -124,11 +124,11 @@ absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const config::ModelCo
                                     " bytes together (--max_message_bytes)"));
       }
       switch (in.input_data_type_case()) {
-        case config::ModelWarmup::Input::kZeroData: input.data = WarmupInput::Data::kZero; break;
-        case config::ModelWarmup::Input::kRandomData:
+        case inference::ModelWarmup::Input::kZeroData: input.data = WarmupInput::Data::kZero; break;
+        case inference::ModelWarmup::Input::kRandomData:
           input.data = WarmupInput::Data::kRandom;
           break;
-        case config::ModelWarmup::Input::kInputDataFile:
+        case inference::ModelWarmup::Input::kInputDataFile:
           input.data = WarmupInput::Data::kFile;
           input.file = in.input_data_file();
           if (!IsPlainRelativePath(input.file)) {
@@ -136,7 +136,7 @@ absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const config::ModelCo
                 at, "input_data_file must be a relative path without '.' or '..' components"));
           }
           break;
-        case config::ModelWarmup::Input::INPUT_DATA_TYPE_NOT_SET:
+        case inference::ModelWarmup::Input::INPUT_DATA_TYPE_NOT_SET:
           return invalid(
               absl::StrCat(at, "one of zero_data, random_data or input_data_file is required"));
       }

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "gemmserve_config.pb.h"
+#include "model_config.pb.h"
 #include "server/core/model_warmup.h"
 #include "server/repository/model_files.h"
 
@@ -36,7 +36,7 @@ inline constexpr int kMaxWarmupSamples = 64;
 inline constexpr int kMaxWarmupInputs = 16;
 inline constexpr uint32_t kMaxWarmupCount = 1000;
 
-absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const config::ModelConfigFile& config,
+absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const inference::ModelConfig& config,
                                                            const ModelFiles& files,
                                                            int64_t max_bytes);
 
