@@ -142,6 +142,70 @@ TEST(ServingTest, TokensAreCheckedBeforeAnythingElse) {
   EXPECT_EQ((*s)->Authenticate(std::nullopt).code(), absl::StatusCode::kUnauthenticated);
 }
 
+// Every API method authenticates itself: front ends cannot forget to.
+TEST(ServingTest, EveryMethodButHealthNeedsTheToken) {
+  const std::string path = ::testing::TempDir() + "/serving_api_tokens.txt";
+  {
+    std::ofstream f(path);
+    f << "right\n";
+  }
+  ServingOptions o = NoNetwork();
+  o.auth_token_file = path;
+  auto started = Serving::Start(o);
+  std::remove(path.c_str());
+  ASSERT_TRUE(started.ok()) << started.status();
+  Serving& s = **started;
+  for (const std::optional<absl::string_view> token :
+       {std::optional<absl::string_view>(), std::optional<absl::string_view>("Bearer wrong")}) {
+    inference::ServerMetadataResponse server;
+    EXPECT_TRUE(absl::IsUnauthenticated(s.ServerMetadata(token, &server)));
+    inference::ModelMetadataRequest metadata;
+    metadata.set_name("matmul");
+    inference::ModelMetadataResponse metadata_response;
+    EXPECT_TRUE(absl::IsUnauthenticated(s.ModelMetadata(token, metadata, &metadata_response)));
+    inference::ModelConfigRequest config;
+    config.set_name("matmul");
+    inference::ModelConfigResponse config_response;
+    EXPECT_TRUE(absl::IsUnauthenticated(s.ModelConfig(token, config, &config_response)));
+    inference::ModelStatisticsResponse stats;
+    EXPECT_TRUE(absl::IsUnauthenticated(s.ModelStatistics(token, {}, &stats)));
+    inference::RepositoryIndexResponse index;
+    EXPECT_TRUE(absl::IsUnauthenticated(s.RepositoryIndex(token, {}, &index)));
+    inference::SystemSharedMemoryStatusResponse shm;
+    EXPECT_TRUE(absl::IsUnauthenticated(s.SystemSharedMemoryStatus(token, {}, &shm)));
+    EXPECT_TRUE(absl::IsUnauthenticated(s.SystemSharedMemoryRegister(token, {})));
+    EXPECT_TRUE(absl::IsUnauthenticated(s.SystemSharedMemoryUnregister(token, {})));
+    inference::LogSettingsResponse log;
+    EXPECT_TRUE(absl::IsUnauthenticated(s.LogSettings(token, {}, &log)));
+    inference::TraceSettingResponse trace;
+    EXPECT_TRUE(absl::IsUnauthenticated(s.TraceSetting(token, {}, &trace)));
+    for (bool load : {true, false}) {
+      absl::Status seen;
+      auto done = [&seen](absl::Status status) { seen = status; };
+      if (load) {
+        s.RepositoryModelLoad(token, {}, done);
+      } else {
+        s.RepositoryModelUnload(token, {}, done);
+      }
+      EXPECT_TRUE(absl::IsUnauthenticated(seen)) << seen;  // refused before it is queued
+    }
+  }
+  inference::ModelReadyRequest ready;
+  ready.set_name("matmul");
+  inference::ModelReadyResponse ready_response;
+  s.ModelReady(ready, &ready_response);
+  EXPECT_TRUE(ready_response.ready());
+  inference::ServerReadyResponse server_ready;
+  s.ServerReady(&server_ready);
+  EXPECT_TRUE(server_ready.ready());
+  inference::ModelConfigRequest config;
+  config.set_name("matmul");
+  inference::ModelConfigResponse config_response;
+  ASSERT_TRUE(s.ModelConfig("Bearer right", config, &config_response).ok());
+  EXPECT_EQ(config_response.config().name(), "matmul");
+  EXPECT_EQ(config_response.config().parameters().at("max_batch_rows").string_value(), "4096");
+}
+
 TEST(ServingTest, DrainingRefusesNewCallsAndIsIdleOnceAllAreAnswered) {
   auto s = Serving::Start(NoNetwork());
   ASSERT_TRUE(s.ok()) << s.status();
