@@ -22,6 +22,10 @@ if [[ "${1:-}" == "--test" ]]; then
   PACKAGES+=(clang libclang-rt-14-dev libomp-dev llvm)
   PACKAGES+=(libdnnl-dev)  # oneDNN: gemmserve-bench's baseline for resident GroupedMatMul
   PACKAGES+=(ccache)  # the gate's compiler cache (tests/build_env.sh)
+  # tests/integration/test_tritonclient.py: NVIDIA's tritonclient (vendored in
+  # tests/third_party/, unchanged) needs these for its HTTP, asyncio and gRPC clients.
+  PACKAGES+=(python3-geventhttpclient python3-gevent python3-rapidjson python3-packaging
+             python3-aiohttp)
 fi
 
 # The container stage (tests/container.sh): a Docker engine and client,
