@@ -3,7 +3,7 @@
 #   docker build -t gemmserve .
 #   docker run -p 8000:8000 -p 8001:8001 -p 8002:8002 gemmserve   # HTTP, gRPC, metrics
 #   docker run -p 9001:9001 gemmserve --grpc_port=9001   # other ports: arguments
-# tests/container.sh builds and runs it for real (README: Deploying).
+# tests/container.sh builds and runs it for real (docs/deployment.md).
 
 # The runtime: everything of the image but gemmserve's own files. The first
 # stage, so that `--target runtime` builds nothing else, with either builder:

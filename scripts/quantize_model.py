@@ -5,7 +5,7 @@
     scripts/quantize_model.py IN/model.onnx OUT/1/model.onnx --bits 8 --asymmetric
 
 Writes `DequantizeLinear -> MatMul` (or `-> GroupedMatMul`), the form gemmserve
-serves with the weights kept quantized (README, "Quantized weights"):
+serves with the weights kept quantized (docs/quantized-models.md):
 
   --bits 8 | 4         INT8/INT4 (symmetric) or UINT8/UINT4 (--asymmetric, with
                        a zero point); 4-bit values packed two per byte, low

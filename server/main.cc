@@ -13,6 +13,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "server/common/logging.h"
 #include "server/common/status_macros.h"
@@ -216,6 +218,13 @@ absl::StatusOr<gemmserve::ServerOptions> OptionsFromFlags() {
 
 int main(int argc, char** argv) {
   gemmserve::ReexecWithComputeEnvironment(argv);  // before anything starts a thread
+  // --help lists the flags of this file (absl's default looks for a file
+  // named after the program, gemmserve.cc, and found none).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view path) {
+    return absl::EndsWith(path, "server/main.cc");
+  };
+  absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
       "gemmserve: MatMul and GroupedMatMul over the KServe v2 protocol (gRPC and HTTP/REST).\n"
       "  gemmserve --grpc_port=8001 --compute_threads=2");

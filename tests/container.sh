@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The container stage of the suite (README: Deploying): builds the image in a
+# The container stage of the suite (docs/deployment.md): builds the image in a
 # real Docker engine and runs tests/container/test_container.py against it:
 # the image through published loopback ports under the Kubernetes manifest's
 # restrictions, its HEALTHCHECK with default and moved ports, `docker stop`
@@ -10,7 +10,7 @@
 # - from the binaries the Release stage built (build/bin), on the Dockerfile's
 #   runtime stage (tests/container/prebuilt.Dockerfile): the gate's default,
 #   about 2 minutes, no second compile;
-# - from source, `docker build .` exactly as the README has users do: when
+# - from source, `docker build .` exactly as docs/deployment.md has users do: when
 #   what that build reads besides the sources (the Dockerfile, .dockerignore,
 #   deploy/, the dependency list) differs from what it last passed with
 #   (tests/container/from-source.sha256, which a passing build rewrites: commit

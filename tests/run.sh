@@ -122,7 +122,7 @@ else
   skipped fuzz GEMMSERVE_SKIP_FUZZ
 fi
 
-# The container (tests/container.sh, README: Deploying): the image from the
+# The container (tests/container.sh, docs/deployment.md): the image from the
 # Release stage's binaries (from source when the Dockerfile, deploy/ or the
 # dependency list changed, or with GEMMSERVE_LONG=1) in a real Docker engine,
 # checked serving under the Kubernetes manifest's restrictions, its

@@ -72,7 +72,7 @@
 namespace gemmserve {
 
 // The most priority levels a batcher has (a queue each); config.pbtxt refuses
-// more (README: model configuration limits).
+// more (docs/models.md: config.pbtxt limits).
 inline constexpr int kMaxPriorityLevels = 256;
 
 struct BatchingOptions {

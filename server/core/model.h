@@ -8,7 +8,7 @@
 // models run in one scheduler call).
 //
 // A model that accepts several datatypes lists them all in TensorSpec; the
-// first is its default, the one the KServe metadata reports (see README).
+// first is its default, the one the KServe metadata reports (docs/models.md).
 //
 // This header is the extension point: a new model kind is a new file in
 // server/models/ implementing Model. A minimal one, y = 2x for FP32 x of any

@@ -50,7 +50,7 @@ class CollectErrors final : public google::protobuf::io::ErrorCollector {
 // Loads waiting for the loader thread (each may hold uploaded files).
 constexpr size_t kMaxQueuedLoads = 16;
 
-// The limits of config.pbtxt's numeric fields (README: model configuration).
+// The limits of config.pbtxt's numeric fields (docs/models.md: config.pbtxt).
 constexpr uint64_t kMaxQueueDelayUs = 10'000'000;  // 10 s
 constexpr uint64_t kMaxBatchRows = uint64_t{1} << 24;
 constexpr uint64_t kMaxQueueSize = 1'000'000;

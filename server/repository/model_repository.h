@@ -55,7 +55,7 @@ struct ModelLoadRequest {
 // Parses config.pbtxt text. INVALID_ARGUMENT with the parser's line and column.
 absl::StatusOr<inference::ModelConfig> ParseModelConfigFile(absl::string_view text);
 // The batcher options of a config; nullopt without a dynamic_batching block.
-// INVALID_ARGUMENT naming the field for a value over its limit (README).
+// INVALID_ARGUMENT naming the field for a value over its limit (docs/models.md).
 absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
     const inference::ModelConfig& config);
 

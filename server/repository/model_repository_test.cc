@@ -488,7 +488,7 @@ TEST(ModelConfigFileTest, ParsesDynamicBatchingAndReportsErrorsWithTheLine) {
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("line 2"));
 }
 
-// The limits of README's table, each at its edge and one past it.
+// The limits of docs/models.md's table, each at its edge and one past it.
 TEST(ModelConfigFileTest, EveryNumericFieldIsRangeChecked) {
   struct Field {
     const char* name;

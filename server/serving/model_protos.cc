@@ -29,7 +29,7 @@ void EncodeModelMetadata(const ModelMetadata& metadata,
   auto fill = [](const TensorSpec& spec, inference::ModelMetadataResponse::TensorMetadata* out) {
     out->set_name(spec.name);
     // The protocol has one datatype per tensor: report the default, the first
-    // accepted type. The README lists every type each input accepts.
+    // accepted type. docs/models.md lists every type each input accepts.
     out->set_datatype(std::string(DataTypeName(spec.datatypes.front())));
     for (int64_t d : spec.shape) out->add_shape(d);
   };

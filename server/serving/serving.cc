@@ -165,7 +165,7 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(ServingOptions options) 
   options.engine.metrics = s->metrics_.get();
   s->engine_ = std::make_unique<InferenceEngine>(options.engine);
   // The built-in models merge concurrent requests' problem lists into one
-  // kernel call (README: built-in models).
+  // kernel call (docs/models.md).
   s->engine_->Install(MakeMatMulModel(), options.builtin_batching);
   s->engine_->Install(MakeGroupedMatMulModel(), options.builtin_batching);
   s->repository_ = std::make_unique<ModelRepository>(

@@ -5,7 +5,7 @@ request is lost: the stopping server answers new calls UNAVAILABLE while it
 drains (the client's gRPC retry policy resends them, nginx picks the other
 server), and once it is gone nginx's next-upstream rule skips it. The
 client's retry policy is what a production client of a replicated,
-idempotent inference service uses (README: Deploying)."""
+idempotent inference service uses (docs/deployment.md)."""
 import json
 import os
 import re
