@@ -96,39 +96,52 @@ struct Planned {
   bool optional = false;
 };
 
-}  // namespace
 
-absl::StatusOr<std::vector<std::vector<HostTensor>>> ParsePerfInputData(
-    absl::string_view json, const inference::ModelMetadataResponse& metadata,
-    const inference::ModelConfig* config, const PerfOptions& options) {
-  auto invalid = [](auto&&... parts) {
-    return absl::InvalidArgumentError(absl::StrCat("--input_data: ", parts...));
-  };
-  rapidjson::Document doc;
-  // Iterative: no nesting depth can exhaust the stack.
-  doc.Parse<rapidjson::kParseIterativeFlag>(json.data(), json.size());
+template <typename... Parts>
+absl::Status Invalid(Parts&&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat("--input_data: ", parts...));
+}
+
+// One input of one request, as read in the first pass: its numbers (still
+// JSON) or its base64 bytes, and its shape.
+struct Found {
+  const Planned* input;
+  std::vector<const Value*> numbers;  // JSON elements
+  std::string bytes;                  // b64
+  bool b64 = false;
+  std::vector<int64_t> shape;
+};
+
+// The document's top level: {"data": [request, ...]} and nothing else.
+absl::StatusOr<const Value*> Entries(const rapidjson::Document& doc) {
   if (doc.HasParseError()) {
-    return invalid("not JSON at offset ", doc.GetErrorOffset(), ": ",
+    return Invalid("not JSON at offset ", doc.GetErrorOffset(), ": ",
                    rapidjson::GetParseError_En(doc.GetParseError()));
   }
-  if (!doc.IsObject()) return invalid("expected an object with \"data\"");
+  if (!doc.IsObject()) return Invalid("expected an object with \"data\"");
   for (const auto& member : doc.GetObject()) {
     const absl::string_view key(member.name.GetString(), member.name.GetStringLength());
     if (key == "validation_data") {
-      return invalid("\"validation_data\" is not supported: perf does not check answers");
+      return Invalid("\"validation_data\" is not supported: perf does not check answers");
     }
-    if (key != "data") return invalid("unknown field \"", key, "\"; expected \"data\"");
+    if (key != "data") return Invalid("unknown field \"", key, "\"; expected \"data\"");
   }
   if (!doc.HasMember("data") || !doc["data"].IsArray() || doc["data"].Empty()) {
-    return invalid("\"data\" must be a non-empty array of requests");
+    return Invalid("\"data\" must be a non-empty array of requests");
   }
   const Value& entries = doc["data"];
   if (static_cast<int64_t>(entries.Size()) > kPerfMaxInputDataEntries) {
-    return invalid(entries.Size(), " requests, over the limit of ", kPerfMaxInputDataEntries);
+    return Invalid(entries.Size(), " requests, over the limit of ", kPerfMaxInputDataEntries);
   }
+  return &entries;
+}
 
+// The model's inputs, each with its --shape and whether the config says it
+// is optional.
+absl::StatusOr<std::vector<Planned>> PlanInputs(const inference::ModelMetadataResponse& metadata,
+                                                const inference::ModelConfig* config,
+                                                const PerfOptions& options) {
   std::vector<Planned> planned;
-  std::vector<std::string> names;
   for (const auto& input : metadata.inputs()) {
     absl::StatusOr<DataType> type = ParseDataType(input.datatype());
     if (!type.ok()) {
@@ -145,29 +158,130 @@ absl::StatusOr<std::vector<std::vector<HostTensor>>> ParsePerfInputData(
         if (in.name() == p.name) p.optional = in.optional();
       }
     }
-    names.push_back(p.name);
     planned.push_back(std::move(p));
   }
+  return planned;
+}
 
-  // Pass 1: every entry's shapes and sizes, so that the total is known
-  // before any tensor is allocated.
-  struct Found {
-    const Planned* input;
-    std::vector<const Value*> numbers;  // JSON elements
-    std::string bytes;                  // b64
-    bool b64 = false;
-    std::vector<int64_t> shape;
-  };
+// {"content": [...] | "b64": "...", "shape": [...]}: fills `f`'s bytes or
+// points `content` at the numbers; `shape` when given.
+absl::Status ReadTensorObject(const Value& v, const std::string& where, Found& f,
+                              const Value** content, std::optional<std::vector<int64_t>>* shape) {
+  for (const auto& m : v.GetObject()) {
+    const absl::string_view key(m.name.GetString(), m.name.GetStringLength());
+    if (key != "content" && key != "b64" && key != "shape") {
+      return Invalid(where, ": unknown field \"", key, "\"; expected content or b64, and shape");
+    }
+  }
+  if (v.HasMember("shape")) {
+    const Value& s = v["shape"];
+    if (!s.IsArray() || static_cast<int64_t>(s.Size()) > kMaxRank) {
+      return Invalid(where, ": \"shape\" must be an array of at most ", kMaxRank, " dimensions");
+    }
+    shape->emplace();
+    for (const Value& d : s.GetArray()) {
+      if (!d.IsInt64() || d.GetInt64() < 0) {
+        return Invalid(where, ": \"shape\" holds non-negative integers");
+      }
+      (*shape)->push_back(d.GetInt64());
+    }
+  }
+  if (v.HasMember("content") == v.HasMember("b64")) {
+    return Invalid(where, ": give one of \"content\" and \"b64\"");
+  }
+  if (!v.HasMember("b64")) {
+    *content = &v["content"];
+    return absl::OkStatus();
+  }
+  if (!v["b64"].IsString()) return Invalid(where, ": \"b64\" must be a string");
+  if (!absl::Base64Unescape(absl::string_view(v["b64"].GetString(), v["b64"].GetStringLength()),
+                            &f.bytes)) {
+    return Invalid(where, ": \"b64\" is not base64");
+  }
+  f.b64 = true;
+  *content = nullptr;
+  return absl::OkStatus();
+}
+
+// The model's shape with its one variable dimension from the element count.
+absl::StatusOr<std::vector<int64_t>> ShapeFromModel(const Planned& p, int64_t elements,
+                                                    const std::string& where) {
+  std::vector<int64_t> shape = p.shape;
+  int variable = 0;
+  int64_t fixed = 1;
+  for (int64_t d : shape) {
+    if (d < 0) {
+      ++variable;
+    } else {
+      fixed = SaturatingMul(fixed, d);
+    }
+  }
+  if (variable > 1) {
+    return Invalid(where, ": the model's shape ", ShapeToString(p.shape),
+                   " has several variable dimensions; give \"shape\" or --shape");
+  }
+  if (variable == 1) {
+    if (fixed == 0 || elements % fixed != 0) {
+      return Invalid(where, ": ", elements, " elements do not fill the model's shape ",
+                     ShapeToString(p.shape));
+    }
+    for (int64_t& d : shape) {
+      if (d < 0) d = elements / fixed;
+    }
+  }
+  return shape;
+}
+
+// One input of one request: its values and a shape that holds them.
+absl::StatusOr<Found> ReadInput(const Value& v, const Planned& p, const std::string& where) {
+  Found f{&p, {}, {}, false, {}};
+  const Value* content = &v;
+  std::optional<std::vector<int64_t>> shape;
+  if (v.IsObject()) GEMMSERVE_RETURN_IF_ERROR(ReadTensorObject(v, where, f, &content, &shape));
+  if (content != nullptr) {
+    std::vector<Level> levels;
+    if (!content->IsArray() || !Flatten(*content, &f.numbers, &levels)) {
+      return Invalid(where, ": expected a (rectangular) array of numbers, \"content\" or \"b64\"");
+    }
+  }
+  const int64_t size = DataTypeSize(p.type);
+  const int64_t elements = f.b64 ? static_cast<int64_t>(f.bytes.size()) / size
+                                 : static_cast<int64_t>(f.numbers.size());
+  if (f.b64 && static_cast<int64_t>(f.bytes.size()) % size != 0) {
+    return Invalid(where, ": ", f.bytes.size(), " bytes are not whole ", DataTypeName(p.type),
+                   " elements");
+  }
+  if (shape) {
+    f.shape = *shape;
+  } else if (p.shape_override != nullptr) {
+    f.shape = p.shape_override->dims;
+  } else {
+    GEMMSERVE_ASSIGN_OR_RETURN(f.shape, ShapeFromModel(p, elements, where));
+  }
+  absl::StatusOr<int64_t> want = ElementCount(f.shape);
+  if (!want.ok() || *want != elements) {
+    return Invalid(where, ": ", elements, " elements, but shape ", ShapeToString(f.shape),
+                   want.ok() ? absl::StrCat(" holds ", *want) : std::string(" is invalid"));
+  }
+  return f;
+}
+
+// Pass 1: every entry's inputs, shapes and sizes, so that the total is
+// known (and held to kPerfPoolMaxBytes) before any tensor is allocated.
+absl::StatusOr<std::vector<std::vector<Found>>> PlanRequests(
+    const Value& entries, const std::vector<Planned>& planned, absl::string_view model) {
+  std::vector<std::string> names;
+  for (const Planned& p : planned) names.push_back(p.name);
   std::vector<std::vector<Found>> requests;
   int64_t total_bytes = 0;
   for (rapidjson::SizeType i = 0; i < entries.Size(); ++i) {
     const Value& entry = entries[i];
     const std::string at = absl::StrCat("request ", i);
-    if (!entry.IsObject()) return invalid(at, ": expected an object of inputs");
+    if (!entry.IsObject()) return Invalid(at, ": expected an object of inputs");
     for (const auto& member : entry.GetObject()) {
       const std::string name(member.name.GetString(), member.name.GetStringLength());
       if (std::find(names.begin(), names.end(), name) == names.end()) {
-        return invalid(at, ": model '", metadata.name(), "' has no input '", name,
+        return Invalid(at, ": model '", model, "' has no input '", name,
                        "' (its inputs: ", absl::StrJoin(names, ", "), ")");
       }
     }
@@ -177,109 +291,27 @@ absl::StatusOr<std::vector<std::vector<HostTensor>>> ParsePerfInputData(
       auto it = entry.FindMember(p.name.c_str());
       if (it == entry.MemberEnd()) {
         if (p.optional) continue;
-        return invalid(where, ": missing (every request needs every input the model requires)");
+        return Invalid(where, ": missing (every request needs every input the model requires)");
       }
-      const Value& v = it->value;
-      Found f{&p, {}, {}, false, {}};
-      const Value* content = &v;
-      std::optional<std::vector<int64_t>> shape;
-      if (v.IsObject()) {
-        for (const auto& m : v.GetObject()) {
-          const absl::string_view key(m.name.GetString(), m.name.GetStringLength());
-          if (key != "content" && key != "b64" && key != "shape") {
-            return invalid(where, ": unknown field \"", key,
-                           "\"; expected content or b64, and shape");
-          }
-        }
-        if (v.HasMember("shape")) {
-          const Value& s = v["shape"];
-          if (!s.IsArray() || static_cast<int64_t>(s.Size()) > kMaxRank) {
-            return invalid(where, ": \"shape\" must be an array of at most ", kMaxRank,
-                           " dimensions");
-          }
-          shape.emplace();
-          for (const Value& d : s.GetArray()) {
-            if (!d.IsInt64() || d.GetInt64() < 0) {
-              return invalid(where, ": \"shape\" holds non-negative integers");
-            }
-            shape->push_back(d.GetInt64());
-          }
-        }
-        if (v.HasMember("content") == v.HasMember("b64")) {
-          return invalid(where, ": give one of \"content\" and \"b64\"");
-        }
-        if (v.HasMember("b64")) {
-          if (!v["b64"].IsString()) return invalid(where, ": \"b64\" must be a string");
-          if (!absl::Base64Unescape(
-                  absl::string_view(v["b64"].GetString(), v["b64"].GetStringLength()), &f.bytes)) {
-            return invalid(where, ": \"b64\" is not base64");
-          }
-          f.b64 = true;
-          content = nullptr;
-        } else {
-          content = &v["content"];
-        }
-      }
-      if (content != nullptr) {
-        std::vector<Level> levels;
-        if (!content->IsArray() || !Flatten(*content, &f.numbers, &levels)) {
-          return invalid(where,
-                         ": expected a (rectangular) array of numbers, \"content\" or \"b64\"");
-        }
-      }
-      const int64_t size = DataTypeSize(p.type);
-      const int64_t elements = f.b64 ? static_cast<int64_t>(f.bytes.size()) / size
-                                     : static_cast<int64_t>(f.numbers.size());
-      if (f.b64 && static_cast<int64_t>(f.bytes.size()) % size != 0) {
-        return invalid(where, ": ", f.bytes.size(), " bytes are not whole ", DataTypeName(p.type),
-                       " elements");
-      }
-      if (shape) {
-        f.shape = *shape;
-      } else if (p.shape_override != nullptr) {
-        f.shape = p.shape_override->dims;
-      } else {
-        // The model's shape, its one variable dimension from the count.
-        f.shape = p.shape;
-        int variable = 0;
-        int64_t fixed = 1;
-        for (int64_t d : f.shape) {
-          if (d < 0) {
-            ++variable;
-          } else {
-            fixed = SaturatingMul(fixed, d);
-          }
-        }
-        if (variable > 1) {
-          return invalid(where, ": the model's shape ", ShapeToString(p.shape),
-                         " has several variable dimensions; give \"shape\" or --shape");
-        }
-        if (variable == 1) {
-          if (fixed == 0 || elements % fixed != 0) {
-            return invalid(where, ": ", elements, " elements do not fill the model's shape ",
-                           ShapeToString(p.shape));
-          }
-          for (int64_t& d : f.shape) {
-            if (d < 0) d = elements / fixed;
-          }
-        }
-      }
-      absl::StatusOr<int64_t> want = ElementCount(f.shape);
-      if (!want.ok() || *want != elements) {
-        return invalid(where, ": ", elements, " elements, but shape ", ShapeToString(f.shape),
-                       want.ok() ? absl::StrCat(" holds ", *want) : std::string(" is invalid"));
-      }
-      total_bytes = SaturatingAdd(total_bytes, SaturatingMul(elements, size));
+      GEMMSERVE_ASSIGN_OR_RETURN(Found f, ReadInput(it->value, p, where));
+      const int64_t bytes = f.b64 ? static_cast<int64_t>(f.bytes.size())
+                                  : SaturatingMul(static_cast<int64_t>(f.numbers.size()),
+                                                  DataTypeSize(p.type));
+      total_bytes = SaturatingAdd(total_bytes, bytes);
       if (total_bytes > kPerfPoolMaxBytes) {
-        return invalid("the requests hold more than ", kPerfPoolMaxBytes,
+        return Invalid("the requests hold more than ", kPerfPoolMaxBytes,
                        " bytes of tensors together");
       }
       found.push_back(std::move(f));
     }
     requests.push_back(std::move(found));
   }
+  return requests;
+}
 
-  // Pass 2: the tensors.
+// Pass 2: the tensors, each number converted to its input's datatype.
+absl::StatusOr<std::vector<std::vector<HostTensor>>> MakeTensors(
+    std::vector<std::vector<Found>>& requests) {
   std::vector<std::vector<HostTensor>> pool;
   pool.reserve(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -293,7 +325,7 @@ absl::StatusOr<std::vector<std::vector<HostTensor>>> ParsePerfInputData(
         t.bytes.assign(f.numbers.size() * static_cast<size_t>(size), '\0');
         for (size_t e = 0; e < f.numbers.size(); ++e) {
           if (!PutNumber(*f.numbers[e], f.input->type, t.bytes.data() + e * size)) {
-            return invalid("request ", i, ", input '", f.input->name, "': element ", e,
+            return Invalid("request ", i, ", input '", f.input->name, "': element ", e,
                            " is not a ", DataTypeName(f.input->type), " value");
           }
         }
@@ -303,6 +335,21 @@ absl::StatusOr<std::vector<std::vector<HostTensor>>> ParsePerfInputData(
     pool.push_back(std::move(tensors));
   }
   return pool;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<HostTensor>>> ParsePerfInputData(
+    absl::string_view json, const inference::ModelMetadataResponse& metadata,
+    const inference::ModelConfig* config, const PerfOptions& options) {
+  rapidjson::Document doc;
+  // Iterative: no nesting depth can exhaust the stack.
+  doc.Parse<rapidjson::kParseIterativeFlag>(json.data(), json.size());
+  GEMMSERVE_ASSIGN_OR_RETURN(const Value* entries, Entries(doc));
+  GEMMSERVE_ASSIGN_OR_RETURN(std::vector<Planned> planned, PlanInputs(metadata, config, options));
+  GEMMSERVE_ASSIGN_OR_RETURN(std::vector<std::vector<Found>> requests,
+                             PlanRequests(*entries, planned, metadata.name()));
+  return MakeTensors(requests);
 }
 
 absl::StatusOr<std::vector<std::vector<HostTensor>>> ReadPerfInputData(

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/common/client_text.h"
@@ -293,6 +294,98 @@ int64_t DefaultOpset(const onnx::ModelProto& model) {
   return 0;
 }
 
+// DequantizeLinear's attributes, each an INT: axis and block_size into
+// `layout`, output_dtype (0 when absent).
+absl::Status ReadDequantizeAttributes(const onnx::NodeProto& node, const Context& ctx,
+                                      QuantizedWeights::Layout* layout, int64_t* output_dtype) {
+  *output_dtype = 0;
+  for (const auto& attr : node.attribute()) {
+    const bool known =
+        attr.name() == "axis" || attr.name() == "block_size" || attr.name() == "output_dtype";
+    if (known && attr.type() != onnx::AttributeProto::INT) {
+      // A FLOAT or STRING attribute's i() is 0: read as such it would be a guess.
+      return ctx.Invalid(absl::StrCat("DequantizeLinear attribute '", attr.name(),
+                                      "' must be an INT attribute"));
+    }
+    if (attr.name() == "axis") {
+      layout->axis = attr.i();
+    } else if (attr.name() == "block_size") {
+      layout->block_size = attr.i();
+    } else if (attr.name() == "output_dtype") {
+      *output_dtype = attr.i();
+    } else {
+      return ctx.Invalid(absl::StrCat("DequantizeLinear attribute '", ClientText(attr.name()),
+                                      "' is not known (axis, block_size, output_dtype)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Names the node in an error of its own (Fail), as the model's context does
+// for the errors of the files it reads.
+using NodeError = absl::FunctionRef<absl::Status(const absl::Status&)>;
+
+// The scales as floats; their type (FP32, FP16 or BF16) is the value type.
+absl::StatusOr<std::vector<float>> ReadScales(const onnx::TensorProto& proto, int64_t output_dtype,
+                                              const ModelFiles& files, const std::string& version,
+                                              const Context& ctx, NodeError fail,
+                                              QuantizedWeights::Layout* layout) {
+  GEMMSERVE_ASSIGN_OR_RETURN(Tensor scale, ReadInitializer(proto, files, version, ctx));
+  if (scale.type() != DataType::kFP32 && scale.type() != DataType::kFP16 &&
+      scale.type() != DataType::kBF16) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "x_scale '", ClientText(proto.name()), "' is ", DataTypeName(scale.type()),
+        "; gemmserve serves FP32, FP16 or BF16 scales (the dequantized value type)")));
+  }
+  if (output_dtype != 0 &&
+      FromOnnxType(static_cast<int32_t>(output_dtype)).value_or(DataType::kINT32) != scale.type()) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "output_dtype ", output_dtype, " differs from the scale's type ",
+        DataTypeName(scale.type()), "; gemmserve serves the value type of the scale")));
+  }
+  layout->value_type = scale.type();
+  layout->scale_shape = scale.shape();
+  std::vector<float> scales(static_cast<size_t>(scale.num_elements()));
+  for (int64_t i = 0; i < scale.num_elements(); ++i) {
+    switch (scale.type()) {
+      case DataType::kFP32: scales[i] = scale.data<float>()[i]; break;
+      case DataType::kFP16: scales[i] = HalfToFloat(scale.data<uint16_t>()[i]); break;
+      default: scales[i] = BFloat16ToFloat(scale.data<uint16_t>()[i]); break;
+    }
+  }
+  return scales;
+}
+
+// The zero points as floats: of x's element type and the scales' shape.
+absl::StatusOr<std::vector<float>> ReadZeroPoints(const onnx::TensorProto& zp_proto,
+                                                  const onnx::TensorProto& x,
+                                                  const Shape& scale_shape,
+                                                  const ModelFiles& files,
+                                                  const std::string& version,
+                                                  const Context& ctx, NodeError fail) {
+  if (zp_proto.data_type() != x.data_type()) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("x_zero_point '", ClientText(zp_proto.name()), "' has ONNX element type ",
+                     zp_proto.data_type(), ", the weights' x has ", x.data_type(),
+                     "; ONNX requires the same type")));
+  }
+  const Shape zp_dims(zp_proto.dims().begin(), zp_proto.dims().end());
+  if (zp_dims != scale_shape) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "x_zero_point '", ClientText(zp_proto.name()), "' has shape ", ShapeToString(zp_dims),
+        ", x_scale has ", ShapeToString(scale_shape), "; ONNX requires the same shape")));
+  }
+  GEMMSERVE_ASSIGN_OR_RETURN(QuantizedInitializer zp, ReadQuantizedInitializer(
+                                                          zp_proto, "x_zero_point", files, version,
+                                                          ctx));
+  std::vector<float> zero_points(static_cast<size_t>(zp.elements));
+  const auto* d = static_cast<const uint8_t*>(zp.data.data());
+  for (int64_t i = 0; i < zp.elements; ++i) {
+    zero_points[i] = static_cast<float>(QuantizedElement(zp.type, d, i));
+  }
+  return zero_points;
+}
+
 // DequantizeLinear(x, x_scale, [x_zero_point]) of initializers, read and
 // checked as weights kept quantized.
 absl::StatusOr<QuantizedWeights> ReadDequantizeLinear(
@@ -318,32 +411,12 @@ absl::StatusOr<QuantizedWeights> ReadDequantizeLinear(
     }
     return it->second;
   };
-  QuantizedWeights::Layout layout;
-  bool output_dtype_given = false;
-  int64_t output_dtype = 0;
-  for (const auto& attr : node.attribute()) {
-    const bool known =
-        attr.name() == "axis" || attr.name() == "block_size" || attr.name() == "output_dtype";
-    if (known && attr.type() != onnx::AttributeProto::INT) {
-      // A FLOAT or STRING attribute's i() is 0: read as such it would be a guess.
-      return ctx.Invalid(absl::StrCat("DequantizeLinear attribute '", attr.name(),
-                                      "' must be an INT attribute"));
-    }
-    if (attr.name() == "axis") {
-      layout.axis = attr.i();
-    } else if (attr.name() == "block_size") {
-      layout.block_size = attr.i();
-    } else if (attr.name() == "output_dtype") {
-      output_dtype_given = true;
-      output_dtype = attr.i();
-    } else {
-      return ctx.Invalid(absl::StrCat("DequantizeLinear attribute '", ClientText(attr.name()),
-                                      "' is not known (axis, block_size, output_dtype)"));
-    }
-  }
   auto fail = [&](const absl::Status& s) {
     return ctx.Invalid(absl::StrCat("DequantizeLinear '", node_name, "': ", s.message()));
   };
+  QuantizedWeights::Layout layout;
+  int64_t output_dtype = 0;
+  GEMMSERVE_RETURN_IF_ERROR(ReadDequantizeAttributes(node, ctx, &layout, &output_dtype));
   if (layout.block_size != 0 && opset != 0 && opset < 21) {
     return fail(absl::InvalidArgumentError(
         absl::StrCat("block_size needs opset 21 or later; the model imports opset ", opset)));
@@ -351,58 +424,20 @@ absl::StatusOr<QuantizedWeights> ReadDequantizeLinear(
   GEMMSERVE_ASSIGN_OR_RETURN(const onnx::TensorProto* x, init(0, "x"));
   GEMMSERVE_ASSIGN_OR_RETURN(const onnx::TensorProto* scale_proto, init(1, "x_scale"));
   // The scale first: small, and its type is the value type the weights are for.
-  GEMMSERVE_ASSIGN_OR_RETURN(Tensor scale, ReadInitializer(*scale_proto, files, version, ctx));
-  if (scale.type() != DataType::kFP32 && scale.type() != DataType::kFP16 &&
-      scale.type() != DataType::kBF16) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "x_scale '", ClientText(scale_proto->name()), "' is ", DataTypeName(scale.type()),
-        "; gemmserve serves FP32, FP16 or BF16 scales (the dequantized value type)")));
-  }
-  if (output_dtype_given && output_dtype != 0 &&
-      FromOnnxType(static_cast<int32_t>(output_dtype)).value_or(DataType::kINT32) != scale.type()) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "output_dtype ", output_dtype, " differs from the scale's type ",
-        DataTypeName(scale.type()), "; gemmserve serves the value type of the scale")));
-  }
-  layout.value_type = scale.type();
-  layout.scale_shape = scale.shape();
+  GEMMSERVE_ASSIGN_OR_RETURN(
+      std::vector<float> scales,
+      ReadScales(*scale_proto, output_dtype, files, version, ctx, fail, &layout));
   const Shape x_dims(x->dims().begin(), x->dims().end());
   if (x_dims.size() != 2 && x_dims.size() != 3) {
     return fail(absl::InvalidArgumentError(
         absl::StrCat("x '", ClientText(x->name()), "': expected rank 2 [K, N] or 3 [G, K, N], got ",
                      ShapeToString(x_dims))));
   }
-  std::vector<float> scales(static_cast<size_t>(scale.num_elements()));
-  for (int64_t i = 0; i < scale.num_elements(); ++i) {
-    switch (scale.type()) {
-      case DataType::kFP32: scales[i] = scale.data<float>()[i]; break;
-      case DataType::kFP16: scales[i] = HalfToFloat(scale.data<uint16_t>()[i]); break;
-      default: scales[i] = BFloat16ToFloat(scale.data<uint16_t>()[i]); break;
-    }
-  }
   std::vector<float> zero_points;
   if (node.input_size() == 3 && !node.input(2).empty()) {
     GEMMSERVE_ASSIGN_OR_RETURN(const onnx::TensorProto* zp_proto, init(2, "x_zero_point"));
-    if (zp_proto->data_type() != x->data_type()) {
-      return fail(absl::InvalidArgumentError(
-          absl::StrCat("x_zero_point '", ClientText(zp_proto->name()), "' has ONNX element type ",
-                       zp_proto->data_type(), ", the weights' x has ", x->data_type(),
-                       "; ONNX requires the same type")));
-    }
-    const Shape zp_dims(zp_proto->dims().begin(), zp_proto->dims().end());
-    if (zp_dims != scale.shape()) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          "x_zero_point '", ClientText(zp_proto->name()), "' has shape ", ShapeToString(zp_dims),
-          ", x_scale has ", ShapeToString(scale.shape()), "; ONNX requires the same shape")));
-    }
     GEMMSERVE_ASSIGN_OR_RETURN(
-        QuantizedInitializer zp,
-        ReadQuantizedInitializer(*zp_proto, "x_zero_point", files, version, ctx));
-    zero_points.resize(static_cast<size_t>(zp.elements));
-    const auto* d = static_cast<const uint8_t*>(zp.data.data());
-    for (int64_t i = 0; i < zp.elements; ++i) {
-      zero_points[i] = static_cast<float>(QuantizedElement(zp.type, d, i));
-    }
+        zero_points, ReadZeroPoints(*zp_proto, *x, layout.scale_shape, files, version, ctx, fail));
   }
   if (QuantizedFromOnnx(x->data_type()).has_value() &&
       QuantizedBits(*QuantizedFromOnnx(x->data_type())) == 4 && opset != 0 && opset < 21) {
@@ -454,6 +489,177 @@ absl::StatusOr<TensorSpec> GraphInputSpec(const onnx::ValueInfoProto& info, cons
   return spec;
 }
 
+constexpr char kServed[] =
+    "gemmserve serves one-node graphs (MatMul or GroupedMatMul) and DequantizeLinear -> MatMul "
+    "or DequantizeLinear -> GroupedMatMul (weights kept quantized)";
+
+// The op the graph serves (its last node), and the DequantizeLinear before it
+// (nullptr for a one-node graph).
+struct ServedNodes {
+  const onnx::NodeProto* op = nullptr;
+  const onnx::NodeProto* dequantize = nullptr;
+};
+
+absl::StatusOr<ServedNodes> FindServedNodes(const onnx::GraphProto& graph, const Context& ctx) {
+  if (graph.node_size() != 1 && graph.node_size() != 2) {
+    return ctx.Invalid(absl::StrCat("the graph has ", graph.node_size(), " nodes; ", kServed));
+  }
+  ServedNodes nodes;
+  // With two nodes, the first dequantizes the second's weights.
+  if (graph.node_size() == 2) {
+    nodes.dequantize = &graph.node(0);
+    if (nodes.dequantize->op_type() != "DequantizeLinear") {
+      return ctx.Invalid(absl::StrCat("the graph has 2 nodes and the first is '",
+                                      ClientText(nodes.dequantize->op_type()),
+                                      "', not DequantizeLinear; ", kServed));
+    }
+  }
+  const onnx::NodeProto& node = graph.node(graph.node_size() - 1);
+  nodes.op = &node;
+  if (!node.domain().empty() && node.domain() != "ai.onnx") {
+    return ctx.Invalid(absl::StrCat("node '", ClientText(node.name()), "' is in domain '",
+                                    ClientText(node.domain()),
+                                    "'; only the default ONNX domain is served"));
+  }
+  if (node.op_type() != "MatMul" && node.op_type() != "GroupedMatMul") {
+    return ctx.Invalid(absl::StrCat("unknown op '", ClientText(node.op_type()), "'; ", kServed));
+  }
+  if (node.output_size() != 1 || node.output(0).empty()) {
+    return ctx.Invalid(absl::StrCat("node '", ClientText(node.name()), "' must have one output"));
+  }
+  if (absl::Status valid = ValidateTensorName(node.output(0)); !valid.ok()) {
+    return ctx.Invalid(absl::StrCat("node output: ", valid.message()));
+  }
+  return nodes;
+}
+
+// The dequantized weights feed the op's weights (input 1) and nothing else.
+absl::Status CheckDequantizedFeedsWeights(const onnx::GraphProto& graph, const ServedNodes& nodes,
+                                          const Context& ctx) {
+  const onnx::NodeProto& dequantize = *nodes.dequantize;
+  const onnx::NodeProto& node = *nodes.op;
+  if (dequantize.output_size() != 1 || dequantize.output(0).empty()) {
+    return ctx.Invalid("DequantizeLinear must have one output");
+  }
+  const std::string& dequantized = dequantize.output(0);
+  for (int i = 0; i < node.input_size(); ++i) {
+    if (node.input(i) == dequantized && i != 1) {
+      return ctx.Invalid(absl::StrCat("DequantizeLinear output '", ClientText(dequantized),
+                                      "' feeds ", node.op_type(), " input ", i,
+                                      "; it must be the weights (input 1) and only them"));
+    }
+  }
+  if (node.input_size() < 2 || node.input(1) != dequantized) {
+    return ctx.Invalid(absl::StrCat("DequantizeLinear output '", ClientText(dequantized),
+                                    "' does not feed ", node.op_type(), "'s weights (input 1); ",
+                                    kServed));
+  }
+  for (const auto& out : graph.output()) {
+    if (out.name() == dequantized) {
+      return ctx.Invalid(absl::StrCat("DequantizeLinear output '", ClientText(dequantized),
+                                      "' is a graph output; it must only feed the weights"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The op's inputs by where they come from: an initializer (resident in the
+// model) or a graph input (sent by each request).
+class OpInputs {
+ public:
+  OpInputs(const onnx::GraphProto& graph, const onnx::NodeProto& node, const ModelFiles& files,
+           const std::string& version, const Context& ctx)
+      : node_(node), files_(files), version_(version), ctx_(ctx) {
+    for (const auto& init : graph.initializer()) initializers_[init.name()] = &init;
+    for (const auto& in : graph.input()) {
+      if (!initializers_.count(in.name())) graph_inputs_[in.name()] = &in;
+    }
+  }
+  const std::map<std::string, const onnx::TensorProto*>& initializers() const {
+    return initializers_;
+  }
+
+  // Input `i`, read from its initializer.
+  absl::StatusOr<Tensor> Resident(int i, const char* role) const {
+    auto it = initializers_.find(node_.input(i));
+    if (it == initializers_.end()) {
+      return ctx_.Invalid(absl::StrCat(node_.op_type(), " input ", i, " ('",
+                                       ClientText(node_.input(i)), "', ", role,
+                                       ") must be an initializer: it is the resident weight"));
+    }
+    return ReadInitializer(*it->second, files_, version_, ctx_);
+  }
+
+  // Input `i`, as requests must send it.
+  absl::StatusOr<TensorSpec> Sent(int i, const char* role) const {
+    auto it = graph_inputs_.find(node_.input(i));
+    if (it == graph_inputs_.end()) {
+      return ctx_.Invalid(absl::StrCat(node_.op_type(), " input ", i, " ('",
+                                       ClientText(node_.input(i)), "', ", role,
+                                       ") must be a graph input: requests send it"));
+    }
+    return GraphInputSpec(*it->second, ctx_);
+  }
+
+ private:
+  const onnx::NodeProto& node_;
+  const ModelFiles& files_;
+  const std::string& version_;
+  const Context& ctx_;
+  std::map<std::string, const onnx::TensorProto*> initializers_;
+  std::map<std::string, const onnx::ValueInfoProto*> graph_inputs_;
+};
+
+absl::StatusOr<std::unique_ptr<Model>> WithContext(absl::StatusOr<std::unique_ptr<Model>> m,
+                                                   const Context& ctx) {
+  if (!m.ok()) return ctx.Invalid(m.status().message());
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadMatMul(const onnx::NodeProto& node,
+                                                  const OpInputs& inputs,
+                                                  std::optional<QuantizedWeights> quantized,
+                                                  const std::string& version,
+                                                  const Context& ctx) {
+  if (node.input_size() != 2) return ctx.Invalid("MatMul needs two inputs, A and B");
+  ResidentMatMulSpec spec;
+  spec.name = ctx.model();
+  spec.version = version;
+  GEMMSERVE_ASSIGN_OR_RETURN(spec.a, inputs.Sent(0, "A"));
+  if (quantized) {
+    spec.b_quantized = std::move(quantized);
+  } else {
+    GEMMSERVE_ASSIGN_OR_RETURN(spec.b, inputs.Resident(1, "B"));
+  }
+  spec.output_name = node.output(0);
+  return WithContext(MakeResidentMatMulModel(std::move(spec)), ctx);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadGroupedMatMul(const onnx::NodeProto& node,
+                                                         const OpInputs& inputs,
+                                                         std::optional<QuantizedWeights> quantized,
+                                                         const std::string& version,
+                                                         const Context& ctx) {
+  if (node.input_size() < 3 || node.input_size() > 4) {
+    return ctx.Invalid("GroupedMatMul needs 3 or 4 inputs: input, weights, group_indices, [bias]");
+  }
+  ResidentGroupedMatMulSpec spec;
+  spec.name = ctx.model();
+  spec.version = version;
+  GEMMSERVE_ASSIGN_OR_RETURN(spec.input, inputs.Sent(0, "input"));
+  if (quantized) {
+    spec.weights_quantized = std::move(quantized);
+  } else {
+    GEMMSERVE_ASSIGN_OR_RETURN(spec.weights, inputs.Resident(1, "weights"));
+  }
+  GEMMSERVE_ASSIGN_OR_RETURN(spec.group_indices, inputs.Sent(2, "group_indices"));
+  if (node.input_size() == 4 && !node.input(3).empty()) {
+    GEMMSERVE_ASSIGN_OR_RETURN(spec.bias, inputs.Resident(3, "bias"));
+  }
+  spec.output_name = node.output(0);
+  return WithContext(MakeResidentGroupedMatMulModel(std::move(spec)), ctx);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_name,
@@ -463,133 +669,21 @@ absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_na
   const Context ctx(model_name, absl::StrCat(version, "/", ClientText(filename)));
   GEMMSERVE_ASSIGN_OR_RETURN(onnx::ModelProto proto, ReadModelProto(files, version, filename, ctx));
   const onnx::GraphProto& graph = proto.graph();
-  constexpr char kServed[] =
-      "gemmserve serves one-node graphs (MatMul or GroupedMatMul) and DequantizeLinear -> MatMul "
-      "or DequantizeLinear -> GroupedMatMul (weights kept quantized)";
-  if (graph.node_size() != 1 && graph.node_size() != 2) {
-    return ctx.Invalid(absl::StrCat("the graph has ", graph.node_size(), " nodes; ", kServed));
+  GEMMSERVE_ASSIGN_OR_RETURN(ServedNodes nodes, FindServedNodes(graph, ctx));
+  if (nodes.dequantize != nullptr) {
+    GEMMSERVE_RETURN_IF_ERROR(CheckDequantizedFeedsWeights(graph, nodes, ctx));
   }
-  // With two nodes, the first dequantizes the second's weights.
-  const onnx::NodeProto* dequantize = nullptr;
-  if (graph.node_size() == 2) {
-    dequantize = &graph.node(0);
-    if (dequantize->op_type() != "DequantizeLinear") {
-      return ctx.Invalid(absl::StrCat("the graph has 2 nodes and the first is '",
-                                      ClientText(dequantize->op_type()),
-                                      "', not DequantizeLinear; ", kServed));
-    }
-  }
-  const onnx::NodeProto& node = graph.node(graph.node_size() - 1);
-  const std::string node_name = ClientText(node.name());
-  if (!node.domain().empty() && node.domain() != "ai.onnx") {
-    return ctx.Invalid(absl::StrCat("node '", node_name, "' is in domain '",
-                                    ClientText(node.domain()),
-                                    "'; only the default ONNX domain is served"));
-  }
-  const bool matmul = node.op_type() == "MatMul";
-  if (!matmul && node.op_type() != "GroupedMatMul") {
-    return ctx.Invalid(absl::StrCat("unknown op '", ClientText(node.op_type()), "'; ", kServed));
-  }
-  // The dequantized weights feed the op's weights (input 1) and nothing else.
-  std::string dequantized;
-  if (dequantize != nullptr) {
-    if (dequantize->output_size() != 1 || dequantize->output(0).empty()) {
-      return ctx.Invalid("DequantizeLinear must have one output");
-    }
-    dequantized = dequantize->output(0);
-    for (int i = 0; i < node.input_size(); ++i) {
-      if (node.input(i) == dequantized && i != 1) {
-        return ctx.Invalid(absl::StrCat("DequantizeLinear output '", ClientText(dequantized),
-                                        "' feeds ", node.op_type(), " input ", i,
-                                        "; it must be the weights (input 1) and only them"));
-      }
-    }
-    if (node.input_size() < 2 || node.input(1) != dequantized) {
-      return ctx.Invalid(absl::StrCat("DequantizeLinear output '", ClientText(dequantized),
-                                      "' does not feed ", node.op_type(), "'s weights (input 1); ",
-                                      kServed));
-    }
-    for (const auto& out : graph.output()) {
-      if (out.name() == dequantized) {
-        return ctx.Invalid(absl::StrCat("DequantizeLinear output '", ClientText(dequantized),
-                                        "' is a graph output; it must only feed the weights"));
-      }
-    }
-  }
-  if (node.output_size() != 1 || node.output(0).empty()) {
-    return ctx.Invalid(absl::StrCat("node '", node_name, "' must have one output"));
-  }
-  if (absl::Status valid = ValidateTensorName(node.output(0)); !valid.ok()) {
-    return ctx.Invalid(absl::StrCat("node output: ", valid.message()));
-  }
-
-  std::map<std::string, const onnx::TensorProto*> initializers;
-  for (const auto& init : graph.initializer()) initializers[init.name()] = &init;
-  std::map<std::string, const onnx::ValueInfoProto*> graph_inputs;
-  for (const auto& in : graph.input()) {
-    if (!initializers.count(in.name())) graph_inputs[in.name()] = &in;
-  }
+  const OpInputs inputs(graph, *nodes.op, files, version, ctx);
   std::optional<QuantizedWeights> quantized;
-  if (dequantize != nullptr) {
-    GEMMSERVE_ASSIGN_OR_RETURN(quantized, ReadDequantizeLinear(*dequantize, DefaultOpset(proto),
-                                                               initializers, files, version, ctx));
+  if (nodes.dequantize != nullptr) {
+    GEMMSERVE_ASSIGN_OR_RETURN(quantized,
+                               ReadDequantizeLinear(*nodes.dequantize, DefaultOpset(proto),
+                                                    inputs.initializers(), files, version, ctx));
   }
-  auto resident = [&](int i, const char* role) -> absl::StatusOr<Tensor> {
-    const std::string& name = node.input(i);
-    auto it = initializers.find(name);
-    if (it == initializers.end()) {
-      return ctx.Invalid(absl::StrCat(node.op_type(), " input ", i, " ('", ClientText(name), "', ",
-                                      role, ") must be an initializer: it is the resident weight"));
-    }
-    return ReadInitializer(*it->second, files, version, ctx);
-  };
-  auto sent = [&](int i, const char* role) -> absl::StatusOr<TensorSpec> {
-    const std::string& name = node.input(i);
-    auto it = graph_inputs.find(name);
-    if (it == graph_inputs.end()) {
-      return ctx.Invalid(absl::StrCat(node.op_type(), " input ", i, " ('", ClientText(name), "', ",
-                                      role, ") must be a graph input: requests send it"));
-    }
-    return GraphInputSpec(*it->second, ctx);
-  };
-  auto wrap =
-      [&](absl::StatusOr<std::unique_ptr<Model>> m) -> absl::StatusOr<std::unique_ptr<Model>> {
-    if (!m.ok()) return ctx.Invalid(m.status().message());
-    return m;
-  };
-
-  if (matmul) {
-    if (node.input_size() != 2) return ctx.Invalid("MatMul needs two inputs, A and B");
-    ResidentMatMulSpec spec;
-    spec.name = model_name;
-    spec.version = version;
-    GEMMSERVE_ASSIGN_OR_RETURN(spec.a, sent(0, "A"));
-    if (quantized) {
-      spec.b_quantized = std::move(quantized);
-    } else {
-      GEMMSERVE_ASSIGN_OR_RETURN(spec.b, resident(1, "B"));
-    }
-    spec.output_name = node.output(0);
-    return wrap(MakeResidentMatMulModel(std::move(spec)));
+  if (nodes.op->op_type() == "MatMul") {
+    return LoadMatMul(*nodes.op, inputs, std::move(quantized), version, ctx);
   }
-  if (node.input_size() < 3 || node.input_size() > 4) {
-    return ctx.Invalid("GroupedMatMul needs 3 or 4 inputs: input, weights, group_indices, [bias]");
-  }
-  ResidentGroupedMatMulSpec spec;
-  spec.name = model_name;
-  spec.version = version;
-  GEMMSERVE_ASSIGN_OR_RETURN(spec.input, sent(0, "input"));
-  if (quantized) {
-    spec.weights_quantized = std::move(quantized);
-  } else {
-    GEMMSERVE_ASSIGN_OR_RETURN(spec.weights, resident(1, "weights"));
-  }
-  GEMMSERVE_ASSIGN_OR_RETURN(spec.group_indices, sent(2, "group_indices"));
-  if (node.input_size() == 4 && !node.input(3).empty()) {
-    GEMMSERVE_ASSIGN_OR_RETURN(spec.bias, resident(3, "bias"));
-  }
-  spec.output_name = node.output(0);
-  return wrap(MakeResidentGroupedMatMulModel(std::move(spec)));
+  return LoadGroupedMatMul(*nodes.op, inputs, std::move(quantized), version, ctx);
 }
 
 }  // namespace gemmserve
