@@ -35,9 +35,21 @@ int64_t QuantizedWeights::bytes() const {
   return data_.size() + static_cast<int64_t>((scale_.size() + zero_point_.size()) * sizeof(float));
 }
 
-absl::StatusOr<QuantizedWeights> QuantizedWeights::Make(const Layout& layout, AlignedBuffer data,
-                                                        std::vector<float> scale,
-                                                        std::vector<float> zero_point) {
+namespace {
+
+// How W[r, j] of group g finds its scale: scale[g * group + (r / block_rows)
+// * row + j * col].
+struct ScaleSteps {
+  int64_t group = 0, row = 0, col = 0;
+  int64_t block_rows = 1;
+};
+
+// Validate: the buffers against the layout (rank, value type, the data's
+// size, the axis, the scales' count and values, the zero points' count).
+// Returns the axis, made non-negative.
+absl::StatusOr<int64_t> CheckBuffers(const QuantizedWeights::Layout& layout, int64_t data_bytes,
+                                     const std::vector<float>& scale,
+                                     const std::vector<float>& zero_point) {
   const Shape& w = layout.shape;
   const int64_t r = static_cast<int64_t>(w.size());
   if (r != 2 && r != 3) {
@@ -51,18 +63,16 @@ absl::StatusOr<QuantizedWeights> QuantizedWeights::Make(const Layout& layout, Al
         absl::StrCat("scale: dequantized weights must be FP32, FP16 or BF16, got ",
                      DataTypeName(layout.value_type)));
   }
-  const int64_t g_count = r == 3 ? w[0] : 1, k = w[r - 2], n = w[r - 1];
   const int64_t needed = QuantizedBytes(layout.type, elements);
-  if (data.size() < needed) {
+  if (data_bytes < needed) {
     return absl::InvalidArgumentError(absl::StrCat("weights: ", ShapeToString(w), " of ",
                                                    QuantizedTypeName(layout.type), " needs ",
-                                                   needed, " bytes, got ", data.size()));
+                                                   needed, " bytes, got ", data_bytes));
   }
   if (layout.axis < -r || layout.axis >= r) {
     return absl::InvalidArgumentError(absl::StrCat("axis ", layout.axis, " is outside [", -r, ", ",
                                                    r, ") for weights of rank ", r));
   }
-  const int64_t axis = layout.axis < 0 ? layout.axis + r : layout.axis;
   const Shape& ss = layout.scale_shape;
   GEMMSERVE_ASSIGN_OR_RETURN(const int64_t scale_count, ElementCount(ss));
   if (static_cast<int64_t>(scale.size()) != scale_count) {
@@ -84,73 +94,91 @@ absl::StatusOr<QuantizedWeights> QuantizedWeights::Make(const Layout& layout, Al
     return absl::InvalidArgumentError(
         absl::StrCat("block_size ", layout.block_size, " is negative"));
   }
+  return layout.axis < 0 ? layout.axis + r : layout.axis;
+}
 
-  // Where group g's scales start, and how W[r, j] steps through them.
-  int64_t group_stride = 0, row_stride = 0, col_stride = 0;
-  int64_t block_rows = std::max<int64_t>(k, 1);
-  Layout out = layout;
-  out.axis = axis;
-  if (layout.block_size == 0) {
-    const bool per_tensor = ss.empty() || (ss.size() == 1 && ss[0] == 1 && w[axis] != 1);
-    if (ss.size() == static_cast<size_t>(r)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("block_size 0 with scale ", ShapeToString(ss),
-                       " of the weights' rank: blocked quantization needs block_size >= 1"));
-    }
-    if (!per_tensor && !(ss.size() == 1 && ss[0] == w[axis])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("scale: shape ", ShapeToString(ss),
-                       " is neither per tensor ([] or [1]) nor per channel ([", w[axis],
-                       "], the weights' axis ", axis, " of ", ShapeToString(w), ")"));
-    }
-    if (!per_tensor) {
-      if (axis == r - 1) {
-        col_stride = 1;
-      } else if (axis == r - 2) {
-        row_stride = 1;
-        block_rows = 1;
-      } else {
-        group_stride = 1;  // one scale per group
-      }
-    }
-  } else {
-    if (axis != r - 2) {
-      return absl::InvalidArgumentError(absl::StrCat("blocked quantization along axis ", axis,
-                                                     ": gemmserve serves blocks along K (axis ",
-                                                     r - 2, " of ", ShapeToString(w), ")"));
-    }
-    if (layout.block_size > k) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("block_size ", layout.block_size, " is above K=", k));
-    }
-    const int64_t blocks = (k + layout.block_size - 1) / layout.block_size;
-    Shape want = w;
-    want[axis] = blocks;
-    if (ss != want) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("scale: shape ", ShapeToString(ss), " disagrees with block_size ",
-                       layout.block_size, ": weights ", ShapeToString(w), " need ",
-                       ShapeToString(want), " (ceil(K / block_size) = ", blocks, ")"));
-    }
-    block_rows = layout.block_size;
-    row_stride = n;
-    col_stride = 1;
-    group_stride = blocks * n;
+// Per tensor ([] or [1]) or per channel ([w[axis]]), block_size 0.
+absl::StatusOr<ScaleSteps> UnblockedSteps(const Shape& w, const Shape& ss, int64_t axis) {
+  const int64_t r = static_cast<int64_t>(w.size());
+  ScaleSteps steps;
+  steps.block_rows = std::max<int64_t>(w[r - 2], 1);
+  const bool per_tensor = ss.empty() || (ss.size() == 1 && ss[0] == 1 && w[axis] != 1);
+  if (ss.size() == static_cast<size_t>(r)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_size 0 with scale ", ShapeToString(ss),
+                     " of the weights' rank: blocked quantization needs block_size >= 1"));
   }
+  if (!per_tensor && !(ss.size() == 1 && ss[0] == w[axis])) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scale: shape ", ShapeToString(ss),
+                     " is neither per tensor ([] or [1]) nor per channel ([", w[axis],
+                     "], the weights' axis ", axis, " of ", ShapeToString(w), ")"));
+  }
+  if (per_tensor) return steps;
+  if (axis == r - 1) {
+    steps.col = 1;
+  } else if (axis == r - 2) {
+    steps.row = 1;
+    steps.block_rows = 1;
+  } else {
+    steps.group = 1;  // one scale per group
+  }
+  return steps;
+}
 
+// Blocks of block_size rows along K: scale [G,] ceil(K / block_size), N.
+absl::StatusOr<ScaleSteps> BlockedSteps(const Shape& w, const Shape& ss, int64_t axis,
+                                        int64_t block_size) {
+  const int64_t r = static_cast<int64_t>(w.size());
+  const int64_t k = w[r - 2], n = w[r - 1];
+  if (axis != r - 2) {
+    return absl::InvalidArgumentError(absl::StrCat("blocked quantization along axis ", axis,
+                                                   ": gemmserve serves blocks along K (axis ",
+                                                   r - 2, " of ", ShapeToString(w), ")"));
+  }
+  if (block_size > k) {
+    return absl::InvalidArgumentError(absl::StrCat("block_size ", block_size, " is above K=", k));
+  }
+  const int64_t blocks = (k + block_size - 1) / block_size;
+  Shape want = w;
+  want[axis] = blocks;
+  if (ss != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scale: shape ", ShapeToString(ss), " disagrees with block_size ",
+                     block_size, ": weights ", ShapeToString(w), " need ", ShapeToString(want),
+                     " (ceil(K / block_size) = ", blocks, ")"));
+  }
+  return ScaleSteps{blocks * n, n, 1, block_size};
+}
+
+}  // namespace
+
+absl::StatusOr<QuantizedWeights> QuantizedWeights::Make(const Layout& layout, AlignedBuffer data,
+                                                        std::vector<float> scale,
+                                                        std::vector<float> zero_point) {
+  GEMMSERVE_ASSIGN_OR_RETURN(const int64_t axis,
+                             CheckBuffers(layout, data.size(), scale, zero_point));
+  const Shape& w = layout.shape;
+  GEMMSERVE_ASSIGN_OR_RETURN(
+      const ScaleSteps steps,
+      layout.block_size == 0 ? UnblockedSteps(w, layout.scale_shape, axis)
+                             : BlockedSteps(w, layout.scale_shape, axis, layout.block_size));
+  const int64_t r = static_cast<int64_t>(w.size());
+  const int64_t g_count = r == 3 ? w[0] : 1, k = w[r - 2], n = w[r - 1];
   QuantizedWeights q;
-  q.layout_ = std::move(out);
+  q.layout_ = layout;
+  q.layout_.axis = axis;
   q.data_ = std::move(data);
   q.scale_ = std::move(scale);
   q.zero_point_ = std::move(zero_point);
+  const int64_t scale_count = static_cast<int64_t>(q.scale_.size());
   const int64_t scales_per_group =
-      group_stride == 0 ? scale_count : scale_count / std::max<int64_t>(g_count, 1);
+      steps.group == 0 ? scale_count : scale_count / std::max<int64_t>(g_count, 1);
   const int64_t zp_count = q.zero_point_.empty() ? 0 : scales_per_group;
   q.group_bytes_ = QuantizedBytes(q.layout_.type, k * n) +
                    (scales_per_group + zp_count) * static_cast<int64_t>(sizeof(float));
-  const bool factorable = ScalesFactorable(q.scale_.data(), static_cast<int64_t>(q.scale_.size()));
-  const int min_exponent =
-      ScalesMinExponent(q.scale_.data(), static_cast<int64_t>(q.scale_.size()));
+  const bool factorable = ScalesFactorable(q.scale_.data(), scale_count);
+  const int min_exponent = ScalesMinExponent(q.scale_.data(), scale_count);
   q.groups_.resize(static_cast<size_t>(g_count));
   for (int64_t g = 0; g < g_count; ++g) {
     QuantizedMatrix& m = q.groups_[static_cast<size_t>(g)];
@@ -159,11 +187,11 @@ absl::StatusOr<QuantizedWeights> QuantizedWeights::Make(const Layout& layout, Al
     m.first = g * k * n;
     m.k = k;
     m.n = n;
-    m.scale = q.scale_.data() + g * group_stride;
-    m.zero_point = q.zero_point_.empty() ? nullptr : q.zero_point_.data() + g * group_stride;
-    m.block_rows = block_rows;
-    m.scale_row_stride = row_stride;
-    m.scale_col_stride = col_stride;
+    m.scale = q.scale_.data() + g * steps.group;
+    m.zero_point = q.zero_point_.empty() ? nullptr : q.zero_point_.data() + g * steps.group;
+    m.block_rows = steps.block_rows;
+    m.scale_row_stride = steps.row;
+    m.scale_col_stride = steps.col;
     m.value_type = q.layout_.value_type;
     m.scales_factorable = factorable;
     m.scales_min_exponent = min_exponent;

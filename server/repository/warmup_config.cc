@@ -53,102 +53,107 @@ void FillRandom(DataType type, int64_t elements, char* out, std::mt19937_64& rng
   }
 }
 
-}  // namespace
-
-absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const inference::ModelConfig& config,
-                                                           const ModelFiles& files,
-                                                           int64_t max_bytes) {
-  if (config.model_warmup_size() > kMaxWarmupSamples) {
-    return absl::InvalidArgumentError(absl::StrCat("config.pbtxt: ", config.model_warmup_size(),
-                                                   " model_warmup samples, over the limit of ",
-                                                   kMaxWarmupSamples));
+// One input of a sample, validated; its bytes are counted into
+// `total_bytes` (held to `max_bytes`), not yet read or made.
+absl::StatusOr<WarmupInput> InputFromConfig(const std::string& name,
+                                            const inference::ModelWarmup::Input& in,
+                                            const std::string& where, int64_t* total_bytes,
+                                            int64_t max_bytes) {
+  auto invalid = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
+  };
+  const std::string at = absl::StrCat("input '", ClientText(name, 128), "': ");
+  if (name.empty()) return invalid("an input has no name");
+  WarmupInput input;
+  input.name = name;
+  absl::StatusOr<DataType> type = WarmupDataType(in.data_type());
+  if (!type.ok()) return invalid(absl::StrCat(at, type.status().message()));
+  input.type = *type;
+  if (in.dims_size() > kMaxRank) {
+    return invalid(
+        absl::StrCat(at, "rank ", in.dims_size(), " is over the limit of ", kMaxRank));
   }
-  // Every field is checked, and every byte counted, before any is allocated.
-  int64_t total_bytes = 0;
-  uint64_t total_runs = 0;
-  std::vector<WarmupSample> samples;
-  for (int s = 0; s < config.model_warmup_size(); ++s) {
-    const inference::ModelWarmup& w = config.model_warmup(s);
-    const std::string where = w.name().empty() ? absl::StrCat("config.pbtxt: model_warmup[", s, "]")
-                                               : absl::StrCat("config.pbtxt: model_warmup '",
-                                                              ClientText(w.name(), 128), "'");
-    auto invalid = [&](absl::string_view what) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
-    };
-    if (w.name().empty()) return invalid("name is required");
-    if (w.name().size() > kMaxWarmupNameLength) {
-      return invalid(absl::StrCat("name is longer than ", kMaxWarmupNameLength, " characters"));
-    }
-    if (w.batch_size() > 1) {
-      return invalid(absl::StrCat("batch_size ", w.batch_size(),
-                                  ": must be 0 or 1 (the models have no batch dimension; give it "
-                                  "in dims)"));
-    }
-    if (w.count() > kMaxWarmupCount) {
-      return invalid(absl::StrCat("count ", w.count(), " is over the limit of ", kMaxWarmupCount));
-    }
-    total_runs += std::max<uint32_t>(1, w.count());
-    if (total_runs > kMaxWarmupCount) {
-      return invalid(absl::StrCat("the samples run more than ", kMaxWarmupCount,
-                                  " times together (the sum of their counts)"));
-    }
-    if (w.inputs_size() > kMaxWarmupInputs) {
+  input.shape.assign(in.dims().begin(), in.dims().end());
+  absl::StatusOr<int64_t> bytes = ByteSize(input.shape, input.type);
+  if (!bytes.ok()) {
+    return invalid(
+        absl::StrCat(at, "dims ", ShapeToString(input.shape), ": ", bytes.status().message()));
+  }
+  *total_bytes = SaturatingAdd(*total_bytes, *bytes);
+  if (*total_bytes > max_bytes) {
+    return invalid(absl::StrCat(at, "the warmup samples hold more than ", max_bytes,
+                                " bytes together (--max_message_bytes)"));
+  }
+  switch (in.input_data_type_case()) {
+    case inference::ModelWarmup::Input::kZeroData: input.data = WarmupInput::Data::kZero; break;
+    case inference::ModelWarmup::Input::kRandomData:
+      input.data = WarmupInput::Data::kRandom;
+      break;
+    case inference::ModelWarmup::Input::kInputDataFile:
+      input.data = WarmupInput::Data::kFile;
+      input.file = in.input_data_file();
+      if (!IsPlainRelativePath(input.file)) {
+        return invalid(absl::StrCat(
+            at, "input_data_file must be a relative path without '.' or '..' components"));
+      }
+      break;
+    case inference::ModelWarmup::Input::INPUT_DATA_TYPE_NOT_SET:
       return invalid(
-          absl::StrCat(w.inputs_size(), " inputs, over the limit of ", kMaxWarmupInputs));
-    }
-    WarmupSample sample;
-    sample.name = w.name();
-    sample.batch_size = w.batch_size();
-    sample.count = std::max<uint32_t>(1, w.count());
-    for (const auto& [name, in] : w.inputs()) {
-      const std::string at = absl::StrCat("input '", ClientText(name, 128), "': ");
-      if (name.empty()) return invalid("an input has no name");
-      WarmupInput input;
-      input.name = name;
-      absl::StatusOr<DataType> type = WarmupDataType(in.data_type());
-      if (!type.ok()) return invalid(absl::StrCat(at, type.status().message()));
-      input.type = *type;
-      if (in.dims_size() > kMaxRank) {
-        return invalid(
-            absl::StrCat(at, "rank ", in.dims_size(), " is over the limit of ", kMaxRank));
-      }
-      input.shape.assign(in.dims().begin(), in.dims().end());
-      absl::StatusOr<int64_t> bytes = ByteSize(input.shape, input.type);
-      if (!bytes.ok()) {
-        return invalid(
-            absl::StrCat(at, "dims ", ShapeToString(input.shape), ": ", bytes.status().message()));
-      }
-      total_bytes = SaturatingAdd(total_bytes, *bytes);
-      if (total_bytes > max_bytes) {
-        return invalid(absl::StrCat(at, "the warmup samples hold more than ", max_bytes,
-                                    " bytes together (--max_message_bytes)"));
-      }
-      switch (in.input_data_type_case()) {
-        case inference::ModelWarmup::Input::kZeroData: input.data = WarmupInput::Data::kZero; break;
-        case inference::ModelWarmup::Input::kRandomData:
-          input.data = WarmupInput::Data::kRandom;
-          break;
-        case inference::ModelWarmup::Input::kInputDataFile:
-          input.data = WarmupInput::Data::kFile;
-          input.file = in.input_data_file();
-          if (!IsPlainRelativePath(input.file)) {
-            return invalid(absl::StrCat(
-                at, "input_data_file must be a relative path without '.' or '..' components"));
-          }
-          break;
-        case inference::ModelWarmup::Input::INPUT_DATA_TYPE_NOT_SET:
-          return invalid(
-              absl::StrCat(at, "one of zero_data, random_data or input_data_file is required"));
-      }
-      // zero_data: false or random_data: false still selects the kind;
-      // Triton reads the field that is set, whatever its value.
-      sample.inputs.push_back(std::move(input));
-    }
-    std::sort(sample.inputs.begin(), sample.inputs.end(),
-              [](const WarmupInput& a, const WarmupInput& b) { return a.name < b.name; });
-    samples.push_back(std::move(sample));
+          absl::StrCat(at, "one of zero_data, random_data or input_data_file is required"));
   }
-  // Now the bytes, all counted above.
+  // zero_data: false or random_data: false still selects the kind;
+  // Triton reads the field that is set, whatever its value.
+  return input;
+}
+
+// Sample `s` of the config, validated, its runs counted into `total_runs`.
+absl::StatusOr<WarmupSample> SampleFromConfig(const inference::ModelWarmup& w, int s,
+                                              uint64_t* total_runs, int64_t* total_bytes,
+                                              int64_t max_bytes) {
+  const std::string where = w.name().empty() ? absl::StrCat("config.pbtxt: model_warmup[", s, "]")
+                                             : absl::StrCat("config.pbtxt: model_warmup '",
+                                                            ClientText(w.name(), 128), "'");
+  auto invalid = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
+  };
+  if (w.name().empty()) return invalid("name is required");
+  if (w.name().size() > kMaxWarmupNameLength) {
+    return invalid(absl::StrCat("name is longer than ", kMaxWarmupNameLength, " characters"));
+  }
+  if (w.batch_size() > 1) {
+    return invalid(absl::StrCat("batch_size ", w.batch_size(),
+                                ": must be 0 or 1 (the models have no batch dimension; give it "
+                                "in dims)"));
+  }
+  if (w.count() > kMaxWarmupCount) {
+    return invalid(absl::StrCat("count ", w.count(), " is over the limit of ", kMaxWarmupCount));
+  }
+  *total_runs += std::max<uint32_t>(1, w.count());
+  if (*total_runs > kMaxWarmupCount) {
+    return invalid(absl::StrCat("the samples run more than ", kMaxWarmupCount,
+                                " times together (the sum of their counts)"));
+  }
+  if (w.inputs_size() > kMaxWarmupInputs) {
+    return invalid(
+        absl::StrCat(w.inputs_size(), " inputs, over the limit of ", kMaxWarmupInputs));
+  }
+  WarmupSample sample;
+  sample.name = w.name();
+  sample.batch_size = w.batch_size();
+  sample.count = std::max<uint32_t>(1, w.count());
+  for (const auto& [name, in] : w.inputs()) {
+    GEMMSERVE_ASSIGN_OR_RETURN(WarmupInput input,
+                               InputFromConfig(name, in, where, total_bytes, max_bytes));
+    sample.inputs.push_back(std::move(input));
+  }
+  std::sort(sample.inputs.begin(), sample.inputs.end(),
+            [](const WarmupInput& a, const WarmupInput& b) { return a.name < b.name; });
+  return sample;
+}
+
+// The samples' bytes, all counted before: read from their files, zeros, or
+// random values from one fixed seed.
+absl::Status MakeBytes(std::vector<WarmupSample>& samples, const ModelFiles& files) {
   std::mt19937_64 rng(0x9e3779b97f4a7c15ull);
   for (WarmupSample& sample : samples) {
     for (WarmupInput& input : sample.inputs) {
@@ -178,6 +183,30 @@ absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const inference::Mode
       }
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const inference::ModelConfig& config,
+                                                           const ModelFiles& files,
+                                                           int64_t max_bytes) {
+  if (config.model_warmup_size() > kMaxWarmupSamples) {
+    return absl::InvalidArgumentError(absl::StrCat("config.pbtxt: ", config.model_warmup_size(),
+                                                   " model_warmup samples, over the limit of ",
+                                                   kMaxWarmupSamples));
+  }
+  // Every field is checked, and every byte counted, before any is allocated.
+  int64_t total_bytes = 0;
+  uint64_t total_runs = 0;
+  std::vector<WarmupSample> samples;
+  for (int s = 0; s < config.model_warmup_size(); ++s) {
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        WarmupSample sample,
+        SampleFromConfig(config.model_warmup(s), s, &total_runs, &total_bytes, max_bytes));
+    samples.push_back(std::move(sample));
+  }
+  GEMMSERVE_RETURN_IF_ERROR(MakeBytes(samples, files));
   return samples;
 }
 
