@@ -594,6 +594,88 @@ int RunInfer(const Client& client, const std::vector<std::string>& args, absl::D
   return kExitOk;
 }
 
+namespace {
+
+// The runs perf makes: one per --concurrency_range / --request_rate_range
+// level, or the one the options describe.
+std::vector<PerfOptions> PerfLevels(const PerfOptions& options, const PerfPlan& plan) {
+  std::vector<PerfOptions> levels;
+  for (int c : plan.concurrency_levels) {
+    levels.push_back(options);
+    levels.back().concurrency = c;
+  }
+  for (double r : plan.rate_levels) {
+    levels.push_back(options);
+    levels.back().rate = r;
+  }
+  if (levels.empty()) levels.push_back(options);
+  return levels;
+}
+
+// The requests perf sends, built once, and the shared memory they use.
+struct PerfRequests {
+  std::vector<inference::ModelInferRequest> requests;
+  std::vector<PerfInput> described;
+  std::unique_ptr<PerfSharedMemory> shm;
+};
+
+// The model's inputs made (or read from --input_data) and turned into
+// requests. `usage` says an error is the command line's (exit 2).
+absl::StatusOr<PerfRequests> PreparePerfRequests(const PerfTarget& client,
+                                                 const PerfOptions& options,
+                                                 absl::Duration setup_timeout, bool* usage) {
+  *usage = false;
+  GEMMSERVE_ASSIGN_OR_RETURN(inference::ModelMetadataResponse metadata,
+                             client.Metadata(options.model, setup_timeout));
+  absl::StatusOr<inference::ModelConfig> config = client.Config(options.model, setup_timeout);
+  if (!config.ok() && config.status().code() != absl::StatusCode::kUnimplemented) {
+    std::cerr << "gemmserve-cli: note: ModelConfig failed ("
+              << absl::StatusCodeToString(config.status().code()) << ": "
+              << config.status().message() << "); inputs are made from the metadata alone\n";
+  }
+  const inference::ModelConfig* known = config.ok() ? &*config : nullptr;
+  absl::StatusOr<std::vector<std::vector<HostTensor>>> inputs =
+      options.input_data_file.empty()
+          ? MakePerfInputPool(metadata, known, options)
+          : ReadPerfInputData(options.input_data_file, metadata, known, options);
+  if (!inputs.ok()) {
+    *usage = inputs.status().code() == absl::StatusCode::kInvalidArgument;
+    return inputs.status();
+  }
+  PerfRequests out;
+  if (options.system_shared_memory) {
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        out.shm, PerfSharedMemory::Create(client, options.model, (*inputs)[0], setup_timeout));
+    out.requests.push_back(out.shm->request());  // the region holds the one request's inputs
+    out.described = out.shm->described();
+    return out;
+  }
+  absl::StatusOr<std::vector<PerfInput>> described = DescribePool(*inputs);
+  if (!described.ok()) {
+    *usage = true;
+    return described.status();
+  }
+  out.described = *std::move(described);
+  for (std::vector<HostTensor>& tensors : *inputs) {
+    out.requests.push_back(MakeInferRequest(options.model, std::move(tensors)));
+  }
+  return out;
+}
+
+// --json_out: one object, or an array of one per level.
+std::string PerfJson(const std::vector<PerfResult>& results) {
+  if (results.size() == 1) return PerfResultJson(results[0]);
+  std::vector<std::string> objects;
+  for (const PerfResult& r : results) {
+    std::string one = PerfResultJson(r);
+    if (!one.empty() && one.back() == '\n') one.pop_back();
+    objects.push_back(std::move(one));
+  }
+  return absl::StrCat("[", absl::StrJoin(objects, ",\n"), "]\n");
+}
+
+}  // namespace
+
 int RunPerf(const Client& grpc_client, const std::string& address, const PerfOptions& options,
             const PerfPlan& plan) {
   if (absl::Status s = CheckPerfOptions(options); !s.ok()) return Usage(s.message());
@@ -608,16 +690,7 @@ int RunPerf(const Client& grpc_client, const std::string& address, const PerfOpt
     target = std::make_unique<GrpcPerfTarget>(grpc_client);
   }
   const PerfTarget& client = *target;
-  std::vector<PerfOptions> levels;
-  for (int c : plan.concurrency_levels) {
-    levels.push_back(options);
-    levels.back().concurrency = c;
-  }
-  for (double r : plan.rate_levels) {
-    levels.push_back(options);
-    levels.back().rate = r;
-  }
-  if (levels.empty()) levels.push_back(options);
+  const std::vector<PerfOptions> levels = PerfLevels(options, plan);
   for (const PerfOptions& level : levels) {
     if (absl::Status s = CheckPerfOptions(level); !s.ok()) return Usage(s.message());
   }
@@ -635,56 +708,17 @@ int RunPerf(const Client& grpc_client, const std::string& address, const PerfOpt
   // so that a server that accepts connections but never answers cannot hang
   // the run.
   const absl::Duration setup_timeout = std::max(options.timeout, absl::Seconds(30));
-  absl::StatusOr<inference::ModelMetadataResponse> metadata =
-      client.Metadata(options.model, setup_timeout);
-  if (!metadata.ok()) return Fail(metadata.status());
-  absl::StatusOr<inference::ModelConfig> config = client.Config(options.model, setup_timeout);
-  if (!config.ok() && config.status().code() != absl::StatusCode::kUnimplemented) {
-    std::cerr << "gemmserve-cli: note: ModelConfig failed ("
-              << absl::StatusCodeToString(config.status().code()) << ": "
-              << config.status().message() << "); inputs are made from the metadata alone\n";
-  }
-  absl::StatusOr<std::vector<std::vector<HostTensor>>> inputs =
-      options.input_data_file.empty()
-          ? MakePerfInputPool(*metadata, config.ok() ? &*config : nullptr, options)
-          : ReadPerfInputData(options.input_data_file, *metadata, config.ok() ? &*config : nullptr,
-                              options);
-  if (!inputs.ok()) {
-    if (inputs.status().code() == absl::StatusCode::kInvalidArgument) {
-      return Usage(inputs.status().message());
-    }
-    return Fail(inputs.status());
-  }
-  std::unique_ptr<PerfSharedMemory> shm;
-  if (options.system_shared_memory) {
-    absl::StatusOr<std::unique_ptr<PerfSharedMemory>> made =
-        PerfSharedMemory::Create(client, options.model, (*inputs)[0], setup_timeout);
-    if (!made.ok()) return Fail(made.status());
-    shm = *std::move(made);
-    inputs->clear();  // the region holds the one request's inputs
-  }
-  // The requests, built once (the pool's tensors move into them).
-  std::vector<inference::ModelInferRequest> requests;
-  std::vector<PerfInput> described;
-  if (shm) {
-    requests.push_back(shm->request());
-    described = shm->described();
-  } else {
-    absl::StatusOr<std::vector<PerfInput>> d = DescribePool(*inputs);
-    if (!d.ok()) return Usage(d.status().message());
-    described = *std::move(d);
-    for (std::vector<HostTensor>& tensors : *inputs) {
-      requests.push_back(MakeInferRequest(options.model, std::move(tensors)));
-    }
-    inputs->clear();
-  }
+  bool usage = false;
+  absl::StatusOr<PerfRequests> prepared =
+      PreparePerfRequests(client, options, setup_timeout, &usage);
+  if (!prepared.ok()) return usage ? Usage(prepared.status().message()) : Fail(prepared.status());
   std::vector<PerfResult> results;
   for (const PerfOptions& level : levels) {
     // The server's statistics around the run; a server without the RPC (or
     // a failing one) gives a report without the breakdown.
     absl::StatusOr<inference::ModelStatistics> before =
         client.Statistics(options.model, setup_timeout);
-    absl::StatusOr<PerfResult> result = client.Run(requests, described, level);
+    absl::StatusOr<PerfResult> result = client.Run(prepared->requests, prepared->described, level);
     if (!result.ok()) {
       if (result.status().code() == absl::StatusCode::kInvalidArgument) {
         return Usage(result.status().message());
@@ -698,19 +732,7 @@ int RunPerf(const Client& grpc_client, const std::string& address, const PerfOpt
     results.push_back(*std::move(result));
   }
   if (!plan.json_out.empty()) {
-    std::string json;
-    if (results.size() == 1) {
-      json = PerfResultJson(results[0]);
-    } else {
-      std::vector<std::string> objects;
-      for (const PerfResult& r : results) {
-        std::string one = PerfResultJson(r);
-        if (!one.empty() && one.back() == '\n') one.pop_back();
-        objects.push_back(std::move(one));
-      }
-      json = absl::StrCat("[", absl::StrJoin(objects, ",\n"), "]\n");
-    }
-    if (absl::Status s = json_file.Commit(json); !s.ok()) return Fail(s);
+    if (absl::Status s = json_file.Commit(PerfJson(results)); !s.ok()) return Fail(s);
   }
   if (!plan.csv_out.empty()) {
     if (absl::Status s = csv_file.Commit(PerfCsv(results)); !s.ok()) return Fail(s);
