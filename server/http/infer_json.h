@@ -91,16 +91,6 @@ struct HttpResponseBody {
 absl::Status EncodeInferResponseJson(const InferResult& result, const HttpInferRequest& request,
                                      HttpResponseBody* out);
 
-// Shortest text that reads back as the same value; NaN and infinities as
-// JavaScript and Python write them (NaN, Infinity, -Infinity).
-void AppendJsonNumber(float v, std::string* out);
-void AppendJsonNumber(double v, std::string* out);
-
-// Value rounding of JSON numbers into half types, to nearest even, exposed for
-// tests: false when the finite value is out of the type's range.
-bool DoubleToBFloat16(double v, uint16_t* out);
-bool DoubleToHalf(double v, uint16_t* out);
-
 }  // namespace gemmserve
 
 #endif  // GEMMSERVE_SERVER_HTTP_INFER_JSON_H_

@@ -1,4 +1,5 @@
 #include "server/http/infer_json.h"
+#include "server/http/json_numbers.h"
 
 #include <cmath>
 #include <cstring>

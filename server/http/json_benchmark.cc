@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "server/http/infer_json.h"
+#include "server/http/json_numbers.h"
 #include "server/tensor/tensor.h"
 
 namespace gemmserve {
