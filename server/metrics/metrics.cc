@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "server/common/model_name.h"
+#include "server/common/status_macros.h"
 #include "server/metrics/exposer_stop.h"
 
 namespace gemmserve {
@@ -142,7 +143,16 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& bind_
                                 "against --max_inflight_bytes.")
                             .Register(r)
                             .Add({});
-  m->families_ = std::make_unique<Families>(Families{
+  m->families_ = RegisterFamilies(r);
+  m->unknown_ = m->ForModel(kUnknownModelLabel);
+  if (!bind_address.empty()) GEMMSERVE_RETURN_IF_ERROR(m->Expose(bind_address));
+  return m;
+}
+
+Metrics::Metrics() = default;
+
+std::unique_ptr<Metrics::Families> Metrics::RegisterFamilies(prometheus::Registry& r) {
+  return std::make_unique<Families>(Families{
       &prometheus::BuildCounter()
            .Name("gemmserve_requests_total")
            .Help("Inference requests answered, by gRPC status code.")
@@ -195,23 +205,21 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& bind_
                  "its rate is the weights' share of memory bandwidth.")
            .Register(r),
   });
-  m->unknown_ = m->ForModel(kUnknownModelLabel);
-  if (!bind_address.empty()) {
-    try {
-      m->exposer_ = std::make_unique<prometheus::Exposer>(bind_address);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot serve metrics on ", bind_address, ": ", e.what()));
-    }
-    m->exposer_->RegisterCollectable(m->registry_);
-    const std::vector<int> ports = m->exposer_->GetListeningPorts();
-    m->port_ = ports.empty() ? 0 : ports.front();
-    m->bind_address_ = bind_address;
-  }
-  return m;
 }
 
-Metrics::Metrics() = default;
+absl::Status Metrics::Expose(const std::string& bind_address) {
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(bind_address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", bind_address, ": ", e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  port_ = ports.empty() ? 0 : ports.front();
+  bind_address_ = bind_address;
+  return absl::OkStatus();
+}
 
 Metrics::~Metrics() {
   StopExposerPromptly(std::move(exposer_), bind_address_, port_);

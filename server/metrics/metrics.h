@@ -144,6 +144,11 @@ class Metrics {
   // been taken up again meanwhile (the series are then the new holder's).
   void Release(ModelMetrics* metrics);
   struct Families;
+  // The per-model metric families, registered in `registry`.
+  static std::unique_ptr<Families> RegisterFamilies(prometheus::Registry& registry);
+  // Serves the registry on `bind_address` (host:port); UNAVAILABLE when it
+  // cannot listen.
+  absl::Status Expose(const std::string& bind_address);
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;

@@ -18,17 +18,14 @@
 namespace gemmserve {
 namespace {
 constexpr char kInferenceServiceName[] = "inference.GRPCInferenceService";
-}  // namespace
 
-absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Serving* serving,
-                                                             const std::string& listen_host,
-                                                             const GrpcOptions& g) {
+// Options gRPC can take: a port, and limits that fit its int arguments.
+absl::Status CheckGrpcOptions(const GrpcOptions& g, int64_t max_message_bytes) {
   if (g.port < 0 || g.port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--grpc_port ", g.port, " is not a port number"));
   }
   // gRPC takes the limits as int; protobuf cannot carry 2 GiB anyway.
-  const int64_t max_message_bytes = serving->max_message_bytes();
   if (max_message_bytes <= 0 || max_message_bytes > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_message_bytes must be in [1, ", std::numeric_limits<int>::max(), "]"));
@@ -45,26 +42,12 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Serving* serving,
   if (g.max_concurrent_streams < 1) {
     return absl::InvalidArgumentError("--grpc_max_concurrent_streams must be at least 1");
   }
-  auto credentials = MakeServerCredentials(g.tls);
-  if (!credentials.ok()) return credentials.status();
+  return absl::OkStatus();
+}
 
-  std::unique_ptr<GrpcServer> server(new GrpcServer);
-  server->service_ = std::make_unique<InferenceService>(serving, g.max_stream_inflight);
-
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  const std::string host = HostForPort(listen_host);
-  std::unique_ptr<GrpcAcceptor> acceptor;
-  if (g.tls.cert_file.empty()) {
-    // Plaintext: the port is ours (GrpcAcceptor), for its connection cap and
-    // so that running out of descriptors never stops it for good.
-    GEMMSERVE_ASSIGN_OR_RETURN(
-        acceptor, GrpcAcceptor::Listen(listen_host, g.port, g.max_connections));
-    server->port_ = acceptor->port();
-  } else {
-    builder.AddListeningPort(absl::StrCat(host, ":", g.port), *credentials, &server->port_);
-  }
+// The HTTP/2 limits, gRPC's buffer quota and its message limits.
+void SetLimits(const GrpcOptions& g, int64_t max_message_bytes, int64_t max_inflight_bytes,
+               grpc::ServerBuilder& builder) {
   // HTTP/2 limits with safe defaults (SECURITY.md): keepalive pings both
   // ways, a cap on concurrent streams per connection, idle and age limits.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(g.keepalive_time_ms));
@@ -87,10 +70,40 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Serving* serving,
   // from a quota of the same size as the engine's: a client cannot make
   // gRPC hold more than the limits promise, beside what the engine counts.
   grpc::ResourceQuota quota("gemmserve");
-  quota.Resize(static_cast<size_t>(serving->max_inflight_bytes()));
+  quota.Resize(static_cast<size_t>(max_inflight_bytes));
   builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Serving* serving,
+                                                             const std::string& listen_host,
+                                                             const GrpcOptions& g) {
+  const int64_t max_message_bytes = serving->max_message_bytes();
+  GEMMSERVE_RETURN_IF_ERROR(CheckGrpcOptions(g, max_message_bytes));
+  auto credentials = MakeServerCredentials(g.tls);
+  if (!credentials.ok()) return credentials.status();
+
+  std::unique_ptr<GrpcServer> server(new GrpcServer);
+  server->service_ = std::make_unique<InferenceService>(serving, g.max_stream_inflight);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string host = HostForPort(listen_host);
+  std::unique_ptr<GrpcAcceptor> acceptor;
+  if (g.tls.cert_file.empty()) {
+    // Plaintext: the port is ours (GrpcAcceptor), for its connection cap and
+    // so that running out of descriptors never stops it for good.
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        acceptor, GrpcAcceptor::Listen(listen_host, g.port, g.max_connections));
+    server->port_ = acceptor->port();
+  } else {
+    builder.AddListeningPort(absl::StrCat(host, ":", g.port), *credentials, &server->port_);
+  }
+  SetLimits(g, max_message_bytes, serving->max_inflight_bytes(), builder);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
