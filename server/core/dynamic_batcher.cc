@@ -140,80 +140,89 @@ int64_t DynamicBatcher::in_flight_batches() const {
   return in_flight_;
 }
 
+absl::Status DynamicBatcher::DropReason(const Entry& e, absl::Time now) {
+  if (now >= e.deadline) {
+    return absl::DeadlineExceededError("deadline passed while queued; not computed");
+  }
+  if (e.task->IsCancelled()) return absl::CancelledError("request cancelled while queued");
+  return absl::OkStatus();
+}
+
+std::deque<DynamicBatcher::Entry>::iterator DynamicBatcher::Remove(
+    std::deque<Entry>& level, std::deque<Entry>::iterator it, absl::Status status,
+    std::vector<Rejection>* rejected) {
+  if (!status.ok()) {
+    rejected->emplace_back();
+    rejected->back() = Rejection{std::move(it->task), std::move(status)};
+  }
+  --queued_;
+  queued_rows_ -= it->rows;
+  if (it->deadline != absl::InfiniteFuture()) deadlines_.erase(deadlines_.find(it->deadline));
+  return level.erase(it);
+}
+
+bool DynamicBatcher::BatchDue(absl::Time now) const {
+  if (options_.max_batch_rows > 0 && queued_rows_ >= options_.max_batch_rows) return true;
+  // Closed (unloading or shutting down): nothing more will join.
+  if (closed_) return true;
+  if (in_flight_ == 0) {
+    // The cores are free. Waiting helps only while the requests of the
+    // batch that just ended may still come back (closed-loop clients
+    // resubmit when answered): cut once they all have, or once the cores
+    // have been free for max_queue_delay. Without this wait, clients split
+    // into two cohorts that alternate, each batch half the size it could be.
+    return arrived_since_idle_ >= last_batch_requests_ ||
+           now >= idle_since_ + options_.max_queue_delay;
+  }
+  absl::Time oldest = absl::InfiniteFuture();
+  for (const std::deque<Entry>& level : levels_) {
+    if (!level.empty()) oldest = std::min(oldest, level.front().enqueued);
+  }
+  return now >= oldest + options_.max_queue_delay;
+}
+
+DynamicBatcher::Batch DynamicBatcher::TakeBatch(absl::Time now,
+                                                std::vector<Rejection>* rejected) {
+  Batch batch;
+  int64_t rows = 0;
+  for (std::deque<Entry>& level : levels_) {
+    while (!level.empty()) {
+      auto front = level.begin();
+      if (absl::Status status = DropReason(*front, now); !status.ok()) {
+        Remove(level, front, std::move(status), rejected);
+        continue;
+      }
+      if (!batch.empty() && options_.max_batch_rows > 0 &&
+          rows + front->rows > options_.max_batch_rows) {
+        break;
+      }
+      rows += front->rows;
+      batch.push_back(std::move(front->task));
+      Remove(level, front, absl::OkStatus(), rejected);
+    }
+    // Strict priority: a lower level only fills what the higher left.
+    if (!level.empty()) break;
+  }
+  return batch;
+}
+
 void DynamicBatcher::CollectDue(absl::Time now, std::vector<Batch>* batches,
                                 std::vector<Rejection>* rejected) {
   // Requests that can no longer be answered usefully leave without compute.
   // The full scan runs only when a deadline is due (the timer polls then);
   // cancellations are also caught as requests are taken into a batch.
-  auto drop_reason = [&](const Entry& e) -> absl::Status {
-    if (now >= e.deadline) {
-      return absl::DeadlineExceededError("deadline passed while queued; not computed");
-    }
-    if (e.task->IsCancelled()) return absl::CancelledError("request cancelled while queued");
-    return absl::OkStatus();
-  };
-  // Takes an entry out of the queue. The only allocation (the rejection's
-  // slot) comes first, so a throw leaves the entry queued and counted.
-  auto remove = [&](std::deque<Entry>& level, std::deque<Entry>::iterator it, absl::Status status) {
-    if (!status.ok()) {
-      rejected->emplace_back();
-      rejected->back() = Rejection{std::move(it->task), std::move(status)};
-    }
-    --queued_;
-    queued_rows_ -= it->rows;
-    if (it->deadline != absl::InfiniteFuture()) deadlines_.erase(deadlines_.find(it->deadline));
-    return level.erase(it);
-  };
   if (!deadlines_.empty() && *deadlines_.begin() <= now) {
     for (std::deque<Entry>& level : levels_) {
       for (auto it = level.begin(); it != level.end();) {
-        absl::Status status = drop_reason(*it);
-        it = status.ok() ? std::next(it) : remove(level, it, std::move(status));
+        absl::Status status = DropReason(*it, now);
+        it = status.ok() ? std::next(it) : Remove(level, it, std::move(status), rejected);
       }
     }
   }
   while (queued_ > 0) {
     if (in_flight_ >= std::max(options_.max_concurrent_batches, 1) && !closed_) return;
-    absl::Time oldest = absl::InfiniteFuture();
-    for (const std::deque<Entry>& level : levels_) {
-      if (!level.empty()) oldest = std::min(oldest, level.front().enqueued);
-    }
-    const bool full = options_.max_batch_rows > 0 && queued_rows_ >= options_.max_batch_rows;
-    bool due;
-    if (in_flight_ == 0) {
-      // The cores are free. Waiting helps only while the requests of the
-      // batch that just ended may still come back (closed-loop clients
-      // resubmit when answered): cut once they all have, or once the cores
-      // have been free for max_queue_delay. Without this wait, clients split
-      // into two cohorts that alternate, each batch half the size it could be.
-      due = arrived_since_idle_ >= last_batch_requests_ ||
-            now >= idle_since_ + options_.max_queue_delay;
-    } else {
-      due = now >= oldest + options_.max_queue_delay;
-    }
-    // Closed (unloading or shutting down): nothing more will join.
-    if (!full && !due && !closed_) return;
-
-    Batch batch;
-    int64_t rows = 0;
-    for (std::deque<Entry>& level : levels_) {
-      while (!level.empty()) {
-        auto front = level.begin();
-        if (absl::Status status = drop_reason(*front); !status.ok()) {
-          remove(level, front, std::move(status));
-          continue;
-        }
-        if (!batch.empty() && options_.max_batch_rows > 0 &&
-            rows + front->rows > options_.max_batch_rows) {
-          break;
-        }
-        rows += front->rows;
-        batch.push_back(std::move(front->task));
-        remove(level, front, absl::OkStatus());
-      }
-      // Strict priority: a lower level only fills what the higher left.
-      if (!level.empty()) break;
-    }
+    if (!BatchDue(now)) return;
+    Batch batch = TakeBatch(now, rejected);
     if (batch.empty()) continue;  // everything left had gone
     // On a throw the batch (its tasks out of the queue) is destroyed
     // unanswered-but-answering, and no batch slot is taken for it.

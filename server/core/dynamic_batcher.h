@@ -158,6 +158,21 @@ class DynamicBatcher {
   // Removes expired and cancelled entries and cuts what is due.
   void CollectDue(absl::Time now, std::vector<Batch>* batches, std::vector<Rejection>* rejected)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CollectDue's steps. Why a queued request can no longer be answered
+  // usefully (deadline passed, cancelled), or OK.
+  static absl::Status DropReason(const Entry& e, absl::Time now);
+  // Takes an entry out of the queue, into `rejected` with `status` unless it
+  // is OK. The only allocation (the rejection's slot) comes first, so a throw
+  // leaves the entry queued and counted.
+  std::deque<Entry>::iterator Remove(std::deque<Entry>& level, std::deque<Entry>::iterator it,
+                                     absl::Status status, std::vector<Rejection>* rejected)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a batch should be cut now: the rows are full, or the wait is over.
+  bool BatchDue(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next batch in priority order, up to max_batch_rows; empty when
+  // everything left had gone.
+  Batch TakeBatch(absl::Time now, std::vector<Rejection>* rejected)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time NextDue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the executor and the rejections gathered under the lock.
   void Dispatch(std::vector<Batch> batches, std::vector<Rejection> rejected);
