@@ -124,16 +124,49 @@ absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryParameters(const Para
   return std::optional<SharedMemoryRef>(ref);
 }
 
-absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferRequest& request) {
-  InferRequestView view;
-  view.contents_name = &ContentsField;
-  view.model_name = request.model_name();
-  view.model_version = request.model_version();
-  view.id = request.id();
-  if (absl::Status s = UnsignedParameter(request, "priority", &view.priority); !s.ok()) return s;
-  if (absl::Status s = UnsignedParameter(request, "timeout", &view.timeout_us); !s.ok()) return s;
-  // As Triton's: raw_input_contents pair one to one with the inputs not in
-  // shared memory.
+// Where one input's bytes are: shared memory, its raw_input_contents entry
+// (`raw`, or nullptr when the request has none), or one typed field.
+absl::Status ViewInput(const inference::ModelInferRequest::InferInputTensor& input,
+                       const std::optional<SharedMemoryRef>& shm, const std::string* raw,
+                       InputTensorView* tensor, int64_t* message_bytes) {
+  tensor->name = input.name();
+  tensor->datatype = input.datatype();
+  tensor->shape = absl::MakeConstSpan(input.shape().data(), input.shape_size());
+  std::vector<TypedField> typed;
+  if (input.has_contents()) typed = NonEmptyTypedFields(input.contents());
+  if (shm) {
+    if (!typed.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", ClientText(input.name()), "' has ", ContentsField(typed[0].kind),
+          " and shared memory parameters; send its bytes one way"));
+    }
+    tensor->shm = shm;
+  } else if (raw != nullptr) {
+    if (!typed.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", ClientText(input.name()), "' has ", ContentsField(typed[0].kind),
+          " while the request uses raw_input_contents; send all inputs one way"));
+    }
+    tensor->contents = ContentsKind::kRaw;
+    tensor->data = raw->data();
+    tensor->count = static_cast<int64_t>(raw->size());
+    *message_bytes += tensor->count;
+  } else if (typed.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", ClientText(input.name()), "' sets both ", ContentsField(typed[0].kind), " and ",
+        ContentsField(typed[1].kind), "; use the one field of its datatype"));
+  } else if (typed.size() == 1) {
+    tensor->contents = typed[0].kind;
+    tensor->data = typed[0].data;
+    tensor->count = typed[0].count;
+    *message_bytes += tensor->count * 8;  // at most 8 bytes an element in memory
+  }
+  return absl::OkStatus();
+}
+
+// The inputs: as Triton's, raw_input_contents pair one to one with the
+// inputs not in shared memory.
+absl::Status ViewInputs(const inference::ModelInferRequest& request, InferRequestView& view) {
   std::vector<std::optional<SharedMemoryRef>> shm(request.inputs_size());
   int in_memory = 0;
   for (int i = 0; i < request.inputs_size(); ++i) {
@@ -152,43 +185,18 @@ absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferReques
   view.inputs.reserve(request.inputs_size());
   int raw_index = 0;
   for (int i = 0; i < request.inputs_size(); ++i) {
-    const inference::ModelInferRequest::InferInputTensor& input = request.inputs(i);
+    const std::string* raw = nullptr;
+    if (!shm[i] && raw_count > 0) raw = &request.raw_input_contents(raw_index++);
     InputTensorView tensor;
-    tensor.name = input.name();
-    tensor.datatype = input.datatype();
-    tensor.shape = absl::MakeConstSpan(input.shape().data(), input.shape_size());
-    std::vector<TypedField> typed;
-    if (input.has_contents()) typed = NonEmptyTypedFields(input.contents());
-    if (shm[i]) {
-      if (!typed.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "input '", ClientText(input.name()), "' has ", ContentsField(typed[0].kind),
-            " and shared memory parameters; send its bytes one way"));
-      }
-      tensor.shm = shm[i];
-    } else if (raw_count > 0) {
-      if (!typed.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "input '", ClientText(input.name()), "' has ", ContentsField(typed[0].kind),
-            " while the request uses raw_input_contents; send all inputs one way"));
-      }
-      const std::string& raw = request.raw_input_contents(raw_index++);
-      tensor.contents = ContentsKind::kRaw;
-      tensor.data = raw.data();
-      tensor.count = static_cast<int64_t>(raw.size());
-      view.message_bytes += tensor.count;
-    } else if (typed.size() > 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", ClientText(input.name()), "' sets both ", ContentsField(typed[0].kind),
-          " and ", ContentsField(typed[1].kind), "; use the one field of its datatype"));
-    } else if (typed.size() == 1) {
-      tensor.contents = typed[0].kind;
-      tensor.data = typed[0].data;
-      tensor.count = typed[0].count;
-      view.message_bytes += tensor.count * 8;  // at most 8 bytes an element in memory
-    }
+    GEMMSERVE_RETURN_IF_ERROR(
+        ViewInput(request.inputs(i), shm[i], raw, &tensor, &view.message_bytes));
     view.inputs.push_back(tensor);
   }
+  return absl::OkStatus();
+}
+
+// The requested outputs, those to shared memory with their windows.
+absl::Status ViewOutputs(const inference::ModelInferRequest& request, InferRequestView& view) {
   view.requested_outputs.reserve(request.outputs_size());
   for (const auto& output : request.outputs()) {
     // Refused as the HTTP front end refuses it, never silently ignored.
@@ -204,6 +212,19 @@ absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferReques
                                absl::StrCat("output '", ClientText(output.name()), "'")));
     if (ref) view.output_shm.push_back({output.name(), *ref});
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<InferRequestView> DecodeOrThrow(const inference::ModelInferRequest& request) {
+  InferRequestView view;
+  view.contents_name = &ContentsField;
+  view.model_name = request.model_name();
+  view.model_version = request.model_version();
+  view.id = request.id();
+  if (absl::Status s = UnsignedParameter(request, "priority", &view.priority); !s.ok()) return s;
+  if (absl::Status s = UnsignedParameter(request, "timeout", &view.timeout_us); !s.ok()) return s;
+  GEMMSERVE_RETURN_IF_ERROR(ViewInputs(request, view));
+  GEMMSERVE_RETURN_IF_ERROR(ViewOutputs(request, view));
   return view;
 }
 
