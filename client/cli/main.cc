@@ -127,8 +127,8 @@ constexpr absl::string_view kShapeFlag = "shape";
 
 constexpr int kOpenLoopDefaultConcurrency = 64;
 
-std::string UsageText() {
-  std::string text = R"(usage: gemmserve-cli [flags] COMMAND [ARGS...]
+// The commands and their arguments, as --help prints them.
+constexpr char kCommandsUsage[] = R"(usage: gemmserve-cli [flags] COMMAND [ARGS...]
 
 commands:
   health [SERVICE]          grpc.health.v1 check of the server (or of SERVICE);
@@ -197,15 +197,9 @@ commands:
 
 flags (anywhere on the line, as --flag=VALUE or --flag VALUE):
 )";
-  for (absl::string_view name : kFlagNames) {
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    absl::StrAppend(&text,
-                    absl::StrFormat("  --%-28s %s\n", absl::StrCat(name, "=", flag->DefaultValue()),
-                                    flag->Help()));
-  }
-  absl::StrAppend(&text, absl::StrFormat("  --%-28s %s\n", "shape=NAME:d1,d2,...",
-                                         "perf: shape of input NAME (repeat per input)"));
-  absl::StrAppend(&text, R"(
+
+// Exit status and examples, after the flags.
+constexpr char kExamplesUsage[] = R"(
 exit status: 0 success, 1 failure (the status code and message go to stderr),
 2 usage error
 
@@ -221,7 +215,19 @@ examples:
       --shape=weights:16,256,128 --shape=group_indices:4,2
   gemmserve-cli noop-server --port=8101 &
   gemmserve-cli --url=127.0.0.1:8101 perf --model=matmul --shape=A:64,256 --shape=B:256,512
-)");
+)";
+
+std::string UsageText() {
+  std::string text = kCommandsUsage;
+  for (absl::string_view name : kFlagNames) {
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    absl::StrAppend(&text,
+                    absl::StrFormat("  --%-28s %s\n", absl::StrCat(name, "=", flag->DefaultValue()),
+                                    flag->Help()));
+  }
+  absl::StrAppend(&text, absl::StrFormat("  --%-28s %s\n", "shape=NAME:d1,d2,...",
+                                         "perf: shape of input NAME (repeat per input)"));
+  absl::StrAppend(&text, kExamplesUsage);
   return text;
 }
 
