@@ -29,14 +29,6 @@ namespace {
 // inputs, the prepared plan, the queue entry, the answer's envelope.
 constexpr int64_t kRequestBookkeepingBytes = 4096;
 
-void SaturatingIncrement(std::atomic<uint64_t>& counter, uint64_t n) {
-  uint64_t now = counter.load(std::memory_order_relaxed);
-  uint64_t next;
-  do {
-    next = now > UINT64_MAX - n ? UINT64_MAX : now + n;
-  } while (!counter.compare_exchange_weak(now, next, std::memory_order_relaxed));
-}
-
 // Room for the response's envelope (model name and version, output names,
 // datatypes and shapes, field tags) beside the tensor bytes and the echoed id.
 constexpr int64_t kResponseEnvelopeBytes = 1024;
@@ -86,90 +78,6 @@ absl::Status CheckOutputLimits(const PreparedInference& prepared, int64_t respon
 }
 
 }  // namespace
-
-void ServedModel::Stat::Add(absl::Duration d, uint64_t n) {
-  count.fetch_add(n, std::memory_order_relaxed);
-  ns.fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(d))) * n,
-               std::memory_order_relaxed);
-}
-
-ServedModel::ServedModel(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching,
-                         std::shared_ptr<ModelMetrics> metrics)
-    : model_(std::move(model)), batching_(batching), metrics_(std::move(metrics)) {}
-
-void ServedModel::RecordAdmitted(int64_t cost) const {
-  if (metrics_) metrics_->RecordAdmitted(cost);
-}
-
-void ServedModel::RecordFailure(absl::Duration since_arrival) { fail_.Add(since_arrival); }
-
-void ServedModel::RecordQueueDepth() const {
-  if (metrics_ && batcher_) metrics_->SetQueueDepth(batcher_->queued());
-}
-
-void ServedModel::RecordBatch(int64_t requests, int64_t rows, int64_t weight_bytes,
-                              absl::Time start, absl::Time end) {
-  execution_count_.fetch_add(1, std::memory_order_relaxed);
-  last_inference_ms_.store(static_cast<uint64_t>(absl::ToUnixMillis(end)));
-  {
-    absl::MutexLock lock(&batch_stats_mu_);
-    auto it = batch_stats_.find(rows);
-    if (it == batch_stats_.end() && batch_stats_.size() < kMaxBatchSizeStats) {
-      try {
-        it = batch_stats_.emplace(rows, DurationStat{}).first;
-      } catch (const std::bad_alloc&) {
-        // The statistics lose a size; the batch, computed, is still answered.
-      }
-    }
-    if (it != batch_stats_.end()) {
-      it->second.count += 1;
-      it->second.ns +=
-          static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(end - start)));
-    }
-  }
-  if (metrics_) {
-    metrics_->RecordBatch(requests, rows, end - start);
-    metrics_->RecordWeightBytes(weight_bytes);
-  }
-  RecordQueueDepth();
-}
-
-void ServedModel::RecordAnswer(absl::Time arrival, absl::Time start, absl::Time end, bool ok,
-                               int64_t rows, DataType type, int64_t flops, int64_t input_bytes,
-                               int64_t output_bytes) {
-  queue_.Add(start - arrival);
-  compute_infer_.Add(end - start);
-  if (metrics_) metrics_->RecordQueue(start - arrival);
-  if (!ok) {
-    fail_.Add(end - arrival);
-    return;
-  }
-  SaturatingIncrement(inference_count_, static_cast<uint64_t>(rows));
-  success_.Add(end - arrival);
-  if (metrics_) {
-    metrics_->RecordFlops(type, flops);
-    metrics_->RecordBytes(input_bytes, output_bytes);
-  }
-}
-
-ModelStatistics ServedModel::statistics() const {
-  ModelStatistics s;
-  s.name = model_->metadata().name;
-  s.version = model_->metadata().versions.front();
-  s.last_inference_ms = last_inference_ms_.load();
-  s.inference_count = inference_count_.load();
-  s.execution_count = execution_count_.load();
-  s.success = success_.Get();
-  s.fail = fail_.Get();
-  s.queue = queue_.Get();
-  s.compute_infer = compute_infer_.Get();
-  absl::MutexLock lock(&batch_stats_mu_);
-  s.batch_stats.reserve(batch_stats_.size());
-  for (const auto& [size, stat] : batch_stats_) {
-    s.batch_stats.push_back({static_cast<uint64_t>(size), stat});
-  }
-  return s;
-}
 
 // One accepted request: everything needed to compute and answer it. It is
 // answered exactly once: by compute or rejection through Answer(), or, if it
@@ -292,51 +200,6 @@ InferenceEngine::~InferenceEngine() {
   for (auto& model : served) CloseQueue(model.get());
 }
 
-void InferenceEngine::Install(std::unique_ptr<Model> model,
-                              std::optional<BatchingOptions> batching) {
-  absl::Status installed = Install(std::move(model), batching, {});
-  (void)installed;  // without warmup, always OK
-}
-
-absl::Status InferenceEngine::Install(std::unique_ptr<Model> model,
-                                      std::optional<BatchingOptions> batching,
-                                      std::vector<WarmupSample> warmup) {
-  std::shared_ptr<ModelMetrics> metrics =
-      options_.metrics ? options_.metrics->ForModel(model->metadata().name) : nullptr;
-  auto served = std::make_shared<ServedModel>(std::move(model), batching, std::move(metrics));
-  if (batching) {
-    std::weak_ptr<ServedModel> weak = served;
-    // The batcher's executor; it also answers the batch if it cannot be handed on.
-    auto batcher = std::make_shared<DynamicBatcher>(
-        *batching, clock_,
-        [this, weak](DynamicBatcher::Batch batch) { ScheduleBatch(weak, std::move(batch)); },
-        [this] { timer_.Wake(); });
-    timer_.Register(batcher);
-    served->set_batcher(std::move(batcher));
-  }
-  if (!warmup.empty()) {
-    if (absl::Status warmed = Warm(served, warmup); !warmed.ok()) {
-      CloseQueue(served.get());
-      return warmed;
-    }
-    for (WarmupSample& sample : warmup) {
-      for (WarmupInput& input : sample.inputs) std::string().swap(input.bytes);
-    }
-    served->set_warmup(std::move(warmup));
-  }
-  std::shared_ptr<ServedModel> old;
-  {
-    absl::MutexLock lock(&mu_);
-    const ModelMetadata& md = served->metadata();
-    Entry& entry = models_[md.name];
-    old = std::move(entry.served);
-    entry.status = ModelStatus{md.name, md.versions.front(), ModelState::kReady, ""};
-    entry.served = std::move(served);
-  }
-  if (old) CloseQueue(old.get());  // its queue still runs, on the old weights
-  return absl::OkStatus();
-}
-
 absl::Status InferenceEngine::Warm(const std::shared_ptr<ServedModel>& served,
                                    const std::vector<WarmupSample>& samples) {
   const ModelMetadata& metadata = served->metadata();
@@ -410,120 +273,6 @@ absl::Status InferenceEngine::Warm(const std::shared_ptr<ServedModel>& served,
     }
   }
   return absl::OkStatus();
-}
-
-void InferenceEngine::CloseQueue(ServedModel* served) {
-  if (served->batcher() == nullptr) return;
-  served->batcher()->Close();
-  served->batcher()->Poll();
-}
-
-void InferenceEngine::MarkLoading(absl::string_view name) {
-  absl::MutexLock lock(&mu_);
-  Entry& entry = models_[std::string(name)];
-  if (entry.served) return;
-  entry.status.name = std::string(name);
-  entry.status.state = ModelState::kLoading;
-  entry.status.reason.clear();
-}
-
-void InferenceEngine::MarkFailed(absl::string_view name, absl::string_view reason) {
-  absl::MutexLock lock(&mu_);
-  Entry& entry = models_[std::string(name)];
-  if (entry.served) return;
-  entry.status.name = std::string(name);
-  entry.status.state = ModelState::kFailed;
-  entry.status.reason = std::string(reason);
-}
-
-absl::Status InferenceEngine::Remove(absl::string_view name) {
-  return Retire(name, /*forget=*/false);
-}
-
-absl::Status InferenceEngine::Forget(absl::string_view name) {
-  return Retire(name, /*forget=*/true);
-}
-
-absl::Status InferenceEngine::Retire(absl::string_view name, bool forget) {
-  std::shared_ptr<ServedModel> old;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = models_.find(name);
-    if (it == models_.end()) {
-      return absl::NotFoundError(absl::StrCat("model '", ClientText(name), "' is not known"));
-    }
-    old = std::move(it->second.served);
-    if (forget) {
-      models_.erase(it);
-    } else {
-      it->second.status.state = ModelState::kUnloaded;
-      it->second.status.reason = "unloaded";
-    }
-  }
-  if (old) CloseQueue(old.get());
-  return absl::OkStatus();
-}
-
-std::vector<ModelStatus> InferenceEngine::States() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<ModelStatus> out;
-  for (const auto& [name, entry] : models_) out.push_back(entry.status);
-  return out;
-}
-
-absl::StatusOr<std::shared_ptr<ServedModel>> InferenceEngine::Find(
-    absl::string_view name, absl::string_view version) const {
-  GEMMSERVE_RETURN_IF_ERROR(ValidateModelName(name));
-  std::shared_ptr<ServedModel> served;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = models_.find(name);
-    if (it == models_.end()) {
-      return absl::NotFoundError(absl::StrCat("unknown model '", ClientText(name), "'"));
-    }
-    const ModelStatus& status = it->second.status;
-    switch (status.state) {
-      case ModelState::kReady: served = it->second.served; break;
-      case ModelState::kLoading:
-        return absl::UnavailableError(
-            absl::StrCat("model '", status.name, "' is loading; retry later"));
-      case ModelState::kFailed:
-        return absl::UnavailableError(absl::StrCat(
-            "model '", status.name, "' is not available (failed to load); retry later"));
-      case ModelState::kUnloaded:
-        return absl::UnavailableError(
-            absl::StrCat("model '", status.name, "' is not available (unloaded); retry later"));
-    }
-  }
-  const std::vector<std::string>& versions = served->metadata().versions;
-  if (!version.empty() && std::find(versions.begin(), versions.end(), version) == versions.end()) {
-    return absl::NotFoundError(absl::StrCat("model '", served->metadata().name,
-                                            "' has no version '", ClientText(version), "'"));
-  }
-  return served;
-}
-
-absl::StatusOr<std::shared_ptr<const ServedModel>> InferenceEngine::FindModel(
-    absl::string_view name, absl::string_view version) const {
-  GEMMSERVE_ASSIGN_OR_RETURN(std::shared_ptr<ServedModel> served, Find(name, version));
-  return std::shared_ptr<const ServedModel>(std::move(served));
-}
-
-std::shared_ptr<ModelMetrics> InferenceEngine::MetricsFor(absl::string_view model_name) const {
-  if (options_.metrics == nullptr) return nullptr;
-  absl::MutexLock lock(&mu_);
-  auto it = models_.find(model_name);
-  return it != models_.end() && it->second.served ? it->second.served->shared_metrics()
-                                                  : options_.metrics->Unknown();
-}
-
-std::vector<std::shared_ptr<const ServedModel>> InferenceEngine::models() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<std::shared_ptr<const ServedModel>> out;
-  for (const auto& [name, entry] : models_) {
-    if (entry.served) out.push_back(entry.served);
-  }
-  return out;
 }
 
 absl::StatusOr<InferenceEngine::Reservation> InferenceEngine::Reserve(int64_t bytes,

@@ -58,7 +58,9 @@
 #include "server/core/dynamic_batcher.h"
 #include "server/core/inference_request.h"
 #include "server/core/model.h"
+#include "server/core/model_statistics.h"
 #include "server/core/model_warmup.h"
+#include "server/core/served_model.h"
 #include "server/core/reservation.h"
 #include "server/core/worker_pool.h"
 #include "server/metrics/metrics.h"
@@ -85,91 +87,6 @@ struct EngineOptions {
   int64_t max_inflight_bytes = int64_t{8} << 30;
   // Where the engine records queueing, batches, flops and bytes; may be null.
   Metrics* metrics = nullptr;
-};
-
-// Triton's per-model statistics: counts and total nanoseconds.
-struct DurationStat {
-  uint64_t count = 0;
-  uint64_t ns = 0;
-};
-// Kernel calls of one batch size (rows computed together), as Triton's
-// batch_stats: how many, and their compute time.
-struct BatchSizeStat {
-  uint64_t batch_size = 0;
-  DurationStat compute_infer;
-};
-// Distinct batch sizes a model keeps statistics for: a model without a row
-// limit sees as many sizes as its clients choose; beyond this many, new
-// sizes are left out of batch_stats (execution_count still counts them).
-inline constexpr size_t kMaxBatchSizeStats = 1024;
-
-struct ModelStatistics {
-  std::string name, version;
-  uint64_t last_inference_ms = 0;  // Unix epoch milliseconds
-  uint64_t inference_count = 0;    // rows computed
-  uint64_t execution_count = 0;    // kernel calls (batches)
-  DurationStat success, fail, queue, compute_infer;
-  std::vector<BatchSizeStat> batch_stats;  // by batch size, ascending
-};
-
-// Where a model name stands. Triton's repository index shows kFailed and
-// kUnloaded as UNAVAILABLE with their reason.
-enum class ModelState { kReady, kLoading, kFailed, kUnloaded };
-
-struct ModelStatus {
-  std::string name, version;
-  ModelState state = ModelState::kReady;
-  std::string reason;  // why kFailed (the load's error) or kUnloaded
-};
-
-// A model as served: the model, its batcher (none: one request at a time),
-// its statistics and its metrics, which it records itself.
-class ServedModel {
- public:
-  // `metrics` may be null (nothing recorded but the statistics).
-  ServedModel(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching,
-              std::shared_ptr<ModelMetrics> metrics);
-  const Model& model() const { return *model_; }
-  const ModelMetadata& metadata() const { return model_->metadata(); }
-  const std::optional<BatchingOptions>& batching() const { return batching_; }
-  ModelStatistics statistics() const;
-  ModelMetrics* metrics() const { return metrics_.get(); }
-  const std::shared_ptr<ModelMetrics>& shared_metrics() const { return metrics_; }
-  // The batcher, once the engine gave it one; null for a model without batching.
-  DynamicBatcher* batcher() const { return batcher_.get(); }
-  void set_batcher(std::shared_ptr<DynamicBatcher> batcher) { batcher_ = std::move(batcher); }
-  // The samples it ran at load (their bytes emptied), for ModelConfig.
-  const std::vector<WarmupSample>& warmup() const { return warmup_; }
-  void set_warmup(std::vector<WarmupSample> warmup) { warmup_ = std::move(warmup); }
-
-  // What the engine records as requests go by.
-  void RecordAdmitted(int64_t cost) const;
-  // Answered without compute (dropped, refused, or failed before its batch).
-  void RecordFailure(absl::Duration since_arrival);
-  // One kernel call of `requests` requests and `rows` rows.
-  void RecordBatch(int64_t requests, int64_t rows, int64_t weight_bytes, absl::Time start,
-                   absl::Time end);
-  // A request of the batch answered, `ok` or not: its queueing and compute.
-  void RecordAnswer(absl::Time arrival, absl::Time start, absl::Time end, bool ok, int64_t rows,
-                    DataType type, int64_t flops, int64_t input_bytes, int64_t output_bytes);
-  void RecordQueueDepth() const;
-
- private:
-  struct Stat {
-    std::atomic<uint64_t> count{0}, ns{0};
-    void Add(absl::Duration d, uint64_t n = 1);
-    DurationStat Get() const { return {count.load(), ns.load()}; }
-  };
-
-  std::unique_ptr<Model> model_;
-  std::optional<BatchingOptions> batching_;
-  std::shared_ptr<DynamicBatcher> batcher_;
-  std::shared_ptr<ModelMetrics> metrics_;  // null when the engine records none
-  std::vector<WarmupSample> warmup_;
-  std::atomic<uint64_t> last_inference_ms_{0}, inference_count_{0}, execution_count_{0};
-  Stat success_, fail_, queue_, compute_infer_;
-  mutable absl::Mutex batch_stats_mu_;
-  std::map<int64_t, DurationStat> batch_stats_ ABSL_GUARDED_BY(batch_stats_mu_);
 };
 
 class InferenceEngine {

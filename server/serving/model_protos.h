@@ -11,7 +11,8 @@
 
 #include "grpc_service.pb.h"
 #include "model_config.pb.h"
-#include "server/core/inference_engine.h"
+#include "server/core/model_statistics.h"
+#include "server/core/served_model.h"
 #include "server/core/model.h"
 #include "server/repository/model_repository.h"
 
