@@ -30,7 +30,7 @@ from typing import Dict, List, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# name: (K, N, G, S), as in shared/BENCHMARKS.md and server/bench/gemmserve_bench.cc.
+# name: (K, N, G, S), as in shared/BENCHMARKS.md and bench/gemmserve_bench.cc.
 SHAPES = {
     "olmoe": (2048, 1024, 64, 8),
     "mixtral-small": (1024, 3584, 8, 2),

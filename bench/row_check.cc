@@ -1,4 +1,4 @@
-#include "server/bench/row_check.h"
+#include "bench/row_check.h"
 
 #include <algorithm>
 #include <cmath>

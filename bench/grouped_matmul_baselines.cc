@@ -1,4 +1,4 @@
-#include "server/bench/grouped_matmul_baselines.h"
+#include "bench/grouped_matmul_baselines.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "server/bench/onednn_baseline.h"
+#include "bench/onednn_baseline.h"
 
 #include <omp.h>
 

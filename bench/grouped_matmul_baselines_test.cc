@@ -1,7 +1,7 @@
 // The baselines must compute the operator, or the benchmark would compare the
 // fused kernel against nonsense: every row against the reference, over shapes
 // with primes, single rows and columns, and more groups than pairs.
-#include "server/bench/grouped_matmul_baselines.h"
+#include "bench/grouped_matmul_baselines.h"
 
 #include <cstdint>
 #include <cstring>
@@ -11,11 +11,11 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "server/bench/bench_inputs.h"
-#include "server/bench/row_check.h"
+#include "bench/bench_inputs.h"
+#include "bench/row_check.h"
 #include "server/ops/grouped_matmul.h"
 #ifdef GEMMSERVE_HAVE_ONEDNN
-#include "server/bench/onednn_baseline.h"
+#include "bench/onednn_baseline.h"
 #endif
 
 namespace gemmserve {

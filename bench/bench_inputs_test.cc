@@ -1,4 +1,4 @@
-#include "server/bench/bench_inputs.h"
+#include "bench/bench_inputs.h"
 
 #include <cstdint>
 #include <vector>

@@ -1,5 +1,5 @@
 // The row check must reject a wrong result, or a broken kernel would be timed.
-#include "server/bench/row_check.h"
+#include "bench/row_check.h"
 
 #include <cstdint>
 #include <limits>
@@ -7,8 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "server/bench/bench_inputs.h"
-#include "server/bench/grouped_matmul_baselines.h"
+#include "bench/bench_inputs.h"
+#include "bench/grouped_matmul_baselines.h"
 #include "server/ops/grouped_matmul.h"
 
 namespace gemmserve {

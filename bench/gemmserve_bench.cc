@@ -66,12 +66,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "benchmark/benchmark.h"
-#include "server/bench/bench_inputs.h"
-#include "server/bench/grouped_matmul_baselines.h"
+#include "bench/bench_inputs.h"
+#include "bench/grouped_matmul_baselines.h"
 #ifdef GEMMSERVE_HAVE_ONEDNN
-#include "server/bench/onednn_baseline.h"
+#include "bench/onednn_baseline.h"
 #endif
-#include "server/bench/row_check.h"
+#include "bench/row_check.h"
 #include "server/common/status_macros.h"
 #include "server/ops/grouped_matmul.h"
 #include "server/ops/packed_weights.h"
