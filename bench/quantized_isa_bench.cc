@@ -21,7 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "server/ops/kernels/quantized_gemm.h"
+#include "server/ops/kernels/kernel_set.h"
+#include "server//ops/kernels/quantized_gemm.h"
 #include "server/ops/kernels/streaming_gemm.h"
 
 namespace gemmserve {
@@ -33,8 +34,8 @@ enum class Build { kGeneric, kAvx2, kAvx512 };
 
 bool Available(Build b) {
   switch (b) {
-    case Build::kAvx512: return streaming_internal::HaveAvx512();
-    case Build::kAvx2: return streaming_internal::HaveAvx2();
+    case Build::kAvx512: return Kernels().avx512;
+    case Build::kAvx2: return Kernels().avx2;
     case Build::kGeneric: return true;
   }
   return false;

@@ -1,4 +1,5 @@
 #include "server/ops/kernels/bf16_panel_gemm.h"
+#include "server/ops/kernels/kernel_set.h"
 
 // GCC 12's AVX-512 shift intrinsics start from an undefined vector and warn
 // about it where they are inlined (GCC bug 105593, fixed in 13).
@@ -24,9 +25,9 @@ namespace {
 
 std::atomic<bool> g_fma_only{false};
 
-bool HaveAvx512F() { return Cpu().Avx512Build(); }
+bool HaveAvx512F() { return Kernels().avx512; }
 
-bool HaveAvx512Bf16() { return HaveAvx512F() && Cpu().avx512_bf16; }
+bool HaveAvx512Bf16() { return Kernels().avx512_bf16; }
 
 constexpr int kRows = static_cast<int>(kBf16TokenRows);
 

@@ -7,6 +7,7 @@
 
 #include "server/ops/kernels/bf16_panel_gemm.h"
 #include "server/ops/kernels/int_gemm_internal.h"
+#include "server/ops/kernels/kernel_set.h"
 #include "server/ops/kernels/streaming_gemm.h"
 
 namespace gemmserve {
@@ -102,6 +103,57 @@ TEST(CpuFeaturesTest, EveryDispatcherFollowsTheFeaturesInUse) {
   } else if (!cpu.avx512_bf16) {
     EXPECT_EQ(panels, "avx512f");
   }
+}
+
+}  // namespace
+}  // namespace gemmserve
+
+namespace gemmserve {
+namespace {
+
+// The one place each family's build is chosen, for feature sets this CPU
+// need not have (KernelsFor only picks; nothing runs).
+TEST(KernelSetTest, EachFamilyTakesTheBestBuildItsFeaturesAllow) {
+  CpuFeatures none;
+  KernelSet k = KernelsFor(none);
+  EXPECT_STREQ(k.streaming_isa, "generic");
+  EXPECT_STREQ(k.int_isa, "generic");
+  EXPECT_EQ(k.stream_f32, KernelsFor(none).stream_f32);
+  EXPECT_FALSE(k.avx512 || k.avx2 || k.avx512_bf16);
+  CpuFeatures avx2_only;
+  avx2_only.avx2 = true;  // no FMA or F16C: the streaming AVX2 build cannot run, integer can
+  k = KernelsFor(avx2_only);
+  EXPECT_STREQ(k.streaming_isa, "generic");
+  EXPECT_STREQ(k.int_isa, "avx2");
+  CpuFeatures avx2 = avx2_only;
+  avx2.fma = avx2.f16c = true;
+  k = KernelsFor(avx2);
+  EXPECT_STREQ(k.streaming_isa, "avx2");
+  EXPECT_NE(k.stream_f32, KernelsFor(none).stream_f32);
+  EXPECT_EQ(k.dequantize_bf16_panels, KernelsFor(none).dequantize_bf16_panels);
+  CpuFeatures avx512 = avx2;
+  avx512.avx512f = avx512.avx512bw = avx512.avx512vl = avx512.avx512dq = true;
+  k = KernelsFor(avx512);
+  EXPECT_STREQ(k.streaming_isa, "avx512");
+  EXPECT_STREQ(k.int_isa, "avx512");
+  EXPECT_FALSE(k.avx512_bf16);
+  EXPECT_NE(k.dequantize_bf16_panels, KernelsFor(none).dequantize_bf16_panels);
+  avx512.avx512_bf16 = true;
+  EXPECT_TRUE(KernelsFor(avx512).avx512_bf16);
+  CpuFeatures bf16_without_avx512 = avx2;
+  bf16_without_avx512.avx512_bf16 = true;  // not usable without the AVX-512 build
+  EXPECT_FALSE(KernelsFor(bf16_without_avx512).avx512_bf16);
+}
+
+// The process's set is the one for its (capped) features.
+TEST(KernelSetTest, TheProcessSetIsTheCpusSet) {
+  const KernelSet expected = KernelsFor(Cpu());
+  EXPECT_STREQ(Kernels().streaming_isa, expected.streaming_isa);
+  EXPECT_STREQ(Kernels().int_isa, expected.int_isa);
+  EXPECT_EQ(Kernels().stream_f32, expected.stream_f32);
+  EXPECT_EQ(Kernels().quantized, expected.quantized);
+  EXPECT_EQ(Kernels().avx512_bf16, expected.avx512_bf16);
+  EXPECT_STREQ(StreamingGemmIsa(), expected.streaming_isa);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // Integer GEMM: runtime dispatch to the best build of int_gemm_impl.inc for
+#include "server/ops/kernels/kernel_set.h"
 // this CPU, and rows of C split across threads.
 #include <omp.h>
 
@@ -26,20 +27,7 @@ void IntGemmRows64_generic(int64_t row_begin, int64_t row_end, int64_t n, int64_
   IntGemmRows64(row_begin, row_end, n, k, a, lda, b, ldb, c, ldc);
 }
 
-namespace {
-enum class Isa { kGeneric, kAvx2, kAvx512 };
-Isa DetectIsa() {
-  // vpmullq (64-bit lane multiply) needs AVX512DQ.
-  if (Cpu().Avx512Build()) return Isa::kAvx512;
-  if (Cpu().avx2) return Isa::kAvx2;
-  return Isa::kGeneric;
-}
-const Isa kIsa = DetectIsa();
-}  // namespace
-
-const char* IntGemmIsa() {
-  return kIsa == Isa::kAvx512 ? "avx512" : kIsa == Isa::kAvx2 ? "avx2" : "generic";
-}
+const char* IntGemmIsa() { return Kernels().int_isa; }
 
 }  // namespace int_gemm_internal
 
@@ -55,15 +43,9 @@ void IntGemmRowMajor(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, c
   U* uc = reinterpret_cast<U*>(c);
   auto rows = [&](int64_t begin, int64_t end) {
     if constexpr (sizeof(U) == 4) {
-      auto* f = kIsa == Isa::kAvx512 ? IntGemmRows32_avx512
-                : kIsa == Isa::kAvx2 ? IntGemmRows32_avx2
-                                     : IntGemmRows32_generic;
-      f(begin, end, n, k, ua, lda, ub, ldb, uc, ldc);
+      Kernels().int_rows32(begin, end, n, k, ua, lda, ub, ldb, uc, ldc);
     } else {
-      auto* f = kIsa == Isa::kAvx512 ? IntGemmRows64_avx512
-                : kIsa == Isa::kAvx2 ? IntGemmRows64_avx2
-                                     : IntGemmRows64_generic;
-      f(begin, end, n, k, ua, lda, ub, ldb, uc, ldc);
+      Kernels().int_rows64(begin, end, n, k, ua, lda, ub, ldb, uc, ldc);
     }
   };
   // Row blocks of at least 16, so that each thread streams B panels for

@@ -5,7 +5,8 @@
 
 #include <vector>
 
-#include "server/ops/kernels/streaming_gemm.h"
+#include "server/ops/kernels/kernel_set.h"
+#include "server//ops/kernels/streaming_gemm.h"
 
 namespace gemmserve {
 
@@ -17,8 +18,8 @@ inline const char* KernelBuildName(KernelBuild b) {
 
 inline std::vector<KernelBuild> KernelBuilds() {
   std::vector<KernelBuild> builds = {KernelBuild::kGeneric};
-  if (streaming_internal::HaveAvx2()) builds.push_back(KernelBuild::kAvx2);
-  if (streaming_internal::HaveAvx512()) builds.push_back(KernelBuild::kAvx512);
+  if (Kernels().avx2) builds.push_back(KernelBuild::kAvx2);
+  if (Kernels().avx512) builds.push_back(KernelBuild::kAvx512);
   return builds;
 }
 

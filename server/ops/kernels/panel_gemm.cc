@@ -1,4 +1,5 @@
 #include "server/ops/kernels/panel_gemm.h"
+#include "server/ops/kernels/kernel_set.h"
 
 #include <blis.h>
 // GCC 12's AVX-512 intrinsics warn on their own undefined start vectors
@@ -122,7 +123,7 @@ constexpr PartialTileFn kPartialTiles[kPartialRows] = {
 }  // namespace
 
 bool PanelGemmHasPartialTiles(const PanelGeometry& g) {
-  return Cpu().Avx512Build() && g.weights_are_a && g.weight_lanes == 32 && g.weight_ld == 32 &&
+  return Kernels().avx512 && g.weights_are_a && g.weight_lanes == 32 && g.weight_ld == 32 &&
          g.token_lanes <= kPartialRows;
 }
 

@@ -1,4 +1,5 @@
 #include "server/ops/kernels/quantized_gemm.h"
+#include "server/ops/kernels/kernel_set.h"
 
 #include <algorithm>
 #include <cmath>
@@ -39,13 +40,7 @@ bool ScalesFactorable(const float* scale, int64_t count) {
 
 void QuantizedGemmAccumulate(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
                              int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc) {
-  if (streaming_internal::HaveAvx512()) {
-    streaming_internal::QuantizedAvx512(rows, k_begin, k_end, a, lda, w, c, ldc);
-  } else if (streaming_internal::HaveAvx2()) {
-    streaming_internal::QuantizedAvx2(rows, k_begin, k_end, a, lda, w, c, ldc);
-  } else {
-    streaming_internal::QuantizedGeneric(rows, k_begin, k_end, a, lda, w, c, ldc);
-  }
+  Kernels().quantized(rows, k_begin, k_end, a, lda, w, c, ldc);
 }
 
 int ScalesMinExponent(const float* scale, int64_t count) {
@@ -61,11 +56,7 @@ int ScalesMinExponent(const float* scale, int64_t count) {
 
 void DequantizeBf16Panels(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end, int64_t j0,
                           int64_t width, uint16_t* out) {
-  if (streaming_internal::HaveAvx512()) {
-    streaming_internal::DequantizeBf16PanelsAvx512(w, k_begin, k_end, j0, width, out);
-  } else {
-    streaming_internal::DequantizeBf16PanelsGeneric(w, k_begin, k_end, j0, width, out);
-  }
+  Kernels().dequantize_bf16_panels(w, k_begin, k_end, j0, width, out);
 }
 
 namespace streaming_internal {

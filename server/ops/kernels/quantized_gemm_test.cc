@@ -1,4 +1,5 @@
-#include "server/ops/kernels/quantized_gemm.h"
+#include "server/ops/kernels/kernel_set.h"
+#include "server//ops/kernels/quantized_gemm.h"
 
 #include <gtest/gtest.h>
 
@@ -238,7 +239,7 @@ TEST(QuantizedGemmTest, TheDispatcherUsesABuildThatMatches) {
 
 TEST(QuantizedGemmTest, PanelsHoldDequantizeLinearRoundedToBf16) {
   std::vector<bool> builds = {false};
-  if (streaming_internal::HaveAvx512()) builds.push_back(true);
+  if (Kernels().avx512) builds.push_back(true);
   struct PanelCase {
     int64_t k, n, block, j0, width, k_begin, k_end;
   };

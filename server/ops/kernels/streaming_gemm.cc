@@ -1,4 +1,5 @@
 #include "server/ops/kernels/streaming_gemm.h"
+#include "server/ops/kernels/kernel_set.h"
 
 #include <algorithm>
 
@@ -41,53 +42,32 @@ void AccumulateGeneric(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, 
   generic::AccumulateDirect(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
 }
 
-bool HaveAvx512() { return Cpu().Avx512Build(); }
-
-bool HaveAvx2() { return Cpu().Avx2Build(); }
-
-bool HaveAvx512Bf16() { return Cpu().Avx512Build() && Cpu().avx512_bf16; }
+void WidenGeneric(DataType type, const uint16_t* src, float* dst, int64_t n) {
+  if (type == DataType::kBF16) {
+    generic::WidenBf16Row(src, dst, n);
+  } else {
+    generic::WidenHalfRow(src, dst, n);
+  }
+}
 
 }  // namespace streaming_internal
 
 void StreamingGemmAccumulate(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_end,
                              int64_t n, const float* a, int64_t lda, const void* b, int64_t ldb,
                              float* c, int64_t ldc) {
-  if (streaming_internal::HaveAvx512()) {
-    streaming_internal::AccumulateAvx512(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
-  } else if (streaming_internal::HaveAvx2()) {
-    streaming_internal::AccumulateAvx2(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
-  } else {
-    streaming_internal::AccumulateGeneric(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
-  }
+  Kernels().stream_f32(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
 }
 
 void StreamingGemmAccumulate(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n,
                              const double* a, int64_t lda, const double* b, int64_t ldb, double* c,
                              int64_t ldc) {
-  if (streaming_internal::HaveAvx512()) {
-    streaming_internal::AccumulateAvx512(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
-  } else if (streaming_internal::HaveAvx2()) {
-    streaming_internal::AccumulateAvx2(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
-  } else {
-    streaming_internal::AccumulateGeneric(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
-  }
+  Kernels().stream_f64(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
 }
 
 void WidenToFloat(DataType type, const uint16_t* src, float* dst, int64_t n) {
-  if (streaming_internal::HaveAvx512()) {
-    streaming_internal::WidenAvx512(type, src, dst, n);
-  } else if (streaming_internal::HaveAvx2()) {
-    streaming_internal::WidenAvx2(type, src, dst, n);
-  } else if (type == DataType::kBF16) {
-    streaming_internal::generic::WidenBf16Row(src, dst, n);
-  } else {
-    streaming_internal::generic::WidenHalfRow(src, dst, n);
-  }
+  Kernels().widen(type, src, dst, n);
 }
 
-const char* StreamingGemmIsa() {
-  if (streaming_internal::HaveAvx512()) return "avx512";
-  return streaming_internal::HaveAvx2() ? "avx2" : "generic";
-}
+const char* StreamingGemmIsa() { return Kernels().streaming_isa; }
 
 }  // namespace gemmserve

@@ -36,7 +36,7 @@ void StreamingGemmAccumulate(int64_t rows, int64_t k_begin, int64_t k_end, int64
 // Widens `n` FP16 or BF16 values (bits) to FP32, exactly; vectorised.
 void WidenToFloat(DataType type, const uint16_t* src, float* dst, int64_t n);
 
-// Which build the dispatcher uses: "avx512", "avx2" or "generic".
+// Which build the kernel set (kernel_set.h) chose: "avx512", "avx2" or "generic".
 const char* StreamingGemmIsa();
 
 namespace streaming_internal {
@@ -57,11 +57,7 @@ void AccumulateAvx2(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_en
 void AccumulateAvx2(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, const double* a,
                     int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc);
 void WidenAvx2(DataType type, const uint16_t* src, float* dst, int64_t n);
-bool HaveAvx512();
-// AVX2, FMA and F16C: what streaming_gemm_avx2.cc is built for.
-bool HaveAvx2();
-// AVX512-BF16 besides: quantized_panels_avx512bf16.cc.
-bool HaveAvx512Bf16();
+void WidenGeneric(DataType type, const uint16_t* src, float* dst, int64_t n);
 }  // namespace streaming_internal
 
 }  // namespace gemmserve

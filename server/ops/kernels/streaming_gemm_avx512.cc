@@ -1,4 +1,5 @@
 // The streaming kernel built for AVX-512 (this file alone is compiled with
+#include "server/ops/kernels/kernel_set.h"
 // -mavx512f -mavx512bw -mavx512vl -mfma -mf16c; it runs only where
 // streaming_gemm.cc's dispatcher has seen those features).
 #include <immintrin.h>
@@ -585,7 +586,7 @@ void DequantizeBf16PanelsAvx512(const QuantizedMatrix& w, int64_t k_begin, int64
   if (!avx512::QuantizedFusedApplies(w) || j0 % 2 != 0) {
     return DequantizeBf16PanelsGeneric(w, k_begin, k_end, j0, width, out);
   }
-  if (w.scales_factorable && HaveAvx512Bf16()) {
+  if (w.scales_factorable && Kernels().avx512_bf16) {
     return DequantizeBf16PanelsAvx512Bf16(w, k_begin, k_end, j0, width, out);
   }
   using avx512::DequantizePanelsFor;

@@ -1,4 +1,5 @@
-#include "server/ops/kernels/streaming_gemm.h"
+#include "server/ops/kernels/kernel_set.h"
+#include "server//ops/kernels/streaming_gemm.h"
 
 #include <gtest/gtest.h>
 
@@ -109,7 +110,7 @@ TEST(StreamingGemmTest, DoublePrecisionMatchesTheReference) {
     StreamingGemmAccumulate(s.rows, 0, s.k, s.n, a.data(), s.k, b.data(), s.n, c.data(), s.n);
     streaming_internal::AccumulateGeneric(s.rows, 0, s.k, s.n, a.data(), s.k, b.data(), s.n,
                                           c2.data(), s.n);
-    if (streaming_internal::HaveAvx2()) {
+    if (Kernels().avx2) {
       streaming_internal::AccumulateAvx2(s.rows, 0, s.k, s.n, a.data(), s.k, b.data(), s.n,
                                          c3.data(), s.n);
     } else {
@@ -137,7 +138,7 @@ TEST(StreamingGemmTest, WidenToFloatIsExactForEveryPattern) {
     for (int via = 0; via < 2; ++via) {  // the dispatcher, then the AVX2 build
       if (via == 0) {
         WidenToFloat(t, bits.data(), out.data(), 65536);
-      } else if (streaming_internal::HaveAvx2()) {
+      } else if (Kernels().avx2) {
         streaming_internal::WidenAvx2(t, bits.data(), out.data(), 65536);
       } else {
         continue;

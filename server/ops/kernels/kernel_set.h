@@ -1,0 +1,67 @@
+// KernelSet: every kernel family's entry points for this CPU, chosen once and
+// in one place from the CPU's features under GEMMSERVE_MAX_CPU_ISA (Cpu()),
+// as BLIS fills its context of kernels once per configuration. The families
+// (streaming decode, quantized decode and dequantization, integer GEMM, BF16
+// pair panels) call through it; each ISA build of a family is a file of its
+// own, built with that ISA's compiler flags, and runs only when the set
+// names it.
+//
+// No Abseil here, for the reason cpu_features.h gives.
+//
+//   const KernelSet& k = Kernels();
+//   k.stream_f32(DataType::kBF16, rows, 0, K, N, a, K, b, N, c, N);
+#ifndef GEMMSERVE_SERVER_OPS_KERNELS_KERNEL_SET_H_
+#define GEMMSERVE_SERVER_OPS_KERNELS_KERNEL_SET_H_
+
+#include <cstdint>
+
+#include "server/ops/kernels/cpu_features.h"
+#include "server/ops/kernels/quantized_gemm.h"
+#include "server/tensor/datatype.h"
+
+namespace gemmserve {
+
+struct KernelSet {
+  // The builds the features allow: AVX-512 (F, BW, VL, DQ, FMA), AVX2 (with
+  // FMA and F16C), and AVX512-BF16's vdpbf16ps and vcvtne2ps2bf16.
+  bool avx512 = false;
+  bool avx2 = false;
+  bool avx512_bf16 = false;
+  // Names of the builds chosen, for logs and tests.
+  const char* streaming_isa = "generic";  // "avx512", "avx2", "generic"
+  const char* int_isa = "generic";
+
+  // Streaming decode (streaming_gemm.h): C[rows, n] += A[rows, k_begin:k_end]
+  // B[k_begin:k_end, n], B of `b_type` widened in registers; and FP64.
+  void (*stream_f32)(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_end, int64_t n,
+                     const float* a, int64_t lda, const void* b, int64_t ldb, float* c,
+                     int64_t ldc) = nullptr;
+  void (*stream_f64)(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, const double* a,
+                     int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc) = nullptr;
+  // FP16 or BF16 to FP32.
+  void (*widen)(DataType type, const uint16_t* src, float* dst, int64_t n) = nullptr;
+  // Quantized decode (quantized_gemm.h), and K rows of quantized weights
+  // dequantized into BF16 pair panels.
+  void (*quantized)(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
+                    const QuantizedMatrix& w, float* c, int64_t ldc) = nullptr;
+  void (*dequantize_bf16_panels)(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end,
+                                 int64_t j0, int64_t width, uint16_t* out) = nullptr;
+  // Integer GEMM rows (int_gemm.h), on unsigned lanes.
+  void (*int_rows32)(int64_t row_begin, int64_t row_end, int64_t n, int64_t k, const uint32_t* a,
+                     int64_t lda, const uint32_t* b, int64_t ldb, uint32_t* c,
+                     int64_t ldc) = nullptr;
+  void (*int_rows64)(int64_t row_begin, int64_t row_end, int64_t n, int64_t k, const uint64_t* a,
+                     int64_t lda, const uint64_t* b, int64_t ldb, uint64_t* c,
+                     int64_t ldc) = nullptr;
+};
+
+// The set for `features`: every family's best build they allow. Tests use
+// it to reach each build the CPU has.
+KernelSet KernelsFor(const CpuFeatures& features);
+
+// The set for this process: KernelsFor(Cpu()), resolved once.
+const KernelSet& Kernels();
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_OPS_KERNELS_KERNEL_SET_H_
