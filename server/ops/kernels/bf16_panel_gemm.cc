@@ -1,5 +1,4 @@
 #include "server/ops/kernels/bf16_panel_gemm.h"
-#include "server/ops/kernels/kernel_set.h"
 
 // GCC 12's AVX-512 shift intrinsics start from an undefined vector and warn
 // about it where they are inlined (GCC bug 105593, fixed in 13).
@@ -17,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/ops/kernels/cpu_features.h"
+#include "server/ops/kernels/kernel_set.h"
 #include "server/ops/kernels/tile32.h"
 #include "server/tensor/half.h"
 

@@ -1,5 +1,4 @@
 // Integer GEMM: runtime dispatch to the best build of int_gemm_impl.inc for
-#include "server/ops/kernels/kernel_set.h"
 // this CPU, and rows of C split across threads.
 #include <omp.h>
 
@@ -8,6 +7,7 @@
 
 #include "server/ops/kernels/cpu_features.h"
 #include "server/ops/kernels/gemm.h"
+#include "server/ops/kernels/kernel_set.h"
 #include "server/ops/kernels/int_gemm_internal.h"
 
 namespace gemmserve {

@@ -1,5 +1,4 @@
 #include "server/ops/kernels/panel_gemm.h"
-#include "server/ops/kernels/kernel_set.h"
 
 #include <blis.h>
 // GCC 12's AVX-512 intrinsics warn on their own undefined start vectors
@@ -13,6 +12,7 @@
 #include <cstring>
 
 #include "server/ops/kernels/cpu_features.h"
+#include "server/ops/kernels/kernel_set.h"
 #include "server/ops/kernels/tile32.h"
 
 namespace gemmserve {

@@ -1,11 +1,11 @@
 #include "server/ops/kernels/quantized_gemm.h"
-#include "server/ops/kernels/kernel_set.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "server/ops/kernels/bf16_panel_gemm.h"
+#include "server/ops/kernels/kernel_set.h"
 #include "server/ops/kernels/streaming_gemm.h"
 #include "server/tensor/half.h"
 

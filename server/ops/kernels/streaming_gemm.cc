@@ -1,9 +1,9 @@
 #include "server/ops/kernels/streaming_gemm.h"
-#include "server/ops/kernels/kernel_set.h"
 
 #include <algorithm>
 
 #include "server/ops/kernels/cpu_features.h"
+#include "server/ops/kernels/kernel_set.h"
 #include "server/ops/kernels/quantized_gemm.h"
 #include "server/tensor/half.h"
 

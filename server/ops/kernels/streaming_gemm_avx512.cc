@@ -1,5 +1,4 @@
 // The streaming kernel built for AVX-512 (this file alone is compiled with
-#include "server/ops/kernels/kernel_set.h"
 // -mavx512f -mavx512bw -mavx512vl -mfma -mf16c; it runs only where
 // streaming_gemm.cc's dispatcher has seen those features).
 #include <immintrin.h>
@@ -13,6 +12,7 @@
 #include <algorithm>
 
 #include "server/ops/kernels/bf16_panel_gemm.h"
+#include "server/ops/kernels/kernel_set.h"
 #include "server/ops/kernels/quantized_gemm.h"
 #include "server/ops/kernels/streaming_gemm.h"
 #include "server/tensor/half.h"
