@@ -22,40 +22,10 @@ namespace streaming_internal {
 namespace {
 namespace avx512 {
 
-// vcvtph2ps: sixteen FP16 values to FP32 per instruction, exact.
-inline void WidenHalfRow(const uint16_t* src, float* dst, int64_t n) {
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j));
-    _mm512_storeu_ps(dst + j, _mm512_cvtph_ps(h));
-  }
-  for (; j < n; ++j) dst[j] = HalfToFloat(src[j]);
-}
-
-// vcvtps2ph (round to nearest even) and back: sixteen values per step.
-inline void RoundRowToHalf(float* dst, int64_t n) {
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(dst + j), _MM_FROUND_TO_NEAREST_INT);
-    _mm512_storeu_ps(dst + j, _mm512_cvtph_ps(h));
-  }
-  for (; j < n; ++j) dst[j] = HalfToFloat(FloatToHalf(dst[j]));
-}
+#include "server/ops/kernels/half_rows_avx512.inc"
 
 #include "server/ops/kernels/streaming_gemm_impl.inc"  // the row kernels it shares
 #include "server/ops/kernels/quantized_gemm_impl.inc"
-
-// Sixteen half values widened in registers: BF16 is the top half of an FP32,
-// FP16 goes through vcvtph2ps.
-template <bool kBf16>
-inline __m512 Widen16(const uint16_t* p, __mmask16 mask) {
-  const __m256i h = _mm256_maskz_loadu_epi16(mask, p);
-  if constexpr (kBf16) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  } else {
-    return _mm512_cvtph_ps(h);
-  }
-}
 
 // The streaming build's register blocking (streaming_gemm_avx512.cc): eight
 // rows of W per step in registers, eight rows of A per group, prefetch two

@@ -17,25 +17,7 @@ namespace streaming_internal {
 namespace {
 namespace avx2 {
 
-// vcvtph2ps: eight FP16 values to FP32 per instruction, exact.
-inline void WidenHalfRow(const uint16_t* src, float* dst, int64_t n) {
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    _mm256_storeu_ps(dst + j,
-                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j))));
-  }
-  for (; j < n; ++j) dst[j] = HalfToFloat(src[j]);
-}
-
-// vcvtps2ph (round to nearest even) and back: eight values per step.
-inline void RoundRowToHalf(float* dst, int64_t n) {
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const __m256 v = _mm256_loadu_ps(dst + j);
-    _mm256_storeu_ps(dst + j, _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)));
-  }
-  for (; j < n; ++j) dst[j] = HalfToFloat(FloatToHalf(dst[j]));
-}
+#include "server/ops/kernels/half_rows_avx2.inc"
 
 #include "server/ops/kernels/streaming_gemm_impl.inc"
 
