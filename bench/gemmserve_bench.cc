@@ -77,7 +77,7 @@
 #include "server/ops/packed_weights.h"
 #include "server/ops/quantized_weights.h"
 #include "server/tensor/half.h"
-#include "server/ops/kernels/compute_environment.h"
+#include "server/process/compute_environment.h"
 #include "server/ops/kernels/gemm.h"
 #include "server/ops/kernels/reference_gemm.h"
 #include "server/ops/matmul.h"

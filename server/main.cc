@@ -18,7 +18,7 @@
 #include "absl/time/time.h"
 #include "server/common/logging.h"
 #include "server/common/status_macros.h"
-#include "server/ops/kernels/compute_environment.h"
+#include "server/process/compute_environment.h"
 #include "server/root/server.h"
 
 namespace {

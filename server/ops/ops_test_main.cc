@@ -17,7 +17,7 @@
 #include <cstring>
 #include <string>
 
-#include "server/ops/kernels/compute_environment.h"
+#include "server/process/compute_environment.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include "server/common/descriptor_limit.h"
 #include "server/common/logging.h"
 #include "server/common/status_macros.h"
-#include "server/ops/kernels/compute_environment.h"
+#include "server/process/compute_environment.h"
 #include "server/ops/kernels/cpu_features.h"
 
 namespace gemmserve {

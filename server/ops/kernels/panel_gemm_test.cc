@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/ops/kernels/compute_environment.h"
+#include "server/process/compute_environment.h"
 #include "server/ops/kernels/gemm_testing.h"
 #include "server/ops/packed_weights.h"
 #include "server/tensor/half.h"

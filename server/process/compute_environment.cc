@@ -1,4 +1,4 @@
-#include "server/ops/kernels/compute_environment.h"
+#include "server/process/compute_environment.h"
 
 #include <blis.h>
 #include <unistd.h>

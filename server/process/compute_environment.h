@@ -22,8 +22,8 @@
 //
 //   int main(int argc, char** argv) {
 //     gemmserve::ReexecWithComputeEnvironment(argv);
-#ifndef GEMMSERVE_SERVER_OPS_KERNELS_COMPUTE_ENVIRONMENT_H_
-#define GEMMSERVE_SERVER_OPS_KERNELS_COMPUTE_ENVIRONMENT_H_
+#ifndef GEMMSERVE_SERVER_PROCESS_COMPUTE_ENVIRONMENT_H_
+#define GEMMSERVE_SERVER_PROCESS_COMPUTE_ENVIRONMENT_H_
 
 namespace gemmserve {
 
@@ -41,4 +41,4 @@ const char* BlisArchitecture();
 
 }  // namespace gemmserve
 
-#endif  // GEMMSERVE_SERVER_OPS_KERNELS_COMPUTE_ENVIRONMENT_H_
+#endif  // GEMMSERVE_SERVER_PROCESS_COMPUTE_ENVIRONMENT_H_
