@@ -515,6 +515,124 @@ absl::StatusOr<GroupedCase> MakeGroupedCase(const GroupedSpec& spec) {
   return c;
 }
 
+// What a case's implementation calls, what the row check compares with,
+// and what a call reads of each group's weights (which a cold-weights case
+// evicts): the row-major tensor unless the implementation has its own copy.
+struct GroupedCall {
+  std::function<absl::Status()> call;
+  std::function<const void*(int64_t)> group_weights;
+  int64_t group_bytes = 0;   // read of one group per call
+  int64_t expert_bytes = 0;  // of one group with its scales: the memory floor's bytes
+  const Tensor* reference_weights = nullptr;
+};
+
+GroupedCall RowMajorCall(const Tensor& w, int64_t expert_bytes) {
+  GroupedCall g;
+  g.group_weights = [&w, expert_bytes](int64_t group) {
+    return static_cast<const void*>(static_cast<const char*>(w.raw_data()) + group * expert_bytes);
+  };
+  g.group_bytes = g.expert_bytes = expert_bytes;
+  g.reference_weights = &w;
+  return g;
+}
+
+// Resident weights as a resident model holds them: packed at load where the
+// type packs, else row-major.
+absl::StatusOr<GroupedCall> ResidentCall(const GroupedSpec& spec, Cache& cache, const Tensor& w,
+                                         GroupedCase& c, const std::string& weights_key) {
+  GroupedCall g = RowMajorCall(w, spec.shape.k * spec.shape.n * DataTypeSize(spec.type));
+  if (!PackedWeights::PackedAtLoad(spec.type)) {
+    g.call = [&] {
+      return RunGroupedMatMul(c.plan, c.input, w, c.indices, nullptr, &c.output, g_threads);
+    };
+    return g;
+  }
+  GEMMSERVE_ASSIGN_OR_RETURN(
+      PackedWeights * packed,
+      cache.packed_weights.Get(weights_key, [&] { return PackedWeights::Pack(w); }));
+  const PackedWeights& pw = *packed;
+  g.call = [&c, &pw] {
+    return RunGroupedMatMul(c.plan, c.input, pw, c.indices, nullptr, &c.output, g_threads);
+  };
+  // The panels are what it reads (the row-major tensor stays untouched).
+  g.group_weights = [&pw](int64_t group) { return pw.group(group); };
+  g.group_bytes = pw.bytes() / pw.groups();
+  return g;
+}
+
+// INT8 or INT4 weights kept quantized, checked against their dequantized values.
+absl::StatusOr<GroupedCall> QuantizedCall(const GroupedSpec& spec, Cache& cache, const Tensor& w,
+                                          GroupedCase& c, const std::string& weights_key) {
+  const QuantizedType qt =
+      spec.impl == GroupedImpl::kResidentInt8 ? QuantizedType::kInt8 : QuantizedType::kInt4;
+  GEMMSERVE_ASSIGN_OR_RETURN(
+      QuantizedBenchWeights * quantized,
+      cache.quantized_weights.Get(absl::StrCat(weights_key, "/", ImplLabel(spec.impl)),
+                                  [&] { return QuantizeForBench(w, qt); }));
+  const QuantizedWeights& qw = quantized->quantized;
+  GroupedCall g;
+  g.reference_weights = &quantized->dequantized;
+  g.call = [&c, &qw] {
+    return RunGroupedMatMul(c.plan, c.input, qw, c.indices, nullptr, &c.output, g_threads);
+  };
+  // The integers of the group and its scales are what a call reads.
+  g.group_weights = [&qw](int64_t group) {
+    const QuantizedMatrix& m = qw.group(group);
+    return static_cast<const void*>(m.data + QuantizedBytes(m.type, m.first));
+  };
+  g.group_bytes = QuantizedBytes(qt, spec.shape.k * spec.shape.n);
+  g.expert_bytes = qw.group_bytes();
+  return g;
+}
+
+// oneDNN's matmul over each expert's weights, reordered once into its layout.
+absl::StatusOr<GroupedCall> OneDnnCall(const GroupedSpec& spec, Cache& cache, const Tensor& w,
+                                       GroupedCase& c, const std::string& weights_key) {
+  GroupedCall g = RowMajorCall(w, spec.shape.k * spec.shape.n * DataTypeSize(spec.type));
+#ifdef GEMMSERVE_HAVE_ONEDNN
+  GEMMSERVE_ASSIGN_OR_RETURN(
+      OneDnnGroupedMatMul * onednn,
+      cache.onednn_weights.Get(weights_key,
+                               [&] { return OneDnnGroupedMatMul::Create(w, g_threads); }));
+  GEMMSERVE_RETURN_IF_ERROR(onednn->Prepare(c.plan, c.indices));
+  g.call = [&c, onednn] { return onednn->Run(c.plan, c.input, c.indices, &c.output); };
+  g.group_weights = [onednn](int64_t group) { return onednn->group_weights(group); };
+  g.group_bytes = onednn->group_bytes();
+  return g;
+#else
+  (void)cache, (void)c, (void)weights_key, (void)g;
+  return absl::UnavailableError("not built with oneDNN");
+#endif
+}
+
+// The case's implementation bound to its weights and data.
+absl::StatusOr<GroupedCall> BindGrouped(const GroupedSpec& spec, Cache& cache, const Tensor& w,
+                                        GroupedCase& c, const std::string& weights_key) {
+  const int64_t expert_bytes = spec.shape.k * spec.shape.n * DataTypeSize(spec.type);
+  GroupedCall g = RowMajorCall(w, expert_bytes);
+  switch (spec.impl) {
+    case GroupedImpl::kFused:
+      g.call = [&] {
+        return RunGroupedMatMul(c.plan, c.input, w, c.indices, nullptr, &c.output, g_threads);
+      };
+      return g;
+    case GroupedImpl::kResident: return ResidentCall(spec, cache, w, c, weights_key);
+    case GroupedImpl::kResidentInt8:
+    case GroupedImpl::kResidentInt4: return QuantizedCall(spec, cache, w, c, weights_key);
+    case GroupedImpl::kOneDnn: return OneDnnCall(spec, cache, w, c, weights_key);
+    case GroupedImpl::kPerGroupLoop:
+      g.call = [&] { return RunPerGroupLoop(c.plan, c.input, w, c.indices, &c.output, g_threads); };
+      return g;
+    case GroupedImpl::kOnnxDecomposition:
+      g.call = [&] {
+        return RunOnnxDecomposition(c.plan, c.input, w, c.indices, &cache.onnx_scratch, &c.output,
+                                    g_threads);
+      };
+      return g;
+  }
+  return absl::InternalError("unknown implementation");
+}
+
 void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
   Cache& cache = TheCache();
   cache.Enter(Family::kGrouped);
@@ -535,126 +653,33 @@ void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
   absl::StatusOr<Tensor*> weights = cache.grouped_weights.Get(weights_key, [&] {
     return RandomTensor(spec.type, {shape.g, shape.k, shape.n}, /*seed=*/1);
   });
-  if (!weights.ok()) {
-    FailCase(state, weights.status().ToString());
-    return;
-  }
   absl::StatusOr<GroupedCase*> data =
-      cache.grouped_case.Get(absl::StrCat(TypeLabel(spec.type), "/", shape.name, "/",
-                                          static_cast<int>(spec.routing), "/", spec.m),
-                             [&] { return MakeGroupedCase(spec); });
-  if (!data.ok()) {
-    FailCase(state, data.status().ToString());
+      weights.ok() ? cache.grouped_case.Get(absl::StrCat(TypeLabel(spec.type), "/", shape.name,
+                                                         "/", static_cast<int>(spec.routing), "/",
+                                                         spec.m),
+                                            [&] { return MakeGroupedCase(spec); })
+                   : weights.status();
+  absl::StatusOr<GroupedCall> bound =
+      data.ok() ? BindGrouped(spec, cache, **weights, **data, weights_key) : data.status();
+  if (!bound.ok()) {
+    FailCase(state, bound.status().ToString());
     return;
   }
-  const Tensor& w = **weights;
   GroupedCase& c = **data;
-
-  // What a call reads of group g's weights, which a cold-weights case evicts:
-  // the row-major tensor unless the implementation has its own copy.
-  int64_t expert_bytes = shape.k * shape.n * DataTypeSize(spec.type);
-  std::function<const void*(int64_t)> group_weights = [&w, expert_bytes](int64_t group) {
-    return static_cast<const void*>(static_cast<const char*>(w.raw_data()) + group * expert_bytes);
-  };
-  int64_t group_bytes = expert_bytes;
-  const Tensor* reference_weights = &w;  // what the row check compares with
-  std::function<absl::Status()> call;
-  switch (spec.impl) {
-    case GroupedImpl::kFused:
-      call = [&] {
-        return RunGroupedMatMul(c.plan, c.input, w, c.indices, nullptr, &c.output, g_threads);
-      };
-      break;
-    case GroupedImpl::kResident: {
-      if (!PackedWeights::PackedAtLoad(spec.type)) {  // as a resident model holds them
-        call = [&] {
-          return RunGroupedMatMul(c.plan, c.input, w, c.indices, nullptr, &c.output, g_threads);
-        };
-        break;
-      }
-      absl::StatusOr<PackedWeights*> packed =
-          cache.packed_weights.Get(weights_key, [&] { return PackedWeights::Pack(w); });
-      if (!packed.ok()) {
-        FailCase(state, packed.status().ToString());
-        return;
-      }
-      const PackedWeights& pw = **packed;
-      call = [&c, &pw] {
-        return RunGroupedMatMul(c.plan, c.input, pw, c.indices, nullptr, &c.output, g_threads);
-      };
-      // The panels are what it reads (the row-major tensor stays untouched).
-      group_weights = [&pw](int64_t group) { return pw.group(group); };
-      group_bytes = pw.bytes() / pw.groups();
-      break;
-    }
-    case GroupedImpl::kResidentInt8:
-    case GroupedImpl::kResidentInt4: {
-      const QuantizedType qt =
-          spec.impl == GroupedImpl::kResidentInt8 ? QuantizedType::kInt8 : QuantizedType::kInt4;
-      absl::StatusOr<QuantizedBenchWeights*> quantized =
-          cache.quantized_weights.Get(absl::StrCat(weights_key, "/", ImplLabel(spec.impl)),
-                                      [&] { return QuantizeForBench(w, qt); });
-      if (!quantized.ok()) {
-        FailCase(state, quantized.status().ToString());
-        return;
-      }
-      const QuantizedWeights& qw = (*quantized)->quantized;
-      reference_weights = &(*quantized)->dequantized;
-      call = [&c, &qw] {
-        return RunGroupedMatMul(c.plan, c.input, qw, c.indices, nullptr, &c.output, g_threads);
-      };
-      // The integers of the group and its scales are what a call reads.
-      group_weights = [&qw](int64_t group) {
-        const QuantizedMatrix& m = qw.group(group);
-        return static_cast<const void*>(m.data + QuantizedBytes(m.type, m.first));
-      };
-      group_bytes = QuantizedBytes(qt, shape.k * shape.n);
-      expert_bytes = qw.group_bytes();  // with the scales: the memory floor's bytes
-      break;
-    }
-    case GroupedImpl::kOneDnn: {
-#ifdef GEMMSERVE_HAVE_ONEDNN
-      absl::StatusOr<OneDnnGroupedMatMul*> dnnl = cache.onednn_weights.Get(
-          weights_key, [&] { return OneDnnGroupedMatMul::Create(w, g_threads); });
-      absl::Status prepared = dnnl.ok() ? (*dnnl)->Prepare(c.plan, c.indices) : dnnl.status();
-      if (!prepared.ok()) {
-        FailCase(state, prepared.ToString());
-        return;
-      }
-      OneDnnGroupedMatMul& onednn = **dnnl;
-      call = [&c, &onednn] { return onednn.Run(c.plan, c.input, c.indices, &c.output); };
-      group_weights = [&onednn](int64_t group) { return onednn.group_weights(group); };
-      group_bytes = onednn.group_bytes();
-      break;
-#else
-      FailCase(state, "not built with oneDNN");
-      return;
-#endif
-    }
-    case GroupedImpl::kPerGroupLoop:
-      call = [&] { return RunPerGroupLoop(c.plan, c.input, w, c.indices, &c.output, g_threads); };
-      break;
-    case GroupedImpl::kOnnxDecomposition:
-      call = [&] {
-        return RunOnnxDecomposition(c.plan, c.input, w, c.indices, &cache.onnx_scratch, &c.output,
-                                    g_threads);
-      };
-      break;
-  }
+  const GroupedCall& g = *bound;
   std::function<void()> evict;
   if (spec.m <= kColdWeightsMaxTokens) {
     evict = [&] {
-      for (int64_t group : c.used_groups) EvictFromCaches(group_weights(group), group_bytes);
+      for (int64_t group : c.used_groups) EvictFromCaches(g.group_weights(group), g.group_bytes);
     };
   }
   auto check = [&] {
-    return CheckGroupedMatMulSample(c.plan, c.input, *reference_weights, c.indices, c.output);
+    return CheckGroupedMatMulSample(c.plan, c.input, *g.reference_weights, c.indices, c.output);
   };
-  const std::optional<double> seconds =
-      CheckAndTime(state, spec.name, &c.output, call, check, evict);
+  const std::optional<double> seconds = CheckAndTime(state, spec.name, &c.output, g.call, check,
+                                                     evict);
   if (!seconds) return;
-
-  const double bytes_touched = static_cast<double>(c.used_groups.size() * expert_bytes);
+  const double bytes_touched = static_cast<double>(c.used_groups.size() * g.expert_bytes);
   SetRate(state, "GFLOPS", 2e-9 * spec.m * shape.s * shape.k * shape.n, *seconds);
   state.counters["bytes_touched"] = bytes_touched;
   SetRate(state, "GBps_effective", bytes_touched / 1e9, *seconds);
