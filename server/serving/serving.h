@@ -1,13 +1,16 @@
-// Serving: the composition root of gemmserve, and the one request path every
-// front end shares.
+// Serving: the one API of gemmserve, which both front ends (gRPC and HTTP)
+// call, and the one request path they share.
 //
-// Start builds the pieces from ServingOptions, each from its own layer's
+// Start builds its pieces from ServingOptions, each from its own layer's
 // options: the metrics (and their /metrics endpoint), the engine, the
-// built-in models, the model repository (loaded) and the token check. A
-// front end then only decodes its wire format, calls Infer (or Authenticate
-// and the accessors, for its other calls) and encodes what comes back;
-// admission while draining, authentication and the recording of every
-// answer happen here, once, for all of them.
+// built-in models, the model repository (loaded), the token check, client
+// shared memory and the tracer. (Server, server/root, builds Serving and the
+// front ends on it.) Every operation of KServe v2 and Triton is one method
+// here with the protocol's messages as its types, and checks the token
+// itself; a front end only decodes its wire format, calls the method (Infer
+// for inferences) and encodes what comes back. Admission while draining,
+// authentication and the recording of every answer happen here, once, for
+// all of them.
 //
 //   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Serving> serving, Serving::Start(options));
 //   Serving::InferCall call;
