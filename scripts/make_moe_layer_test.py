@@ -1,0 +1,121 @@
+#!/usr/bin/python3
+"""scripts/make_moe_layer.py: every form of the layer graph, evaluated by the graph
+interpreter, equals the mixture-of-experts block computed directly (a loop over tokens and
+chosen experts, an independent formula); TopK's ties go to the lower index; an index out of
+range is refused; the command writes a model that loads back."""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+from math import erf
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_moe_layer as layer  # noqa: E402
+
+K, I, G, S, M = 12, 5, 6, 2, 7
+
+
+def weights(model):
+    return {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
+
+
+def direct(w, x, gate_up, activation, routing, normalise, shared, ids=None, rw=None):
+    if routing != "given":
+        logits = x @ w["W_r"]
+        if routing == "softmax_topk":
+            p = np.exp(logits - logits.max(-1, keepdims=True))
+            p /= p.sum(-1, keepdims=True)
+            ids = np.argsort(-p, axis=-1, kind="stable")[:, :S]
+            rw = np.take_along_axis(p, ids, -1)
+            if normalise:
+                rw = rw / rw.sum(-1, keepdims=True)
+        else:
+            ids = np.argsort(-logits, axis=-1, kind="stable")[:, :S]
+            v = np.take_along_axis(logits, ids, -1)
+            rw = np.exp(v - v.max(-1, keepdims=True))
+            rw /= rw.sum(-1, keepdims=True)
+    out = np.zeros((x.shape[0], K))
+    for m in range(x.shape[0]):
+        for s in range(S):
+            e = ids[m, s]
+            if gate_up == "fused":
+                gu = x[m] @ w["W_gu"][e]
+                g, u = gu[:I], gu[I:]
+            else:
+                g, u = x[m] @ w["W_g"][e], x[m] @ w["W_u"][e]
+            act = g / (1 + np.exp(-g)) if activation == "silu" else \
+                np.array([0.5 * v * (1 + erf(v / np.sqrt(2))) for v in g])
+            out[m] += rw[m, s] * ((act * u) @ w["W_d"][e])
+    if shared:
+        sg, su = x @ w["Ws_g"], x @ w["Ws_u"]
+        out += ((sg / (1 + np.exp(-sg))) * su) @ w["Ws_d"]
+    return out
+
+
+class LayerGraphTest(unittest.TestCase):
+    def test_every_form_is_the_moe_block(self):
+        rng = np.random.default_rng(7)
+        x = rng.standard_normal((M, K))
+        forms = [(gu, act, routing, norm, shared)
+                 for gu in ("fused", "separate") for act in ("silu", "gelu")
+                 for routing in ("given", "softmax_topk", "topk_softmax")
+                 for norm in (False, True) for shared in (False, True)
+                 if not (norm and routing != "softmax_topk")]
+        self.assertEqual(len(forms), 32)
+        for gu, act, routing, norm, shared in forms:
+            with self.subTest(gate_up=gu, activation=act, routing=routing, normalise=norm,
+                              shared=shared):
+                model = layer.layer_model(layer.layer_graph(
+                    K, I, G, S, gate_up=gu, activation=act, routing=routing, normalise=norm,
+                    shared_expert=shared, seed=3))
+                feeds = {"x": x}
+                ids = rw = None
+                if routing == "given":
+                    ids = rng.integers(0, G, (M, S))
+                    rw = rng.random((M, S))
+                    feeds.update(ids=ids, w=rw)
+                got = layer.evaluate(model, feeds)["out"]
+                want = direct(weights(model), x, gu, act, routing, norm, shared, ids, rw)
+                self.assertEqual(got.shape, (M, K))
+                np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+    def test_topk_ties_go_to_the_lower_index(self):
+        model = layer.layer_model(layer.layer_graph(K, I, G, S, routing="topk_softmax"))
+        router = next(t for t in model.graph.initializer if t.name == "W_r")
+        w_r = numpy_helper.to_array(router).copy()
+        w_r[:, :] = 0  # every logit ties
+        router.CopyFrom(numpy_helper.from_array(w_r, "W_r"))
+        graph = model.graph
+        graph.output.append(onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64,
+                                                               ["M", S]))
+        got = layer.evaluate(model, {"x": np.ones((3, K))})
+        np.testing.assert_array_equal(got["ids"], [[0, 1]] * 3)
+
+    def test_an_index_out_of_range_is_refused_not_read(self):
+        model = layer.layer_model(layer.layer_graph(K, I, G, S, routing="given"))
+        with self.assertRaisesRegex(ValueError, "out of range"):
+            layer.evaluate(model, {"x": np.ones((1, K)), "ids": np.array([[0, G]]),
+                                   "w": np.ones((1, S))})
+
+    def test_the_command_writes_a_model_that_loads_back(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "moe_layer", "1", "model.onnx")
+            subprocess.run([sys.executable, layer.__file__, "--out", path, "--k", "16", "--i",
+                            "8", "--g", "4", "--dtype", "fp16", "--gate_up", "separate"],
+                           check=True, capture_output=True)
+            model = onnx.load(path)
+            self.assertEqual(model.opset_import[0].version, 29)
+            self.assertEqual(numpy_helper.to_array(
+                next(t for t in model.graph.initializer if t.name == "W_g")).dtype, np.float16)
+            out = layer.evaluate(model, {"x": np.ones((2, 16))})["out"]
+            self.assertEqual(out.shape, (2, 16))
+            self.assertTrue(np.all(np.isfinite(out)))
+
+
+if __name__ == "__main__":
+    unittest.main()
