@@ -121,13 +121,16 @@ struct Serving::Call {
     if (result.ok() && !shm_outputs.empty()) {
       if (absl::Status s = WriteShmOutputs(*result); !s.ok()) result = s;
     }
+    // The regions are read (inputs, copied out at admission) and written
+    // (outputs, just above): released before the answer goes, so a client
+    // that unregisters a region once it has its answer finds it free.
+    leases.clear();
     if (trace) StampTrace(result);
     const absl::Status status = std::move(done)(std::move(result));
     if (trace) {
       trace->request_end = absl::Now();
       serving->tracer_->Record(*trace);
     }
-    leases.clear();  // answered: the regions may be unregistered
     shm_inputs.clear();
     reservation = InferenceEngine::Reservation();
     serving->metrics_->AddInflight(-1);

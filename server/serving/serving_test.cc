@@ -6,6 +6,10 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -204,6 +208,45 @@ TEST(ServingTest, EveryMethodButHealthNeedsTheToken) {
   ASSERT_TRUE(s.ModelConfig("Bearer right", config, &config_response).ok());
   EXPECT_EQ(config_response.config().name(), "matmul");
   EXPECT_EQ(config_response.config().parameters().at("max_batch_rows").string_value(), "4096");
+}
+
+// A client that has its answer may unregister the region the answer went to
+// at once: the server releases its regions before it answers.
+TEST(ServingTest, RegionsAreReleasedBeforeTheAnswerGoes) {
+  const std::string key = "/gemmserve-serving-test-" + std::to_string(getpid());
+  const int fd = shm_open(key.c_str(), O_CREAT | O_RDWR | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 64), 0);
+  close(fd);
+  ServingOptions o = NoNetwork();
+  o.shm.allow_client_shm = true;
+  auto started = Serving::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  Serving& s = **started;
+  inference::SystemSharedMemoryRegisterRequest reg;
+  reg.set_name("out");
+  reg.set_key(key);
+  reg.set_byte_size(64);
+  ASSERT_TRUE(s.SystemSharedMemoryRegister(std::nullopt, reg).ok());
+  MatMulCall mm;
+  Serving::InferCall call = mm.call();
+  call.request->requested_outputs.push_back("Y");
+  call.request->output_shm.push_back({"Y", SharedMemoryRef{"out", 0, 4}});
+  absl::Notification finished;
+  absl::Status answered, unregistered;
+  s.Infer(std::move(call), [&](absl::StatusOr<InferResult> r) {
+    answered = r.status();
+    // What a client does once it has the answer.
+    inference::SystemSharedMemoryUnregisterRequest unreg;
+    unreg.set_name("out");
+    unregistered = s.SystemSharedMemoryUnregister(std::nullopt, unreg);
+    finished.Notify();
+    return answered;
+  });
+  finished.WaitForNotification();
+  shm_unlink(key.c_str());
+  EXPECT_TRUE(answered.ok()) << answered;
+  EXPECT_TRUE(unregistered.ok()) << unregistered;
 }
 
 TEST(ServingTest, DrainingRefusesNewCallsAndIsIdleOnceAllAreAnswered) {

@@ -187,9 +187,14 @@ class TritonClientTest(unittest.TestCase):
                     inputs[1].set_shared_memory(name, 24, offset=24)
                     output = module.InferRequestedOutput("Y")
                     output.set_shared_memory(name, 16, offset=48)
-                    client.infer("matmul", inputs, outputs=[output])
-                    y = shm.get_contents_as_numpy(region, np.float32, [2, 2], offset=48)
-                    np.testing.assert_allclose(y, A @ B, rtol=1e-6)
+                    # A region is free for its client to unregister as soon as the answer
+                    # arrives (the server releases it before answering), every time.
+                    for _ in range(30):
+                        client.infer("matmul", inputs, outputs=[output])
+                        y = shm.get_contents_as_numpy(region, np.float32, [2, 2], offset=48)
+                        np.testing.assert_allclose(y, A @ B, rtol=1e-6)
+                        client.unregister_system_shared_memory(name)
+                        client.register_system_shared_memory(name, f"/{name}", 64)
                     client.unregister_system_shared_memory(name)
                 finally:
                     shm.destroy_shared_memory_region(region)
