@@ -92,9 +92,7 @@ class LoadRun {
 
   PerfResult Run() {
     const PerfWindow window = PerfWindow::StartingNow(options_);
-    start_ = window.start;
-    window_begin_ = window.begin;
-    window_end_ = window.end;
+    window_ = window;
     if (open_loop_) {
       SendArrivals();
     } else {
@@ -104,7 +102,7 @@ class LoadRun {
         for (int i = 0; i < options_.concurrency; ++i) calls.push_back(RegisterLocked());
       }
       for (const std::shared_ptr<Call>& call : calls) Start(call.get());
-      std::this_thread::sleep_until(window_end_);
+      std::this_thread::sleep_until(window_.end);
     }
     Drain();
 
@@ -152,7 +150,7 @@ class LoadRun {
       finished = std::move(it->second);
       calls_.erase(it);
       ++finishing_;
-      if (done >= window_begin_ && done < window_end_) {
+      if (window_.Measures(done)) {
         if (status.ok()) {
           latencies_us_.push_back(
               std::chrono::duration_cast<std::chrono::microseconds>(done - call->sent).count());
@@ -161,7 +159,7 @@ class LoadRun {
               absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())))];
         }
       }
-      if (!open_loop_ && !stopping_ && done < window_end_) next = RegisterLocked();
+      if (!open_loop_ && !stopping_ && done < window_.end) next = RegisterLocked();
     }
     if (next != nullptr) Start(next.get());
     // Our references go before this callback counts as finished, and so
@@ -179,14 +177,13 @@ class LoadRun {
 
   // Open loop: a call per arrival, unless `concurrency` are in flight.
   void SendArrivals() {
-    const PerfWindow window{start_, window_begin_, window_end_};
-    SendPoissonArrivals(options_, window, [&](Clock::time_point arrival) {
+    SendPoissonArrivals(options_, window_, [&](Clock::time_point arrival) {
       std::shared_ptr<Call> call;
       {
         absl::MutexLock lock(&mu_);
         if (calls_.size() < static_cast<size_t>(options_.concurrency)) {
           call = RegisterLocked();
-        } else if (arrival >= window_begin_) {
+        } else if (arrival >= window_.begin) {
           ++dropped_;
         }
       }
@@ -221,7 +218,7 @@ class LoadRun {
   std::atomic<uint64_t> next_request_{0};
   const PerfOptions options_;
   const bool open_loop_;
-  Clock::time_point start_, window_begin_, window_end_;  // set before any call
+  PerfWindow window_;  // set before any call
 
   absl::Mutex mu_;
   std::unordered_map<Call*, std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);

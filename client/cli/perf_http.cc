@@ -398,9 +398,7 @@ class HttpLoadRun {
 
   PerfResult Run() {
     const PerfWindow window = PerfWindow::StartingNow(options_);
-    start_ = window.start;
-    window_begin_ = window.begin;
-    window_end_ = window.end;
+    window_ = window;
     const bool open_loop = options_.rate > 0;
     std::vector<std::thread> callers;
     for (int i = 0; i < options_.concurrency; ++i) {
@@ -431,7 +429,7 @@ class HttpLoadRun {
         --idle_;
         if (due_ == 0) return;  // stopping, nothing left to send
         --due_;
-      } else if (Clock::now() >= window_end_) {
+      } else if (Clock::now() >= window_.end) {
         return;
       }
       const Clock::time_point sent = Clock::now();
@@ -467,7 +465,7 @@ class HttpLoadRun {
       }
       const Clock::time_point done = Clock::now();
       std::lock_guard<std::mutex> lock(mu_);
-      if (done >= window_begin_ && done < window_end_) {
+      if (window_.Measures(done)) {
         if (status.ok()) {
           latencies_us_.push_back(
               std::chrono::duration_cast<std::chrono::microseconds>(done - sent).count());
@@ -483,12 +481,11 @@ class HttpLoadRun {
   }
 
   void Arrivals() {
-    const PerfWindow window{start_, window_begin_, window_end_};
-    SendPoissonArrivals(options_, window, [&](Clock::time_point arrival) {
+    SendPoissonArrivals(options_, window_, [&](Clock::time_point arrival) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (idle_ <= due_) {
-          if (arrival >= window_begin_) ++dropped_;
+          if (arrival >= window_.begin) ++dropped_;
           return true;
         }
         ++due_;
@@ -502,7 +499,7 @@ class HttpLoadRun {
   const std::vector<std::string> requests_;
   const PerfOptions options_;
   std::atomic<uint64_t> next_{0};
-  Clock::time_point start_, window_begin_, window_end_;
+  PerfWindow window_;
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;

@@ -106,9 +106,7 @@ class StreamLoadRun final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
 
   PerfResult Run() {
     const PerfWindow window = PerfWindow::StartingNow(options_);
-    start_ = window.start;
-    window_begin_ = window.begin;
-    window_end_ = window.end;
+    window_ = window;
     stub_.PrepareBidiStreamingCall(&context_, method_, grpc::StubOptions(), this);
     StartRead(&response_);
     if (!open_loop_) {
@@ -122,7 +120,7 @@ class StreamLoadRun final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
     } else {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithDeadline(absl::Condition(&done_), absl::FromChrono(
-          std::chrono::system_clock::now() + (window_end_ - Clock::now())));
+          std::chrono::system_clock::now() + (window_.end - Clock::now())));
     }
     Drain();
     absl::MutexLock lock(&mu_);
@@ -145,7 +143,7 @@ class StreamLoadRun final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
     {
       absl::MutexLock lock(&mu_);
       auto it = head ? sent_.find(head->id) : sent_.end();
-      const bool in_window = now >= window_begin_ && now < window_end_;
+      const bool in_window = window_.Measures(now);
       if (it == sent_.end()) {
         if (in_window) ++errors_["UNKNOWN_ANSWER"];
       } else {
@@ -157,7 +155,7 @@ class StreamLoadRun final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
         }
         sent_.erase(it);
       }
-      if (!open_loop_ && !stopping_ && now < window_end_) QueueLocked();
+      if (!open_loop_ && !stopping_ && now < window_.end) QueueLocked();
     }
     Pump();
     StartRead(&response_);
@@ -201,14 +199,13 @@ class StreamLoadRun final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
   }
 
   void SendArrivals() {
-    const PerfWindow window{start_, window_begin_, window_end_};
-    SendPoissonArrivals(options_, window, [&](Clock::time_point arrival) {
+    SendPoissonArrivals(options_, window_, [&](Clock::time_point arrival) {
       {
         absl::MutexLock lock(&mu_);
         if (done_) return false;
         if (sent_.size() < static_cast<size_t>(options_.concurrency)) {
           QueueLocked();
-        } else if (arrival >= window_begin_) {
+        } else if (arrival >= window_.begin) {
           ++dropped_;
         }
       }
@@ -240,7 +237,7 @@ class StreamLoadRun final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
   const std::vector<grpc::ByteBuffer> requests_;
   const PerfOptions options_;
   const bool open_loop_;
-  Clock::time_point start_, window_begin_, window_end_;  // set before the call
+  PerfWindow window_;  // set before the call
   grpc::ClientContext context_;
   grpc::ByteBuffer response_;  // one read at a time
 

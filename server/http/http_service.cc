@@ -301,12 +301,24 @@ const Route kRoutes[] = {
     {"models/{}/versions/{}/infer", "POST", &ModelInfer, kToken, kMessage},
 };
 
-// Whether the segments after "v2" match `route`'s path; fills `args`.
-bool Matches(const Route& route, const std::vector<std::string>& p,
+// Each route's path split into its segments, once for the process: the
+// table is matched twice per request (Admit, Handle).
+const std::vector<std::vector<absl::string_view>>& RoutePatterns() {
+  static const auto* const patterns = [] {
+    auto* split = new std::vector<std::vector<absl::string_view>>();
+    for (const Route& route : kRoutes) {
+      split->push_back(*route.path == '\0' ? std::vector<absl::string_view>()
+                                             : absl::StrSplit(route.path, '/'));
+    }
+    return split;
+  }();
+  return *patterns;
+}
+
+// Whether the segments after "v2" match `pattern`; fills `args`.
+bool Matches(const std::vector<absl::string_view>& pattern, const std::vector<std::string>& p,
              std::vector<std::string>* args) {
   args->clear();
-  const std::vector<absl::string_view> pattern =
-      *route.path == '\0' ? std::vector<absl::string_view>() : absl::StrSplit(route.path, '/');
   size_t i = 1;  // p[0] is "v2"
   for (absl::string_view part : pattern) {
     if (part == "**") return true;
@@ -319,8 +331,9 @@ bool Matches(const Route& route, const std::vector<std::string>& p,
 
 // The route of the segments (p[0] == "v2"), or nullptr.
 const Route* FindRoute(const std::vector<std::string>& p, std::vector<std::string>* args) {
-  for (const Route& route : kRoutes) {
-    if (Matches(route, p, args)) return &route;
+  const std::vector<std::vector<absl::string_view>>& patterns = RoutePatterns();
+  for (size_t r = 0; r < patterns.size(); ++r) {
+    if (Matches(patterns[r], p, args)) return &kRoutes[r];
   }
   return nullptr;
 }

@@ -63,19 +63,6 @@ absl::Status OverLimit(const char* field, uint64_t value, uint64_t limit) {
                                                  value, " is over the limit of ", limit));
 }
 
-// A gemmserve parameter of the config as its number; 0 when absent.
-absl::StatusOr<uint64_t> Parameter(const inference::ModelConfig& config, const char* key) {
-  auto it = config.parameters().find(key);
-  if (it == config.parameters().end()) return uint64_t{0};
-  uint64_t n = 0;
-  if (!absl::SimpleAtoi(it->second.string_value(), &n)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config: parameters['", key, "'] '", ClientText(it->second.string_value(), 64),
-                     "' is not a non-negative integer"));
-  }
-  return n;
-}
-
 absl::StatusOr<std::string> ReadConfigText(const ModelFiles& files) {
   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<ModelFile> file, files.Open("", kConfigFile));
   if (file->size() > kMaxModelConfigBytes) {
@@ -110,9 +97,9 @@ absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
   const inference::ModelDynamicBatching& db = config.dynamic_batching();
   const inference::ModelQueuePolicy& queue = db.default_queue_policy();
   GEMMSERVE_ASSIGN_OR_RETURN(const uint64_t max_batch_rows,
-                             Parameter(config, kMaxBatchRowsParameter));
+                             SettingParameter(config, kMaxBatchRowsParameter));
   GEMMSERVE_ASSIGN_OR_RETURN(const uint64_t max_concurrent_batches,
-                             Parameter(config, kMaxConcurrentBatchesParameter));
+                             SettingParameter(config, kMaxConcurrentBatchesParameter));
   if (db.max_queue_delay_microseconds() > kMaxQueueDelayUs) {
     return OverLimit("max_queue_delay_microseconds", db.max_queue_delay_microseconds(),
                      kMaxQueueDelayUs);

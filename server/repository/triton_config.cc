@@ -40,14 +40,9 @@ absl::Status CheckBatching(const inference::ModelConfig& t) {
                   "only REJECT: a request whose queue timeout passes is answered at once");
   }
   for (const char* key : {kMaxBatchRowsParameter, kMaxConcurrentBatchesParameter}) {
-    auto it = t.parameters().find(key);
-    if (it == t.parameters().end()) continue;
-    uint64_t n = 0;
-    if (!absl::SimpleAtoi(it->second.string_value(), &n)) {
-      return Refuse(absl::StrCat("parameters['", key, "']"),
-                    absl::StrCat("'", ClientText(it->second.string_value(), 64),
-                                 "' is not a non-negative integer"));
-    }
+    if (t.parameters().count(key) == 0) continue;
+    absl::StatusOr<uint64_t> n = SettingParameter(t, key);
+    if (!n.ok()) return absl::InvalidArgumentError(absl::StrCat(kJsonForm, n.status().message()));
     if (!t.has_dynamic_batching()) {
       return Refuse(absl::StrCat("parameters['", key, "']"), "needs a dynamic_batching block");
     }
@@ -127,6 +122,19 @@ absl::Status CheckTensor(absl::string_view what, const Declared& d,
 }
 
 }  // namespace
+
+absl::StatusOr<uint64_t> SettingParameter(const inference::ModelConfig& config,
+                                          const char* key) {
+  auto it = config.parameters().find(key);
+  if (it == config.parameters().end()) return uint64_t{0};
+  uint64_t n = 0;
+  if (!absl::SimpleAtoi(it->second.string_value(), &n)) {
+    return absl::InvalidArgumentError(absl::StrCat("parameters['", key, "']: '",
+                                                   ClientText(it->second.string_value(), 64),
+                                                   "' is not a non-negative integer"));
+  }
+  return n;
+}
 
 absl::Status CheckConfig(const inference::ModelConfig& config) {
   GEMMSERVE_RETURN_IF_ERROR(CheckPlacement(config));

@@ -39,6 +39,10 @@ namespace gemmserve {
 inline constexpr char kMaxBatchRowsParameter[] = "max_batch_rows";
 inline constexpr char kMaxConcurrentBatchesParameter[] = "max_concurrent_batches";
 
+// One of those settings as its number; 0 when absent. INVALID_ARGUMENT when
+// it is not a non-negative integer.
+absl::StatusOr<uint64_t> SettingParameter(const inference::ModelConfig& config, const char* key);
+
 // A load's `config` text in either form: Triton's JSON when its first
 // non-blank character is '{', else config.pbtxt text. INVALID_ARGUMENT names
 // the form it was read as.
