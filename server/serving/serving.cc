@@ -125,6 +125,9 @@ struct Serving::Call {
     // (outputs, just above): released before the answer goes, so a client
     // that unregisters a region once it has its answer finds it free.
     leases.clear();
+    // Answered from here on (the gauge's "accepted and not yet answered"): a
+    // stream may read its next request as soon as this answer is handed over.
+    serving->metrics_->AddInflight(-1);
     if (trace) StampTrace(result);
     const absl::Status status = std::move(done)(std::move(result));
     if (trace) {
@@ -133,7 +136,6 @@ struct Serving::Call {
     }
     shm_inputs.clear();
     reservation = InferenceEngine::Reservation();
-    serving->metrics_->AddInflight(-1);
     if (model_metrics) {
       model_metrics->RecordResponse(status.code(), absl::Now() - arrival);
       RejectReason reason;
