@@ -35,7 +35,6 @@ GroupedMatMulWork BuildProblems(const GroupedMatMulPlan& plan, const Index* indi
   }
   const DataType type = input.type();
   const int64_t es = DataTypeSize(type);
-  const auto* w = weights.dense ? static_cast<const uint8_t*>(weights.dense->raw_data()) : nullptr;
   const auto* b = bias ? static_cast<const uint8_t*>(bias->raw_data()) : nullptr;
   for (int64_t begin = 0; begin < pairs;) {
     const int64_t group = keyed[begin].first;
@@ -49,15 +48,7 @@ GroupedMatMulWork BuildProblems(const GroupedMatMulPlan& plan, const Index* indi
     p.a = input.raw_data();
     p.lda = plan.k;
     p.a_rows = out.token_of_row.data() + begin;
-    if (weights.dense) {  // (an empty tensor's data may be null)
-      p.b = w + group * plan.k * plan.n * es;
-      p.ldb = plan.n;
-    } else if (weights.quantized) {
-      p.b_quantized = &weights.quantized->group(group);
-    } else {
-      p.b_panels = weights.packed->group(group);
-      p.b_panels_min_exponent = weights.packed->min_exponent(group);
-    }
+    SetGroupWeights(weights, group, &p);
     p.c = output->raw_data();
     p.ldc = plan.n;
     p.c_rows = out.pair_of_row.data() + begin;
@@ -69,6 +60,19 @@ GroupedMatMulWork BuildProblems(const GroupedMatMulPlan& plan, const Index* indi
 }
 
 }  // namespace
+
+void SetGroupWeights(const GroupedWeights& weights, int64_t group, GemmProblem* p) {
+  if (weights.dense) {  // (an empty tensor's data may be null)
+    const auto* w = static_cast<const uint8_t*>(weights.dense->raw_data());
+    p->b = w + group * p->k * p->n * DataTypeSize(weights.dense->type());
+    p->ldb = p->n;
+  } else if (weights.quantized) {
+    p->b_quantized = &weights.quantized->group(group);
+  } else {
+    p->b_panels = weights.packed->group(group);
+    p->b_panels_min_exponent = weights.packed->min_exponent(group);
+  }
+}
 
 absl::StatusOr<GroupedMatMulPlan> PlanGroupedMatMul(absl::Span<const int64_t> input_shape,
                                                     absl::Span<const int64_t> weights_shape,

@@ -83,6 +83,11 @@ struct GroupedWeights {
   const QuantizedWeights* quantized = nullptr;
 };
 
+// Points problem `p` (whose k and n are set) at group `group` of the
+// weights: its row-major [K, N] slice, its panels or its quantized matrix.
+// `group` must be in range ([0, G), or 0 for [K, N] weights).
+void SetGroupWeights(const GroupedWeights& weights, int64_t group, GemmProblem* p);
+
 // The problems of one GroupedMatMul, to run alone or merged with others'
 // (the batcher runs several requests' problems in one RunGemmProblems call).
 // Same preconditions as RunGroupedMatMul. RESOURCE_EXHAUSTED if the lists

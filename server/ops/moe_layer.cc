@@ -1,0 +1,349 @@
+#include "server/ops/moe_layer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/common/allocation.h"
+#include "server/common/status_macros.h"
+#include "server/tensor/half.h"
+
+namespace gemmserve {
+namespace {
+
+// The shared expert's rows are sorted after every routed expert's.
+constexpr int64_t kSharedExpert = -1;
+
+// Consecutive sorted rows of one expert (or of the shared expert).
+struct Segment {
+  int64_t expert = 0;
+  int64_t begin = 0, rows = 0;
+};
+
+// The (token, slot) pairs sorted by expert: their tokens and weights, and
+// each expert's segment; the shared expert's rows (every token, weight 1)
+// last.
+struct SortedPairs {
+  std::vector<int64_t> token;
+  std::vector<float> weight;
+  std::vector<Segment> segments;
+};
+
+SortedPairs SortPairs(const MoeLayer& layer, int64_t m, const int64_t* ids, const float* w) {
+  const int64_t pairs = m * layer.s;
+  std::vector<int64_t> start(static_cast<size_t>(layer.g + 1), 0);
+  for (int64_t p = 0; p < pairs; ++p) ++start[ids[p] + 1];
+  for (int64_t e = 0; e < layer.g; ++e) start[e + 1] += start[e];
+  SortedPairs sorted;
+  const int64_t shared = layer.shared_down ? m : 0;
+  sorted.token.resize(static_cast<size_t>(pairs + shared));
+  sorted.weight.resize(static_cast<size_t>(pairs + shared));
+  for (int64_t e = 0; e < layer.g; ++e) {
+    if (start[e + 1] > start[e]) sorted.segments.push_back({e, start[e], start[e + 1] - start[e]});
+  }
+  for (int64_t p = 0; p < pairs; ++p) {  // stable: a token's slots in order
+    const int64_t at = start[ids[p]]++;
+    sorted.token[at] = p / layer.s;
+    sorted.weight[at] = w[p];
+  }
+  for (int64_t t = 0; t < shared; ++t) {
+    sorted.token[pairs + t] = t;
+    sorted.weight[pairs + t] = 1.0f;
+  }
+  if (shared > 0) sorted.segments.push_back({kSharedExpert, pairs, shared});
+  return sorted;
+}
+
+// The tile's row stride (elements): gate and up side by side, for the
+// widest expert.
+int64_t TileWidth(const MoeLayer& layer) { return 2 * std::max(layer.i, layer.shared_i); }
+
+float Load(DataType type, const void* p, int64_t j) {
+  switch (type) {
+    case DataType::kFP32: return static_cast<const float*>(p)[j];
+    case DataType::kFP16: return HalfToFloat(static_cast<const uint16_t*>(p)[j]);
+    default: return BFloat16ToFloat(static_cast<const uint16_t*>(p)[j]);
+  }
+}
+
+void Store(DataType type, void* p, int64_t j, float v) {
+  switch (type) {
+    case DataType::kFP32: static_cast<float*>(p)[j] = v; return;
+    case DataType::kFP16: static_cast<uint16_t*>(p)[j] = FloatToHalf(v); return;
+    default: static_cast<uint16_t*>(p)[j] = FloatToBFloat16(v); return;
+  }
+}
+
+float Activate(MoeActivation act, float g) {
+  switch (act) {
+    case MoeActivation::kSilu: return g / (1.0f + std::exp(-g));
+    case MoeActivation::kGelu: return 0.5f * g * (1.0f + std::erf(g * 0.70710678118654752f));
+    case MoeActivation::kGeluTanh:
+      return 0.5f * g * (1.0f + std::tanh(0.79788456080286536f * (g + 0.044715f * g * g * g)));
+  }
+  return g;
+}
+
+// a = act(g) * u over `rows` tile rows of width 2n: a replaces g.
+void ActivateRows(DataType type, MoeActivation act, void* tile, int64_t ld, int64_t rows,
+                  int64_t n) {
+  const int64_t es = DataTypeSize(type);
+  for (int64_t r = 0; r < rows; ++r) {
+    void* row = static_cast<uint8_t*>(tile) + r * ld * es;
+    if (type == DataType::kFP32) {
+      float* v = static_cast<float*>(row);
+      for (int64_t j = 0; j < n; ++j) v[j] = Activate(act, v[j]) * v[n + j];
+      continue;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      Store(type, row, j, Activate(act, Load(type, row, j)) * Load(type, row, n + j));
+    }
+  }
+}
+
+// A wave: segments cut to at most the wave's rows, placed one after another
+// in the tiles.
+struct WavePart {
+  Segment segment;
+  int64_t tile_row = 0;
+};
+
+// The projections an expert's part uses.
+struct ExpertWeights {
+  const MoeProjection* gate_up = nullptr;  // fused
+  const MoeProjection* gate = nullptr;     // or separate
+  const MoeProjection* up = nullptr;
+  const MoeProjection* down = nullptr;
+  int64_t group = 0, i = 0;
+  MoeActivation activation = MoeActivation::kSilu;
+};
+
+ExpertWeights WeightsOf(const MoeLayer& layer, int64_t expert) {
+  ExpertWeights w;
+  if (expert == kSharedExpert) {
+    w.gate = &*layer.shared_gate;
+    w.up = &*layer.shared_up;
+    w.down = &*layer.shared_down;
+    w.i = layer.shared_i;
+    return w;  // the shared expert is SiLU's, group 0
+  }
+  w.gate_up = layer.gate_up ? &*layer.gate_up : nullptr;
+  w.gate = layer.gate ? &*layer.gate : nullptr;
+  w.up = layer.up ? &*layer.up : nullptr;
+  w.down = &*layer.down;
+  w.group = expert;
+  w.i = layer.i;
+  w.activation = layer.activation;
+  return w;
+}
+
+// A problem of `rows` rows against group `group` of a projection [.., k, n]
+// whose bias (if any) is added in the epilogue.
+GemmProblem ProjectionProblem(DataType type, const MoeProjection& proj, int64_t group,
+                              int64_t rows, int64_t k, int64_t n) {
+  GemmProblem p;
+  p.type = type;
+  p.m = rows;
+  p.k = k;
+  p.n = n;
+  SetGroupWeights(proj.weights, group, &p);
+  if (proj.bias != nullptr) {
+    p.bias = static_cast<const uint8_t*>(proj.bias->raw_data()) + group * n * DataTypeSize(type);
+  }
+  return p;
+}
+
+struct WaveBuffers {
+  AlignedBuffer tile;  // [wave rows, TileWidth] of T
+  AlignedBuffer down;  // [wave rows, K] of T
+  float* acc = nullptr;  // [M, K]
+};
+
+absl::Status RunWave(const MoeLayer& layer, const MoeLayerCall& call, const SortedPairs& sorted,
+                     const std::vector<WavePart>& parts, WaveBuffers* buf, int threads) {
+  const DataType type = layer.type;
+  const int64_t es = DataTypeSize(type), k = layer.k, ld = TileWidth(layer);
+  auto* tile = static_cast<uint8_t*>(buf->tile.data());
+  auto* down = static_cast<uint8_t*>(buf->down.data());
+  std::vector<GemmProblem> problems;
+  for (const WavePart& part : parts) {  // gate and up, side by side in the tile
+    const ExpertWeights w = WeightsOf(layer, part.segment.expert);
+    const int64_t rows = part.segment.rows;
+    std::vector<std::pair<const MoeProjection*, int64_t>> projections;  // (weights, column)
+    if (w.gate_up != nullptr) {
+      projections.push_back({w.gate_up, 0});
+    } else {
+      projections.push_back({w.gate, 0});
+      projections.push_back({w.up, w.i});
+    }
+    for (const auto& [proj, column] : projections) {
+      const int64_t n = w.gate_up != nullptr ? 2 * w.i : w.i;
+      GemmProblem p = ProjectionProblem(type, *proj, w.group, rows, k, n);
+      p.a = call.x;
+      p.lda = k;
+      p.a_rows = sorted.token.data() + part.segment.begin;
+      p.c = tile + (part.tile_row * ld + column) * es;
+      p.ldc = ld;
+      problems.push_back(p);
+    }
+  }
+  GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems(problems, threads));
+  problems.clear();
+  for (const WavePart& part : parts) {  // the activation, then down from the tile
+    const ExpertWeights w = WeightsOf(layer, part.segment.expert);
+    void* rows_tile = tile + part.tile_row * ld * es;
+    ActivateRows(type, w.activation, rows_tile, ld, part.segment.rows, w.i);
+    GemmProblem p = ProjectionProblem(type, *w.down, w.group, part.segment.rows, w.i, k);
+    p.a = rows_tile;
+    p.lda = ld;
+    p.c = down + part.tile_row * k * es;
+    p.ldc = k;
+    problems.push_back(p);
+  }
+  GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems(problems, threads));
+  for (const WavePart& part : parts) {  // weighted into the accumulator
+    for (int64_t r = 0; r < part.segment.rows; ++r) {
+      const int64_t sorted_row = part.segment.begin + r;
+      const float weight = sorted.weight[sorted_row];
+      float* acc = buf->acc + sorted.token[sorted_row] * k;
+      const void* y = down + (part.tile_row + r) * k * es;
+      if (type == DataType::kFP32) {
+        const float* yf = static_cast<const float*>(y);
+        for (int64_t j = 0; j < k; ++j) acc[j] += weight * yf[j];
+      } else {
+        for (int64_t j = 0; j < k; ++j) acc[j] += weight * Load(type, y, j);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Cuts the sorted segments into waves of at most `cap` rows and runs them.
+absl::Status RunWaves(const MoeLayer& layer, const MoeLayerCall& call, const SortedPairs& sorted,
+                      WaveBuffers* buf, int threads) {
+  const int64_t cap = MoeWaveRows(layer);
+  std::vector<WavePart> parts;
+  int64_t used = 0;
+  for (const Segment& whole : sorted.segments) {
+    for (int64_t at = 0; at < whole.rows;) {
+      if (used == cap) {
+        GEMMSERVE_RETURN_IF_ERROR(RunWave(layer, call, sorted, parts, buf, threads));
+        parts.clear();
+        used = 0;
+      }
+      const int64_t rows = std::min(whole.rows - at, cap - used);
+      parts.push_back({{whole.expert, whole.begin + at, rows}, used});
+      used += rows;
+      at += rows;
+    }
+  }
+  if (parts.empty()) return absl::OkStatus();
+  return RunWave(layer, call, sorted, parts, buf, threads);
+}
+
+bool Consistent(const MoeLayer& layer) {
+  const bool fused = layer.gate_up.has_value();
+  const bool separate = layer.gate.has_value() && layer.up.has_value();
+  const bool shared = layer.shared_gate && layer.shared_up && layer.shared_down;
+  const bool no_shared = !layer.shared_gate && !layer.shared_up && !layer.shared_down;
+  return fused != separate && layer.down.has_value() && (shared || no_shared) &&
+         layer.k > 0 && layer.i > 0 && layer.s > 0 && layer.s <= layer.g &&
+         (layer.routing == MoeRouting::kGiven) == (layer.router == nullptr) &&
+         (layer.type == DataType::kFP32 || layer.type == DataType::kFP16 ||
+          layer.type == DataType::kBF16);
+}
+
+}  // namespace
+
+int64_t MoeWaveRows(const MoeLayer& layer) {
+  const int64_t row_bytes = (TileWidth(layer) + layer.k) * DataTypeSize(layer.type);
+  return std::clamp<int64_t>(kMoeWaveBytes / std::max<int64_t>(row_bytes, 1), 64, 512);
+}
+
+int64_t MoeLayerFlops(const MoeLayer& layer, int64_t m) {
+  int64_t per_token = SaturatingMul(SaturatingMul(layer.s, 3), SaturatingMul(layer.k, layer.i));
+  per_token = SaturatingAdd(per_token, SaturatingMul(3, SaturatingMul(layer.k, layer.shared_i)));
+  if (layer.router != nullptr) per_token = SaturatingAdd(per_token, SaturatingMul(layer.k, layer.g));
+  return SaturatingMul(SaturatingMul(m, per_token), 2);
+}
+
+int64_t MoeLayerWorkBytes(const MoeLayer& layer, int64_t m, int threads) {
+  const int64_t es = DataTypeSize(layer.type);
+  const int64_t pairs = SaturatingMul(m, layer.s);
+  const int64_t rows = SaturatingAdd(pairs, layer.shared_down ? m : 0);
+  const int64_t wave = MoeWaveRows(layer);
+  int64_t bytes = SaturatingMul(SaturatingMul(wave, SaturatingAdd(TileWidth(layer), layer.k)), es);
+  bytes = SaturatingAdd(bytes, SaturatingMul(rows, sizeof(int64_t) + sizeof(float)));  // sorted
+  bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingAdd(layer.g, 1), 2 * sizeof(int64_t)));
+  if (layer.type != DataType::kFP32) {
+    bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingMul(m, layer.k), 4));  // accumulator
+  }
+  if (layer.routing != MoeRouting::kGiven) {  // ids and weights of the routing
+    bytes = SaturatingAdd(bytes, SaturatingMul(pairs, sizeof(int64_t) + sizeof(float)));
+  }
+  // One wave's problems (two per part at most, one more part per expert
+  // cut) and the scheduler's scratch for the wider of its two GEMM phases;
+  // the routing runs before the waves and holds its own.
+  const int64_t parts = std::min(SaturatingAdd(layer.g, 2), wave);
+  GemmWorkShape work;
+  work.type = layer.type;
+  work.problems = SaturatingMul(parts, 2);
+  work.rows = wave;
+  work.min_rows = 1;
+  work.max_rows = wave;
+  work.gathered = true;
+  work.panels = true;
+  work.k = std::max(layer.k, std::max(layer.i, layer.shared_i));
+  work.n = std::max(layer.k, TileWidth(layer));
+  int64_t gemm = GemmWorkBytes(work, threads);
+  work.panels = false;
+  gemm = std::max(gemm, GemmWorkBytes(work, threads));
+  work.quantized = true;
+  gemm = std::max(gemm, GemmWorkBytes(work, threads));
+  gemm = std::max(gemm, MoeRoutingWorkBytes(layer, m, threads));
+  return SaturatingAdd(bytes, gemm);
+}
+
+absl::Status RunMoeLayer(const MoeLayer& layer, const MoeLayerCall& call, int threads) {
+  if (call.m == 0) return absl::OkStatus();
+  if (!Consistent(layer) || (layer.routing == MoeRouting::kGiven) != (call.ids != nullptr)) {
+    return absl::InternalError("mixture-of-experts layer: the call differs from the layer");
+  }
+  const int64_t m = call.m, k = layer.k, es = DataTypeSize(layer.type);
+  return CatchAllocationFailure("the layer's scratch", [&]() -> absl::Status {
+    std::vector<int64_t> routed_ids;
+    std::vector<float> routed_w;
+    const int64_t* ids = call.ids;
+    const float* w = call.w;
+    if (ids == nullptr) {
+      routed_ids.resize(static_cast<size_t>(m * layer.s));
+      routed_w.resize(static_cast<size_t>(m * layer.s));
+      GEMMSERVE_RETURN_IF_ERROR(
+          RouteMoeLayer(layer, m, call.x, routed_ids.data(), routed_w.data(), threads));
+      ids = routed_ids.data();
+      w = routed_w.data();
+    }
+    const SortedPairs sorted = SortPairs(layer, m, ids, w);
+    const int64_t wave = MoeWaveRows(layer);
+    WaveBuffers buf;
+    GEMMSERVE_ASSIGN_OR_RETURN(buf.tile, AlignedBuffer::Allocate(wave * TileWidth(layer) * es));
+    GEMMSERVE_ASSIGN_OR_RETURN(buf.down, AlignedBuffer::Allocate(wave * k * es));
+    std::vector<float> acc;
+    if (layer.type == DataType::kFP32) {
+      buf.acc = static_cast<float*>(call.out);
+    } else {
+      acc.resize(static_cast<size_t>(m * k));
+      buf.acc = acc.data();
+    }
+    std::fill(buf.acc, buf.acc + m * k, 0.0f);
+    GEMMSERVE_RETURN_IF_ERROR(RunWaves(layer, call, sorted, &buf, threads));
+    if (layer.type != DataType::kFP32) {
+      for (int64_t j = 0; j < m * k; ++j) Store(layer.type, call.out, j, buf.acc[j]);
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace gemmserve
