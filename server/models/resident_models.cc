@@ -16,66 +16,11 @@
 #include "server/ops/gemm_scheduler.h"
 #include "server/ops/grouped_matmul.h"
 #include "server/ops/matmul.h"
+#include "server/models/resident_common.h"
 #include "server/ops/packed_weights.h"
 
 namespace gemmserve {
 namespace {
-
-constexpr char kResidentPlatform[] = "gemmserve_onnx";
-
-// Hands request i its own consecutive rows of `all` (row_bytes per row),
-// shaped as it planned: parts[i] = (rows, output shape). The rows were sized
-// from the same plans, so a part that does not fit is a fault of ours
-// (INTERNAL), never a read past `all`. A lone request takes `all` itself.
-absl::Status SplitRows(Tensor all, int64_t row_bytes,
-                       const std::vector<std::pair<int64_t, Shape>>& parts,
-                       const std::string& output_name, std::vector<InferOutputs>* results) {
-  if (parts.size() == 1) {
-    GEMMSERVE_RETURN_IF_ERROR(all.Reshape(parts[0].second));
-    std::vector<NamedTensor> outputs;
-    outputs.push_back({output_name, std::move(all)});
-    (*results)[0] = std::move(outputs);
-    return absl::OkStatus();
-  }
-  int64_t at = 0;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    GEMMSERVE_ASSIGN_OR_RETURN(Tensor out, Tensor::Allocate(all.type(), parts[i].second));
-    if (out.byte_size() != SaturatingMul(parts[i].first, row_bytes) ||
-        out.byte_size() > all.byte_size() - at) {
-      return absl::InternalError("resident model: a request's rows differ from its plan");
-    }
-    if (out.byte_size() > 0) {
-      std::memcpy(out.raw_data(), static_cast<const uint8_t*>(all.raw_data()) + at,
-                  static_cast<size_t>(out.byte_size()));
-    }
-    at += out.byte_size();
-    std::vector<NamedTensor> outputs;
-    outputs.push_back({output_name, std::move(out)});
-    (*results)[i] = std::move(outputs);
-  }
-  return absl::OkStatus();
-}
-
-// A request against a resident weight holds its rows of the batch's
-// concatenated input, and its output rows twice: in the batch's output and in
-// its own copy of them (SplitRows), plus its share of the work.
-int64_t ResidentHeldBytes(int64_t input_bytes, int64_t output_bytes, int64_t work_bytes) {
-  return SaturatingAdd(SaturatingAdd(input_bytes, SaturatingMul(output_bytes, 2)), work_bytes);
-}
-
-// The quantization of resident weights, as model parameters (ModelConfig
-// and ModelMetadata): "quantization" INT4, "bits" 4, "block_size" 32 (0 when
-// not blocked), "granularity", "zero_point", and "weight_bytes_per_group",
-// the bytes one call reads for each group it uses.
-void AddQuantizationParameters(const QuantizedWeights& q,
-                               std::vector<std::pair<std::string, std::string>>* p) {
-  p->emplace_back("quantization", QuantizedTypeName(q.type()));
-  p->emplace_back("bits", absl::StrCat(QuantizedBits(q.type())));
-  p->emplace_back("block_size", absl::StrCat(q.layout().block_size));
-  p->emplace_back("granularity", q.granularity());
-  p->emplace_back("zero_point", q.has_zero_point() ? "true" : "false");
-  p->emplace_back("weight_bytes_per_group", absl::StrCat(q.group_bytes()));
-}
 
 // ---------------------------------------------------------------- MatMul
 
@@ -286,21 +231,6 @@ class PreparedResidentGrouped final : public PreparedInference {
   bool panels_, quantized_;
 };
 
-// The request's indices, INT32 or INT64 at any alignment on the wire, as
-// int64 at `dst` (count of them).
-void WidenIndices(const BoundInput& indices, int64_t count, int64_t* dst) {
-  if (indices.type == DataType::kINT64) {
-    indices.CopyTo(dst);
-    return;
-  }
-  const auto* src = static_cast<const uint8_t*>(indices.view->data);
-  for (int64_t i = 0; i < count; ++i) {
-    int32_t v;
-    std::memcpy(&v, src + i * sizeof v, sizeof v);
-    dst[i] = v;
-  }
-}
-
 class ResidentGroupedModel final : public Model {
  public:
   // With `packed`, the weights are computed on from their panels and the
@@ -482,35 +412,6 @@ absl::Status OneDatatype(const TensorSpec& spec, DataType want, const char* what
                                                    DataTypeName(want), " like ", what));
   }
   return absl::OkStatus();
-}
-
-}  // namespace
-
-namespace {
-
-// Panels pad N to whole panels (and BF16 K to pairs): weights much narrower
-// than a panel would grow many times over (N = 1 in 32-column panels: 32x),
-// which a model file must not be able to ask for, and gain little from
-// panels. Packed only when the panels hold at most half as much again as the
-// row-major tensor.
-bool PackingCostsLittle(DataType type, const Shape& shape, int64_t dense_bytes) {
-  absl::StatusOr<int64_t> packed = PackedWeights::BytesFor(type, shape);
-  return packed.ok() && *packed <= dense_bytes + dense_bytes / 2 + 4096;
-}
-
-// Resident weights that the micro-kernels can read from panels, packed once
-// at load (requests then pack only their own rows); none where they stay
-// row-major. *pack_ms: the time it took.
-absl::StatusOr<std::optional<PackedWeights>> PackAtLoad(const Tensor& weights, double* pack_ms) {
-  std::optional<PackedWeights> packed;
-  const absl::Time start = absl::Now();
-  if (PackedWeights::PackedAtLoad(weights.type()) &&
-      PackingCostsLittle(weights.type(), weights.shape(), weights.byte_size())) {
-    GEMMSERVE_ASSIGN_OR_RETURN(PackedWeights p, PackedWeights::Pack(weights));
-    packed = std::move(p);
-  }
-  *pack_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
-  return packed;
 }
 
 }  // namespace

@@ -306,7 +306,30 @@ int64_t MoeLayerWorkBytes(const MoeLayer& layer, int64_t m, int threads) {
   return SaturatingAdd(bytes, gemm);
 }
 
-absl::Status RunMoeLayer(const MoeLayer& layer, const MoeLayerCall& call, int threads) {
+namespace {
+
+// Bytes of weights the segments' experts use, each expert once.
+int64_t WeightBytesRead(const MoeLayer& layer, const SortedPairs& sorted) {
+  int64_t bytes = 0;
+  for (const Segment& segment : sorted.segments) {
+    const ExpertWeights w = WeightsOf(layer, segment.expert);
+    for (const MoeProjection* proj : {w.gate_up, w.gate, w.up}) {
+      if (proj == nullptr) continue;
+      const int64_t n = w.gate_up != nullptr ? 2 * w.i : w.i;
+      bytes = SaturatingAdd(bytes, GemmWeightBytes({ProjectionProblem(layer.type, *proj, w.group,
+                                                                      1, layer.k, n)}));
+    }
+    bytes = SaturatingAdd(bytes, GemmWeightBytes({ProjectionProblem(layer.type, *w.down, w.group,
+                                                                    1, w.i, layer.k)}));
+  }
+  if (layer.router != nullptr) bytes = SaturatingAdd(bytes, layer.router->byte_size());
+  return bytes;
+}
+
+}  // namespace
+
+absl::Status RunMoeLayer(const MoeLayer& layer, const MoeLayerCall& call, int threads,
+                         int64_t* weight_bytes_read) {
   if (call.m == 0) return absl::OkStatus();
   if (!Consistent(layer) || (layer.routing == MoeRouting::kGiven) != (call.ids != nullptr)) {
     return absl::InternalError("mixture-of-experts layer: the call differs from the layer");
@@ -326,6 +349,7 @@ absl::Status RunMoeLayer(const MoeLayer& layer, const MoeLayerCall& call, int th
       w = routed_w.data();
     }
     const SortedPairs sorted = SortPairs(layer, m, ids, w);
+    if (weight_bytes_read != nullptr) *weight_bytes_read = WeightBytesRead(layer, sorted);
     const int64_t wave = MoeWaveRows(layer);
     WaveBuffers buf;
     GEMMSERVE_ASSIGN_OR_RETURN(buf.tile, AlignedBuffer::Allocate(wave * TileWidth(layer) * es));

@@ -95,8 +95,12 @@ int64_t MoeLayerFlops(const MoeLayer& layer, int64_t m);
 // routing).
 int64_t MoeRoutingWorkBytes(const MoeLayer& layer, int64_t m, int threads);
 
-// Runs the layer. RESOURCE_EXHAUSTED if scratch memory is denied.
-absl::Status RunMoeLayer(const MoeLayer& layer, const MoeLayerCall& call, int threads);
+// Runs the layer. *weight_bytes_read (may be null): the bytes of weights
+// the call read, each chosen expert's matrices (and the shared expert's and
+// the router) counted once, as GemmWeightBytes counts them.
+// RESOURCE_EXHAUSTED if scratch memory is denied.
+absl::Status RunMoeLayer(const MoeLayer& layer, const MoeLayerCall& call, int threads,
+                         int64_t* weight_bytes_read = nullptr);
 
 // The routing alone, as the layer computes it: FP32 logits of `x` ([M, K] of
 // T) against the router, then ids and weights [M, S]. For tests and for

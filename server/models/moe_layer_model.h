@@ -1,0 +1,62 @@
+// A resident mixture-of-experts layer (issue 41): the expert FFN of OLMoE,
+// Mixtral, Qwen-MoE or DeepSeek as one model, computed by the fused layer op
+// (server/ops/moe_layer.h). Requests send the hidden states x [M, K] (and,
+// when the caller routed, ids and w [M, S]); the answer is out [M, K].
+//
+// A batch of requests runs as one layer call: their rows are concatenated
+// along M, so each chosen expert's weights are read once for the batch. A
+// request whose ids are out of range fails alone, before any weight is read.
+//
+//   MoeLayerSpec spec = ...;  // from the ONNX graph (repository/moe_layer_graph.h)
+//   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, MakeMoeLayerModel(std::move(spec)));
+#ifndef GEMMSERVE_SERVER_MODELS_MOE_LAYER_MODEL_H_
+#define GEMMSERVE_SERVER_MODELS_MOE_LAYER_MODEL_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/core/model.h"
+#include "server/ops/moe_layer.h"
+#include "server/ops/quantized_weights.h"
+#include "server/tensor/tensor.h"
+
+namespace gemmserve {
+
+// One projection as loaded: row-major values of T (packed at load where
+// panels serve) or kept quantized (dense then empty), and an optional bias.
+struct MoeWeightsSpec {
+  Tensor dense;  // [G, K, N]; [K, N] for the shared expert
+  std::optional<QuantizedWeights> quantized;
+  std::optional<Tensor> bias;  // [G, N]
+
+  const Shape& shape() const { return quantized ? quantized->shape() : dense.shape(); }
+  DataType type() const { return quantized ? quantized->value_type() : dense.type(); }
+};
+
+struct MoeLayerSpec {
+  std::string name, version;
+  TensorSpec x;                      // [M, K] of T
+  std::optional<TensorSpec> ids, w;  // given routing: [M, S], INT32/INT64 and T
+  std::string output_name;           // [M, K] of T
+  MoeActivation activation = MoeActivation::kSilu;
+  MoeRouting routing = MoeRouting::kGiven;
+  bool normalise = false;
+  int64_t k = 0, i = 0, g = 0, s = 0;
+  // gate/up fused [G, K, 2I], or gate and up [G, K, I]; down [G, I, K].
+  std::optional<MoeWeightsSpec> gate_up, gate, up;
+  MoeWeightsSpec down;
+  std::optional<Tensor> router;  // [K, G] of T; held in FP32
+  // The shared expert: [K, I_s], [K, I_s], [I_s, K], all or none.
+  std::optional<MoeWeightsSpec> shared_gate, shared_up, shared_down;
+};
+
+// INVALID_ARGUMENT naming the tensor when the spec disagrees with itself
+// (types, shapes against K, I, G, S, routing inputs); RESOURCE_EXHAUSTED if
+// the packed weights cannot be allocated.
+absl::StatusOr<std::unique_ptr<Model>> MakeMoeLayerModel(MoeLayerSpec spec);
+
+}  // namespace gemmserve
+
+#endif  // GEMMSERVE_SERVER_MODELS_MOE_LAYER_MODEL_H_
