@@ -17,7 +17,8 @@
 // loaded model has a valid name and batching within the config limits, and
 // its statistics count exactly the warmup runs its config asked for; and
 // after the unload the repository's index and the engine hold nothing of it.
-// Seeds: real one-node models and configs (fuzz/make_seeds.py).
+// Seeds: real one-node models, mixture-of-experts layer graphs and configs
+// (fuzz/make_seeds.py).
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -12,7 +12,8 @@ proto/grpc_service.proto. fuzz_shapes, fuzz_grouped_indices and
 fuzz_resident_model read their input front to back as fuzz/fuzz_support.h's
 ByteReader does; the layouts are described at the top of each target.
 fuzz_model_loader gets real one-node models (tests/python_lib's onnx_models)
-with config.pbtxt texts. fuzz_http_connection gets raw HTTP connections: requests
+and mixture-of-experts layer graphs (scripts/make_moe_layer.py) with
+config.pbtxt texts. fuzz_http_connection gets raw HTTP connections: requests
 over every route and framing, after a byte that says how they are sent.
 """
 import importlib.util
@@ -306,7 +307,27 @@ def model_loader_seeds():
     int4 = quantize_model.quantize_model(model_bytes(grouped_graph("fuzzed", w, 2)), 4, True, 3)[0]
     uint8 = quantize_model.quantize_model(
         model_bytes(matmul_graph("fuzzed", np.ones((4, 2), np.float32))), 8, False, 0)[0]
+    spec = importlib.util.spec_from_file_location(
+        "make_moe_layer", os.path.join(HERE, "..", "scripts", "make_moe_layer.py"))
+    moe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(moe)
+
+    def moe_layer(dtype, bits=0, **options):
+        model = moe.layer_model(moe.layer_graph(4, 2, 3, 2, dtype, **options))
+        return (moe.quantize_layer(model, bits, 2) if bits else model).SerializeToString()
+
     return {
+        # Mixture-of-experts layer graphs (moe_layer_graph.h) in several forms.
+        "moe_layer_fused_given": case(b"", moe_layer("fp32", routing="given")),
+        "moe_layer_separate_softmax": case(
+            b"", moe_layer("bf16", gate_up="separate", routing="softmax_topk", normalise=True)),
+        "moe_layer_topk_shared_gelu": case(
+            b"", moe_layer("fp16", routing="topk_softmax", activation="gelu",
+                           shared_expert=True)),
+        "moe_layer_int4": case(b"", moe_layer("fp32", bits=4, routing="softmax_topk")),
+        "moe_layer_warmup": case(
+            b'model_warmup{name:"w" inputs{key:"x" value{data_type:TYPE_FP32 dims:[3,4] '
+            b'random_data:true}}}', moe_layer("fp32", routing="topk_softmax")),
         "quantized_int4_blocked": case(b"", int4.SerializeToString()),
         "quantized_uint8_matmul": case(b"", uint8.SerializeToString()),
         "grouped_no_config": case(b"", grouped),

@@ -7,8 +7,11 @@
 The example holds `moe`, a small mixture-of-experts expert layer
 (GroupedMatMul: input [M, 512] FP32, 16 experts [512, 256] with bias, top-2
 routing), `moe_int4`, the same experts quantized to INT4 in blocks of 32
-(DequantizeLinear -> GroupedMatMul, scripts/quantize_model.py), and `linear`, a MatMul layer (A [M, 512] FP32 times a resident
-[512, 256]); both with dynamic batching. `--olmoe DTYPE` adds `olmoe`
+(DequantizeLinear -> GroupedMatMul, scripts/quantize_model.py), `linear`, a
+MatMul layer (A [M, 512] FP32 times a resident [512, 256]), and `moe_layer`, a
+whole mixture-of-experts FFN layer routed in the graph (scripts/make_moe_layer.py:
+x [M, 512] FP32, 16 experts of width 256 with gate/up fused and SiLU, softmax
+then top-2, renormalised); all with dynamic batching. `--olmoe DTYPE` adds `olmoe`
 (GroupedMatMul with OLMoE's expert shape: K 2048, N 1024, 64 experts, top-8)
 with batching and `olmoe_unbatched`, the same weights without it, for the
 batching benchmark. Weights are seeded random numbers, stored as ONNX
@@ -136,6 +139,25 @@ def quantized_copy(repo, source, name, config):
         f.write(config)
 
 
+def moe_layer_model(repo, name, config):
+    """`name`: a whole mixture-of-experts layer (docs/moe_layer.md), routed in the graph."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("make_moe_layer",
+                                                  os.path.join(here, "make_moe_layer.py"))
+    make_moe_layer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_moe_layer)
+    graph = make_moe_layer.layer_graph(512, 256, 16, 2, "fp32", gate_up="fused",
+                                       routing="softmax_topk", normalise=True, seed=4)
+    graph.name = name
+    version_dir = os.path.join(repo, name, "1")
+    os.makedirs(version_dir, exist_ok=True)
+    onnx.save_model(make_moe_layer.layer_model(graph), os.path.join(version_dir, "model.onnx"),
+                    save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="weights.bin", size_threshold=1024)
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+        f.write(config)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -146,6 +168,7 @@ def main():
     grouped_model(args.repo, "moe", 512, 256, 16, 2, "fp32", True, BATCHING, seed=1)
     quantized_copy(args.repo, "moe", "moe_int4", BATCHING)
     matmul_model(args.repo, "linear", 512, 256, "fp32", BATCHING, seed=2)
+    moe_layer_model(args.repo, "moe_layer", BATCHING)
     if args.olmoe:
         grouped_model(args.repo, "olmoe", 2048, 1024, 64, 8, args.olmoe, False, OLMOE_BATCHING,
                       seed=3)

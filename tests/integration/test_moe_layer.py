@@ -57,6 +57,12 @@ def _model(datatype, options):
     return model
 
 
+_spec = importlib.util.spec_from_file_location(
+    "make_model_repository", os.path.join(_ROOT, "scripts", "make_model_repository.py"))
+example = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(example)
+example.moe_layer_model(_REPO, "example_moe_layer", example.BATCHING)
+
 for _name, _dt, _options in FORMS:
     _model_proto = _model(_dt, _options)
     _path = os.path.join(_REPO, _name, "1", "model.onnx")
@@ -117,6 +123,17 @@ class MoeLayerTest(GemmServeTestCase):
                     wire, feeds = _inputs(model, dt, options, m, rng)
                     got = decode_outputs(self.infer(_request(name, wire)))["out"]
                     self.assert_close(got, model, feeds, dt, f"{name} m={m}")
+
+    def test_the_example_repository_layer_serves(self):
+        """deploy/run.sh's moe_layer (scripts/make_model_repository.py): routed in the graph."""
+        model = onnx.load(os.path.join(_REPO, "example_moe_layer", "1", "model.onnx"))
+        md = self.stub.ModelMetadata(pb2.ModelMetadataRequest(name="example_moe_layer"),
+                                     timeout=10)
+        self.assertEqual([(t.name, list(t.shape)) for t in md.inputs], [("x", [-1, 512])])
+        rng = np.random.default_rng(417)
+        x = rng.uniform(-1, 1, (3, 512)).astype(np.float32)
+        got = decode_outputs(self.infer(_request("example_moe_layer", {"x": (x, "FP32")})))["out"]
+        self.assert_close(got, model, {"x": x.astype(np.float64)}, "FP32", "example")
 
     def test_http_answers_equal_grpc_byte_for_byte(self):
         rng = np.random.default_rng(411)
