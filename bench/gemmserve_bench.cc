@@ -13,6 +13,7 @@
 //   MatMul/fused/fp32/{folded,batched}-<B>x<M>x<K>x<N>
 //   Limit/sgemm/2048, Limit/dgemm/2048         one BLIS GEMM on the same threads
 //   Limit/read_bandwidth                       streaming sum over 1 GiB
+//   MoeLayer/{fused,composed}/<dtype>/<shape>/<M>  whole layers (moe_layer_bench.h)
 //
 // Counters: GFLOPS (per second), and for GroupedMatMul bytes_touched (the
 // distinct experts' weights one call reads) with GBps_effective (those bytes
@@ -66,8 +67,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "benchmark/benchmark.h"
+#include "bench/bench_harness.h"
 #include "bench/bench_inputs.h"
 #include "bench/grouped_matmul_baselines.h"
+#include "bench/moe_layer_bench.h"
 #ifdef GEMMSERVE_HAVE_ONEDNN
 #include "bench/onednn_baseline.h"
 #endif
@@ -271,7 +274,7 @@ struct MatMulCase {
   Tensor a, b, y;
 };
 
-enum class Family { kNone, kLimit, kGrouped, kMatMul };
+enum class Family { kNone, kLimit, kGrouped, kMatMul, kOther };
 
 struct Cache {
   Slot<Tensor> grouped_weights;
@@ -300,6 +303,7 @@ struct Cache {
     onnx_scratch = OnnxDecompositionScratch();
     matmul_case.Clear();
     read_buffer.Clear();
+    ReleaseMoeLayerCases();
     family = next;
   }
 };
@@ -919,6 +923,7 @@ void RegisterAll() {
                    {s.b, s.k, s.n});
   }
   EndGroup();
+  RegisterMoeLayerCases();
 }
 
 // ---------------------------------------------------------------------------
@@ -980,6 +985,30 @@ void PrintHelp() {
 }
 
 }  // namespace
+
+namespace bench {  // bench_harness.h, for the families in their own files
+
+int Threads() { return g_threads; }
+void FailCase(benchmark::State& state, const std::string& why) {
+  gemmserve::FailCase(state, why);
+}
+std::optional<double> CheckAndTime(benchmark::State& state, const std::string& name,
+                                   Tensor* output, const std::function<absl::Status()>& call,
+                                   const std::function<absl::Status()>& check,
+                                   const std::function<void()>& before_each) {
+  return gemmserve::CheckAndTime(state, name, output, call, check, before_each);
+}
+void SetRate(benchmark::State& state, const char* key, double per_call, double seconds) {
+  gemmserve::SetRate(state, key, per_call, seconds);
+}
+void EvictFromCaches(const void* data, int64_t bytes) { gemmserve::EvictFromCaches(data, bytes); }
+void Register(const std::string& name, std::function<void(benchmark::State&)> fn) {
+  gemmserve::Register(name, std::move(fn));
+}
+void EndGroup() { gemmserve::EndGroup(); }
+void EnterOwnFamily() { TheCache().Enter(Family::kOther); }
+
+}  // namespace bench
 }  // namespace gemmserve
 
 int main(int argc, char** argv) {

@@ -344,7 +344,8 @@ TEST(MoeLayerTest, ShapesWithZerosOnesPrimesAndManyWaves) {
                                          {7, 13, 5, 3, 3},
                                          {1, 67, 31, 11, 2},
                                          {300, 24, 17, 5, 2},   // 600 pairs: two waves
-                                         {33, 64, 48, 64, 8}}) {
+                                         {33, 64, 48, 64, 8},
+                                         {3, 520, 260, 4, 2}}) {
     for (DataType type : {DataType::kFP32, DataType::kBF16}) {
       Form f;
       f.type = type;
