@@ -249,6 +249,7 @@ void BenchLayer(benchmark::State& state, const std::string& name, bool fused, Da
   state.counters["bytes_touched"] = bytes;
   bench::SetRate(state, "GBps_effective", bytes / 1e9, *seconds);
   state.counters["distinct_groups"] = static_cast<double>(c.used.size());
+  state.counters["panels"] = lw.gate_up.packed ? 1 : 0;
 }
 
 }  // namespace

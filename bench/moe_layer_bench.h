@@ -10,7 +10,8 @@
 // fused) and mixtral-small-layer (K 1024, I 3584, G 8, S 2), FP32 and BF16,
 // routing given (uniform random, the same for both). Counters as the
 // GroupedMatMul cases': GFLOPS, bytes_touched (the distinct experts' three
-// matrices one call reads), GBps_effective, distinct_groups. Decode cases
+// matrices one call reads), GBps_effective, distinct_groups, and panels (1
+// where the weights are packed at load). Decode cases
 // (M <= 64) start each call with those experts evicted. Each case's first
 // output is checked against the other implementation's (within the layer's
 // bound for the type), the GroupedMatMul kernels beneath both being

@@ -63,7 +63,7 @@ LIMIT_MOVE = 0.10  # a group whose limits moved more than this is marked
 # scripts/http_benchmark.py's and scripts/scaling_benchmark.py's sections, and
 # the written design notes.
 KEPT_SECTIONS = ("service-benchmark", "http-benchmark", "thread-scaling", "scaling",
-                 "quantized-benchmark")
+                 "quantized-benchmark", "moe-layer-benchmark", "moe-layer-service")
 
 
 @dataclass

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """gemmserve_client against a live gemmserve: infer() with keyword arrays for
 MatMul (FP32, INT64, BF16) and GroupedMatMul, the older list form, the input
-checks made before anything is sent, and both examples in examples/.
+checks made before anything is sent, and the examples in examples/ (moe_layer.py
+against a small layer model written by scripts/make_moe_layer.py).
 
 Run by ctest as `client_python` (tests/CMakeLists.txt sets PYTHONPATH to the
 build's stubs, tests/python_lib and this folder, and GEMMSERVE_BIN). By hand:
@@ -10,8 +11,10 @@ build's stubs, tests/python_lib and this folder, and GEMMSERVE_BIN). By hand:
       python3 client/python/client_test.py -v
 """
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import grpc
@@ -22,6 +25,7 @@ from gemmserve_client import (GemmServeClient, Tensor, bf16, bf16_bits_to_float3
 from gemmserve_testing.server import ServerProcess
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def bf16_bound(a, b):
@@ -34,7 +38,14 @@ class ClientTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = ServerProcess()
+        # A small mixture-of-experts layer for examples/moe_layer.py (scripts/make_moe_layer.py).
+        cls.repo = tempfile.mkdtemp(prefix="gemmserve-client-")
+        cls.addClassCleanup(shutil.rmtree, cls.repo, True)
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_moe_layer.py"),
+                        "--out", os.path.join(cls.repo, "moe_layer", "1", "model.onnx"),
+                        "--k", "64", "--i", "32", "--g", "8", "--s", "2"],
+                       check=True, stdout=subprocess.DEVNULL)
+        cls.server = ServerProcess(f"--model_repository={cls.repo}")
         cls.server.start()
         cls.addClassCleanup(cls.server.stop)
         cls.client = GemmServeClient(cls.server.address)
@@ -220,6 +231,12 @@ class ClientTest(unittest.TestCase):
         self.assertIn("grouped_matmul FP32 input [6, 16], weights [4, 16, 8], "
                       "group_indices [6, 2] -> [6, 2, 8]: OK", stdout)
         self.assertIn("grouped_matmul BF16 -> [6, 2, 8]: OK", stdout)
+
+    def test_moe_layer_example(self):
+        stdout = self.run_example("moe_layer.py")
+        self.assertIn("moe_layer: fused gate/up, silu, routing softmax_topk, G 8, K 64", stdout)
+        self.assertIn("moe_layer x [4, 64] -> [4, 64]: OK", stdout)
+        self.assertIn("tokens sent alone get the same rows: OK", stdout)
 
 
 if __name__ == "__main__":
