@@ -16,6 +16,10 @@ namespace gemmserve {
 namespace {
 
 constexpr char kForms[] = "the layer forms are in docs/moe_layer.md";
+// K, I and S from the graph's constants are held below this before any
+// arithmetic on them (2I, G*K*2I), so no product of them overflows; no layer
+// is near it.
+constexpr int64_t kMaxLayerDimension = int64_t{1} << 31;
 
 // Where a projection's weights come from: an initializer of T, or a
 // DequantizeLinear of initializers; and its optional bias initializer.
@@ -268,8 +272,9 @@ absl::Status Walker::WalkDown(const onnx::NodeProto& back) {
   GEMMSERVE_RETURN_IF_ERROR(Inputs(back, 2, 2, 1));
   GEMMSERVE_RETURN_IF_ERROR(KnownAttributes(back, {"allowzero"}));
   GEMMSERVE_ASSIGN_OR_RETURN(std::vector<int64_t> shape, Ints(back, 1, "shape"));
-  if (shape.size() != 3 || shape[0] != -1 || shape[1] < 1 || shape[2] < 1) {
-    return Fail(back, "the experts' outputs are reshaped to [-1, S, K] with S, K >= 1");
+  if (shape.size() != 3 || shape[0] != -1 || shape[1] < 1 || shape[2] < 1 ||
+      shape[1] >= kMaxLayerDimension || shape[2] >= kMaxLayerDimension) {
+    return Fail(back, "the experts' outputs are reshaped to [-1, S, K] with 1 <= S, K < 2^31");
   }
   layer_.s = shape[1];
   layer_.k = shape[2];
@@ -286,8 +291,9 @@ absl::Status Walker::WalkDown(const onnx::NodeProto& back) {
     GEMMSERVE_RETURN_IF_ERROR(KnownAttributes(*r, {"allowzero"}));
   }
   GEMMSERVE_ASSIGN_OR_RETURN(std::vector<int64_t> rows_shape, Ints(*rows, 1, "shape"));
-  if (rows_shape.size() != 2 || rows_shape[0] != -1 || rows_shape[1] < 1) {
-    return Fail(*rows, "the activations are reshaped to [-1, I] with I >= 1");
+  if (rows_shape.size() != 2 || rows_shape[0] != -1 || rows_shape[1] < 1 ||
+      rows_shape[1] >= kMaxLayerDimension) {
+    return Fail(*rows, "the activations are reshaped to [-1, I] with 1 <= I < 2^31");
   }
   layer_.i = rows_shape[1];
   GEMMSERVE_ASSIGN_OR_RETURN(std::vector<int64_t> ids_shape, Ints(*ids2, 1, "shape"));
