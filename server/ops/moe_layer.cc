@@ -273,7 +273,7 @@ int64_t MoeLayerWorkBytes(const MoeLayer& layer, int64_t m, int threads) {
   const int64_t es = DataTypeSize(layer.type);
   const int64_t pairs = SaturatingMul(m, layer.s);
   const int64_t rows = SaturatingAdd(pairs, layer.shared_down ? m : 0);
-  const int64_t wave = MoeWaveRows(layer);
+  const int64_t wave = std::min(MoeWaveRows(layer), std::max<int64_t>(rows, 1));
   int64_t bytes = SaturatingMul(SaturatingMul(wave, SaturatingAdd(TileWidth(layer), layer.k)), es);
   bytes = SaturatingAdd(bytes, SaturatingMul(rows, sizeof(int64_t) + sizeof(float)));  // sorted
   bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingAdd(layer.g, 1), 2 * sizeof(int64_t)));
@@ -290,7 +290,7 @@ int64_t MoeLayerWorkBytes(const MoeLayer& layer, int64_t m, int threads) {
   GemmWorkShape work;
   work.type = layer.type;
   work.problems = SaturatingMul(parts, 2);
-  work.rows = wave;
+  work.rows = SaturatingMul(wave, 2);  // separate gate and up: each row twice
   work.min_rows = 1;
   work.max_rows = wave;
   work.gathered = true;
@@ -350,7 +350,9 @@ absl::Status RunMoeLayer(const MoeLayer& layer, const MoeLayerCall& call, int th
     }
     const SortedPairs sorted = SortPairs(layer, m, ids, w);
     if (weight_bytes_read != nullptr) *weight_bytes_read = WeightBytesRead(layer, sorted);
-    const int64_t wave = MoeWaveRows(layer);
+    // Tiles for the rows a wave holds at most, or for all of them when fewer
+    // (decode: a few rows, not megabytes mapped and unmapped per call).
+    const int64_t wave = std::min(MoeWaveRows(layer), static_cast<int64_t>(sorted.token.size()));
     WaveBuffers buf;
     GEMMSERVE_ASSIGN_OR_RETURN(buf.tile, AlignedBuffer::Allocate(wave * TileWidth(layer) * es));
     GEMMSERVE_ASSIGN_OR_RETURN(buf.down, AlignedBuffer::Allocate(wave * k * es));

@@ -384,9 +384,17 @@ TEST(MoeLayerTest, WorkBytesBoundsWhatTheWavesHold) {
   EXPECT_LE(wave * (2 * f.i + f.k) * 4, kMoeWaveBytes);
   const int64_t one = MoeLayerWorkBytes(view, 1, 2);
   const int64_t many = MoeLayerWorkBytes(view, 1024, 2);
-  EXPECT_GE(one, wave * (2 * f.i + f.k) * 4);  // the tiles at least
+  EXPECT_GE(one, f.s * (2 * f.i + f.k) * 4);   // one token's tiles at least
+  EXPECT_GE(many, wave * (2 * f.i + f.k) * 4);  // a whole wave's
   EXPECT_GT(many, one);
-  EXPECT_LE(many, one * 1024);  // no faster than linear
+  // Requests batched together hold at most the sum of their own bounds.
+  for (int64_t a : {1, 3, 40, 100}) {
+    for (int64_t b : {1, 7, 64, 900}) {
+      EXPECT_LE(MoeLayerWorkBytes(view, a + b, 2),
+                MoeLayerWorkBytes(view, a, 2) + MoeLayerWorkBytes(view, b, 2))
+          << a << " + " << b;
+    }
+  }
   EXPECT_EQ(MoeLayerFlops(view, 3), 2 * 3 * (8 * 3 * f.k * f.i));
 }
 
