@@ -16,11 +16,20 @@ blocks along K, as scripts/quantize_model.py does for one-node models.
 
   /usr/bin/python3 scripts/make_moe_layer.py --out repo/moe_layer/1/model.onnx \\
       --k 64 --i 32 --g 8 --s 2 --routing softmax_topk --gate_up fused
+  /usr/bin/python3 scripts/make_moe_layer.py --out repo/olmoe_l3/1/model.onnx \\
+      --checkpoint ~/OLMoE-1B-7B-0924 --layer 3 --dtype bf16
+
+From a Hugging Face checkpoint (safetensors, read by the format's spec with numpy): OLMoE,
+Qwen-MoE and DeepSeek names (`mlp.experts.{e}.{gate,up,down}_proj.weight`, `mlp.gate.weight`,
+`mlp.shared_experts.*`: softmax then top-k) and Mixtral names
+(`block_sparse_moe.experts.{e}.w1/w3/w2.weight`, `block_sparse_moe.gate.weight`: top-k then
+softmax); Linear weights are stored [out, in] and transposed.
 
 Python: `layer_graph(...)` returns the onnx.GraphProto; `evaluate(model, feeds)` the float64
 outputs of any graph of the operators above.
 """
 import argparse
+import json
 import os
 import sys
 
@@ -57,10 +66,17 @@ def _experts(rng, prefix, g, k, n, t, scale):
 
 def layer_graph(k, i, g, s, dtype=np.float32, gate_up="fused", activation="silu",
                 routing="softmax_topk", normalise=False, shared_expert=False, seed=1,
-                index_type=TensorProto.INT64):
+                index_type=TensorProto.INT64, weights=None):
     """The layer as a graph: inputs x [M, K] (and ids [M, S], w [M, S] when routing is
-    "given"), output `out` [M, K]."""
+    "given"), output `out` [M, K]. `weights` (a checkpoint's, see hf_layer_weights): arrays
+    by name, W_r [K, G], W_g and W_u [G, K, I], W_d [G, I, K], and Ws_g, Ws_u [K, I_s],
+    Ws_d [I_s, K] for a shared expert; without them, seeded random values."""
     rng = np.random.default_rng(seed)
+    given = weights or {}
+
+    def draw(name, shape, scale):
+        return np.asarray(given[name], np.float64) if name in given else \
+            rng.standard_normal(shape) * scale
     t = TYPES[dtype][1] if isinstance(dtype, str) else _ONNX[np.dtype(dtype)]
     scale = 1.0 / np.sqrt(k)
     nodes, inits = [], []
@@ -69,7 +85,7 @@ def layer_graph(k, i, g, s, dtype=np.float32, gate_up="fused", activation="silu"
         inputs += [helper.make_tensor_value_info("ids", index_type, ["M", s]),
                    helper.make_tensor_value_info("w", t, ["M", s])]
     else:
-        inits.append(_values("W_r", rng.standard_normal((k, g)) * scale, t))
+        inits.append(_values("W_r", draw("W_r", (k, g), scale), t))
         inits.append(_const("k_top", [s]))
         nodes.append(helper.make_node("MatMul", ["x", "W_r"], ["logits"], name="router"))
         if routing == "softmax_topk":
@@ -87,12 +103,15 @@ def layer_graph(k, i, g, s, dtype=np.float32, gate_up="fused", activation="silu"
         else:
             raise ValueError(f"routing {routing!r}")
     if gate_up == "fused":
-        inits.append(_experts(rng, "W_gu", g, k, 2 * i, t, scale))
+        if "W_g" in given:
+            inits.append(_values("W_gu", np.concatenate([given["W_g"], given["W_u"]], -1), t))
+        else:
+            inits.append(_experts(rng, "W_gu", g, k, 2 * i, t, scale))
         nodes.append(helper.make_node("GroupedMatMul", ["x", "W_gu", "ids"], ["gu"]))
         nodes.append(helper.make_node("Split", ["gu"], ["g", "u"], axis=-1, num_outputs=2))
     else:
-        inits += [_experts(rng, "W_g", g, k, i, t, scale),
-                  _experts(rng, "W_u", g, k, i, t, scale)]
+        inits += [_values("W_g", draw("W_g", (g, k, i), scale), t),
+                  _values("W_u", draw("W_u", (g, k, i), scale), t)]
         nodes.append(helper.make_node("GroupedMatMul", ["x", "W_g", "ids"], ["g"]))
         nodes.append(helper.make_node("GroupedMatMul", ["x", "W_u", "ids"], ["u"]))
     if activation == "silu":
@@ -101,7 +120,7 @@ def layer_graph(k, i, g, s, dtype=np.float32, gate_up="fused", activation="silu"
     else:
         nodes.append(helper.make_node("Gelu", ["g"], ["act"]))
     nodes.append(helper.make_node("Mul", ["act", "u"], ["a"]))
-    inits += [_experts(rng, "W_d", g, i, k, t, 1.0 / np.sqrt(i)),
+    inits += [_values("W_d", draw("W_d", (g, i, k), 1.0 / np.sqrt(i)), t),
               _const("rows_i", [-1, i]), _const("rows_1", [-1, 1]), _const("back", [-1, s, k]),
               _const("axis_2", [2]), _const("axis_1", [1])]
     nodes += [helper.make_node("Reshape", ["a", "rows_i"], ["a2"]),
@@ -113,8 +132,9 @@ def layer_graph(k, i, g, s, dtype=np.float32, gate_up="fused", activation="silu"
     combined = "experts_out" if shared_expert else "out"
     nodes.append(helper.make_node("ReduceSum", ["weighted", "axis_1"], [combined], keepdims=0))
     if shared_expert:
-        for name, shape in (("Ws_g", (k, i)), ("Ws_u", (k, i)), ("Ws_d", (i, k))):
-            inits.append(_values(name, rng.standard_normal(shape) / np.sqrt(shape[0]), t))
+        i_s = np.shape(given["Ws_g"])[1] if "Ws_g" in given else i
+        for name, shape in (("Ws_g", (k, i_s)), ("Ws_u", (k, i_s)), ("Ws_d", (i_s, k))):
+            inits.append(_values(name, draw(name, shape, 1 / np.sqrt(shape[0])), t))
         nodes += [helper.make_node("MatMul", ["x", "Ws_g"], ["sg"]),
                   helper.make_node("MatMul", ["x", "Ws_u"], ["su"]),
                   helper.make_node("Sigmoid", ["sg"], ["ssig"]),
@@ -167,6 +187,129 @@ def quantize_layer(model, bits=4, block_size=32, symmetric=True):
     del out.graph.node[:]
     out.graph.node.extend(dequantize + list(graph.node))
     return out
+
+
+# ------------------------------------------------------------------ Hugging Face checkpoints
+
+# safetensors element types gemmserve reads, as numpy types (BF16 as its bits).
+_SAFETENSORS_TYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
+# The largest JSON header read (the format's own limit is 100 MB).
+_MAX_HEADER_BYTES = 100 << 20
+
+
+class SafetensorsFile:
+    """One .safetensors file by the format's spec: an 8-byte little-endian header length N, N
+    bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]}} (and "__metadata__"),
+    then the raw little-endian data, offsets counted from its start. Tensors are read one at
+    a time (memory-mapped), so a layer of a large checkpoint costs only that layer."""
+
+    def __init__(self, path):
+        self.path = path
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) != 8:
+                raise ValueError(f"{path}: shorter than a safetensors header")
+            n = int.from_bytes(raw, "little")
+            if n > _MAX_HEADER_BYTES:
+                raise ValueError(f"{path}: header of {n} bytes (over {_MAX_HEADER_BYTES})")
+            header = f.read(n)
+        if len(header) != n:
+            raise ValueError(f"{path}: header cut short")
+        self.data_start = 8 + n
+        self.size = os.path.getsize(path)
+        self.entries = {k: v for k, v in json.loads(header).items() if k != "__metadata__"}
+
+    def names(self):
+        return list(self.entries)
+
+    def array(self, name):
+        """The tensor as float32 (BF16 widened exactly), checked against the file."""
+        e = self.entries[name]
+        dtype = _SAFETENSORS_TYPES.get(e["dtype"])
+        if dtype is None:
+            raise ValueError(f"{self.path}: '{name}' is {e['dtype']}; F32, F16, BF16 or F64 read")
+        shape = tuple(int(d) for d in e["shape"])
+        begin, end = (int(v) for v in e["data_offsets"])
+        count = int(np.prod(shape)) if shape else 1
+        if end - begin != count * np.dtype(dtype).itemsize or begin < 0 or \
+                self.data_start + end > self.size:
+            raise ValueError(f"{self.path}: '{name}' {shape} {e['dtype']} does not fit its "
+                             f"offsets [{begin}, {end}) in a file of {self.size} bytes")
+        values = np.memmap(self.path, dtype=np.dtype(dtype).newbyteorder("<"), mode="r",
+                           offset=self.data_start + begin, shape=shape)
+        if e["dtype"] == "BF16":
+            return (values.astype(np.uint32) << 16).view(np.float32)
+        return np.asarray(values, np.float32)
+
+
+def open_checkpoint(path):
+    """{tensor name: SafetensorsFile} of a .safetensors file or of every one in a folder."""
+    files = [path] if os.path.isfile(path) else sorted(
+        os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
+    if not files:
+        raise ValueError(f"{path}: no .safetensors file")
+    where = {}
+    for f in files:
+        st = SafetensorsFile(f)
+        for name in st.names():
+            where[name] = st
+    return where
+
+
+# Per family: the experts' prefix, the gate (Linear [out, in]) names of an expert, the
+# router's, the shared expert's (or None), the routing.
+HF_FAMILIES = {
+    "olmoe": dict(block="mlp", experts="mlp.experts.{e}.{p}.weight",
+                  projections=("gate_proj", "up_proj", "down_proj"), router="mlp.gate.weight",
+                  shared="mlp.shared_experts.{p}.weight", routing="softmax_topk"),
+    "mixtral": dict(block="block_sparse_moe", experts="block_sparse_moe.experts.{e}.{p}.weight",
+                    projections=("w1", "w3", "w2"), router="block_sparse_moe.gate.weight",
+                    shared=None, routing="topk_softmax"),
+}
+
+
+def hf_layer_weights(checkpoint, layer):
+    """One layer's experts from a Hugging Face checkpoint, as layer_graph's `weights`, with
+    the family ("olmoe" for OLMoE/Qwen-MoE/DeepSeek names, "mixtral") and G. Linear weights
+    are stored [out, in]; they are transposed to [in, out]."""
+    where = open_checkpoint(checkpoint)
+    for family, f in HF_FAMILIES.items():
+        prefix = next((n[:n.index(f["router"])] for n in where
+                       if n.endswith(f"layers.{layer}.{f['router']}")), None)
+        if prefix is not None:
+            break
+    else:
+        raise ValueError(f"{checkpoint}: no layer {layer} router "
+                         "(mlp.gate.weight or block_sparse_moe.gate.weight)")
+    if any(n.startswith(prefix + "mlp.shared_expert_gate") for n in where):
+        raise ValueError("a gated shared expert (Qwen2-MoE's shared_expert_gate) is not one of "
+                         "the layer forms (docs/moe_layer.md)")
+
+    def read(name):
+        if name not in where:
+            raise ValueError(f"{checkpoint}: no tensor '{name}'")
+        return where[name].array(name)
+
+    router = read(prefix + f["router"])  # [G, K]
+    g = router.shape[0]
+    gate, up, down = ([read(prefix + f["experts"].format(e=e, p=p)).T for e in range(g)]
+                      for p in f["projections"])
+    weights = {"W_r": router.T, "W_g": np.stack(gate), "W_u": np.stack(up),
+               "W_d": np.stack(down)}
+    if f["shared"] and prefix + f["shared"].format(p="gate_proj") in where:
+        for key, p in (("Ws_g", "gate_proj"), ("Ws_u", "up_proj"), ("Ws_d", "down_proj")):
+            weights[key] = read(prefix + f["shared"].format(p=p)).T
+    return weights, family, g
+
+
+def hf_config(checkpoint):
+    """config.json beside the checkpoint, or {}."""
+    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+    path = os.path.join(folder, "config.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
 
 
 # ------------------------------------------------------------------ float64 reference
@@ -276,11 +419,31 @@ def evaluate(model, feeds):
     return {out.name: v[out.name] for out in graph.output}
 
 
+def checkpoint_graph(args):
+    """The graph of layer --layer of the Hugging Face checkpoint --checkpoint: K, I and G from
+    its weights, S and the renormalisation from config.json (num_experts_per_tok,
+    norm_topk_prob) unless --s / --normalise say, the routing from the family's names."""
+    weights, family, g = hf_layer_weights(args.checkpoint, args.layer)
+    config = hf_config(args.checkpoint)
+    s = args.s or config.get("num_experts_per_tok")
+    if not s:
+        raise SystemExit("--s: the checkpoint's config.json has no num_experts_per_tok")
+    routing = args.routing or HF_FAMILIES[family]["routing"]
+    normalise = args.normalise or bool(config.get("norm_topk_prob", False))
+    _, k, i = weights["W_g"].shape
+    return layer_graph(k, i, g, s, args.dtype, args.gate_up, args.activation, routing,
+                       normalise and routing == "softmax_topk", "Ws_g" in weights,
+                       weights=weights)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="model.onnx to write")
-    for name, default in (("k", 64), ("i", 32), ("g", 8), ("s", 2), ("seed", 1)):
+    for name, default in (("k", 64), ("i", 32), ("g", 8), ("s", None), ("seed", 1)):
         parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--checkpoint", help="a Hugging Face checkpoint: a .safetensors file "
+                        "or a folder of them (with config.json); --k/--i/--g come from it")
+    parser.add_argument("--layer", type=int, default=0, help="with --checkpoint: which layer")
     parser.add_argument("--dtype", choices=sorted(TYPES), default="fp32")
     parser.add_argument("--bits", type=int, choices=[0, 4, 8], default=0,
                         help="keep the expert weights quantized (DequantizeLinear); 0: no")
@@ -291,18 +454,23 @@ def main():
     parser.add_argument("--gate_up", choices=["fused", "separate"], default="fused")
     parser.add_argument("--activation", choices=["silu", "gelu"], default="silu")
     parser.add_argument("--routing", choices=["given", "softmax_topk", "topk_softmax"],
-                        default="softmax_topk")
+                        help="default: softmax_topk, or the checkpoint family's")
     parser.add_argument("--normalise", action="store_true")
     parser.add_argument("--shared_expert", action="store_true")
     args = parser.parse_args()
-    graph = layer_graph(args.k, args.i, args.g, args.s, args.dtype, args.gate_up,
-                        args.activation, args.routing, args.normalise, args.shared_expert,
-                        args.seed)
+    if args.checkpoint:
+        graph = checkpoint_graph(args)
+    else:
+        graph = layer_graph(args.k, args.i, args.g, args.s or 2, args.dtype, args.gate_up,
+                            args.activation, args.routing or "softmax_topk", args.normalise,
+                            args.shared_expert, args.seed)
     model = layer_model(graph)
     if args.bits:
         model = quantize_layer(model, args.bits, args.block_size, not args.asymmetric)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    onnx.save(model, args.out)
+    # Weights beside the graph (ONNX external data): a real layer is over protobuf's 2 GB.
+    onnx.save_model(model, args.out, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=os.path.basename(args.out) + ".weights", size_threshold=1024)
     print(args.out)
 
 

@@ -15,7 +15,10 @@ import onnx
 from onnx import numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "python_lib"))
 import make_moe_layer as layer  # noqa: E402
+from gemmserve_testing import hf_checkpoint  # noqa: E402
 
 K, I, G, S, M = 12, 5, 6, 2, 7
 
@@ -115,6 +118,53 @@ class LayerGraphTest(unittest.TestCase):
             out = layer.evaluate(model, {"x": np.ones((2, 16))})["out"]
             self.assertEqual(out.shape, (2, 16))
             self.assertTrue(np.all(np.isfinite(out)))
+
+
+class CheckpointTest(unittest.TestCase):
+    """Hugging Face checkpoints in safetensors: one layer of OLMoE's and of Mixtral's names
+    converted, evaluated as a graph, equals the Hugging Face block computed directly."""
+
+    def test_a_layer_of_each_family_is_the_hugging_face_block(self):
+        x = np.random.default_rng(9).standard_normal((5, K))
+        for family, norm in (("olmoe", False), ("olmoe", True), ("mixtral", False)):
+            with self.subTest(family=family, norm=norm), tempfile.TemporaryDirectory() as d:
+                hf = hf_checkpoint.tiny_checkpoint(d, family, K, I, G, S, norm=norm)
+                weights, found, g = layer.hf_layer_weights(d, 1)
+                self.assertEqual((found, g), (family, G))
+                routing = layer.HF_FAMILIES[family]["routing"]
+                model = layer.layer_model(layer.layer_graph(
+                    K, I, G, S, gate_up="separate", routing=routing, normalise=norm,
+                    weights=weights))
+                got = layer.evaluate(model, {"x": x})["out"]
+                want = hf_checkpoint.hf_block(hf, x, S, norm, family)
+                np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+
+    def test_the_command_reads_s_and_normalisation_from_config_json(self):
+        with tempfile.TemporaryDirectory() as d:
+            hf = hf_checkpoint.tiny_checkpoint(d, "olmoe", K, I, G, 3, norm=True)
+            out = os.path.join(d, "repo", "l1", "1", "model.onnx")
+            subprocess.run([sys.executable, layer.__file__, "--out", out, "--checkpoint", d,
+                            "--layer", "1"], check=True, capture_output=True)
+            model = onnx.load(out)
+            x = np.random.default_rng(4).standard_normal((3, K))
+            np.testing.assert_allclose(layer.evaluate(model, {"x": x})["out"],
+                                       hf_checkpoint.hf_block(hf, x, 3, True, "olmoe"),
+                                       rtol=1e-6, atol=1e-6)  # weights rounded to FP32
+
+    def test_bad_checkpoints_are_refused_by_name(self):
+        with tempfile.TemporaryDirectory() as d:
+            hf_checkpoint.tiny_checkpoint(d, "mixtral", K, I, G, S)
+            with self.assertRaisesRegex(ValueError, "no layer 7 router"):
+                layer.hf_layer_weights(d, 7)
+            path = os.path.join(d, "model-00001-of-00002.safetensors")
+            with open(path, "r+b") as f:  # a header length past the file
+                f.write((1 << 40).to_bytes(8, "little"))
+            with self.assertRaisesRegex(ValueError, "header of"):
+                layer.open_checkpoint(d)
+            with open(path, "r+b") as f:
+                f.write((10).to_bytes(8, "little"))
+            with self.assertRaises(ValueError):  # ten bytes of a JSON header: not JSON
+                layer.open_checkpoint(d)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ load with a message naming the first node that does not fit; the server serves o
 import importlib.util
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import unittest
@@ -19,6 +21,7 @@ from onnx import helper
 
 from gemmserve_client import decode_outputs, make_infer_request, pb2
 from gemmserve_client.http import HttpClient
+from gemmserve_testing import hf_checkpoint
 from gemmserve_testing.base import GemmServeTestCase
 from gemmserve_testing.process import metric_sum
 from gemmserve_testing.references import to_float, to_wire
@@ -69,6 +72,19 @@ for _name, _dt, _options in FORMS:
     os.makedirs(os.path.dirname(_path))
     onnx.save(_model_proto, _path)
     MODELS[_name] = (_dt, _model_proto, _options)
+
+
+# One layer of a tiny Hugging Face checkpoint per family, converted by the script's command.
+HF = {}
+for _family, _dt, _norm in (("olmoe", "FP32", True), ("mixtral", "BF16", False)):
+    _dir = tempfile.mkdtemp(prefix="gemmserve-hf-")
+    _weights = hf_checkpoint.tiny_checkpoint(_dir, _family, K, I, G, S, norm=_norm)
+    subprocess.run([sys.executable, os.path.join(_ROOT, "scripts", "make_moe_layer.py"),
+                    "--out", os.path.join(_REPO, f"hf_{_family}", "1", "model.onnx"),
+                    "--checkpoint", _dir, "--layer", "1", "--dtype", _dt.lower()],
+                   check=True, stdout=subprocess.DEVNULL)
+    shutil.rmtree(_dir)
+    HF[f"hf_{_family}"] = (_family, _dt, _norm, _weights)
 
 
 def tearDownModule():
@@ -134,6 +150,22 @@ class MoeLayerTest(GemmServeTestCase):
         x = rng.uniform(-1, 1, (3, 512)).astype(np.float32)
         got = decode_outputs(self.infer(_request("example_moe_layer", {"x": (x, "FP32")})))["out"]
         self.assert_close(got, model, {"x": x.astype(np.float64)}, "FP32", "example")
+
+    def test_hugging_face_layers_serve_as_their_blocks_compute(self):
+        """A layer of a safetensors checkpoint (OLMoE's names, FP32; Mixtral's, BF16), converted
+        by scripts/make_moe_layer.py, against the Hugging Face block computed in float64."""
+        rng = np.random.default_rng(418)
+        for name, (family, dt, norm, weights) in HF.items():
+            with self.subTest(name):
+                x = to_wire(dt, rng.uniform(-1, 1, (6, K)))
+                for row in range(6):  # clear of near-ties, which a rounding could flip
+                    while np.diff(np.sort(to_float(dt, x[row]) @ weights["router"].T)
+                                  [::-1][S - 1:S + 1])[0] > -1e-3:
+                        x[row] = to_wire(dt, rng.uniform(-1, 1, K))
+                got = decode_outputs(self.infer(_request(name, {"x": (x, dt)})))["out"]
+                ref = hf_checkpoint.hf_block(weights, to_float(dt, x), S, norm, family)
+                err = np.max(np.abs(to_float(dt, got) - ref)) / np.max(np.abs(ref))
+                self.assertLessEqual(err, BOUND[dt], f"{name}: {err:.3g}")
 
     def test_http_answers_equal_grpc_byte_for_byte(self):
         rng = np.random.default_rng(411)
