@@ -58,3 +58,14 @@ def cpu_model():
     except OSError:
         pass
     return "unknown CPU"
+
+
+def run_gemmserve_bench(build, threads, repetitions, case_filter, out):
+    """gemmserve-bench's cases matching `case_filter`, run into `out` (JSON); returns the run."""
+    import subprocess
+    subprocess.run([os.path.join(build, "bin", "gemmserve-bench"), f"--threads={threads}",
+                    f"--benchmark_repetitions={repetitions}",
+                    f"--benchmark_filter={case_filter}", f"--benchmark_out={out}",
+                    "--benchmark_out_format=json"], check=True, stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        return json.load(f)

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -210,13 +209,8 @@ def main():
         plot(results, args.plot)
         return 0
     out = args.json or "/tmp/gemmserve-quantized-bench.json"
-    raw = out + ".bench"
-    subprocess.run([os.path.join(args.build, "bin", "gemmserve-bench"), f"--threads={args.threads}",
-                    f"--benchmark_repetitions={args.repetitions}",
-                    f"--benchmark_filter={FILTER}", f"--benchmark_out={raw}",
-                    "--benchmark_out_format=json"], check=True, stdout=subprocess.DEVNULL)
-    with open(raw) as f:
-        run = json.load(f)
+    run = doc_sections.run_gemmserve_bench(args.build, args.threads, args.repetitions, FILTER,
+                                           out + ".bench")
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                 if line.startswith("model name")), "?")
     results = results_from_run(run, {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

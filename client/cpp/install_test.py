@@ -2,7 +2,10 @@
 """The installed C++ client works from an outside project: `cmake --install`s
 gemmserve's build into a temporary prefix, configures and builds
 client/cpp/example/ against it with CMAKE_PREFIX_PATH (find_package(gemmserve)
-and gemmserve::client only), and runs the example against a live gemmserve.
+and gemmserve::client only), and runs its examples against a live gemmserve:
+matmul_example, and moe_layer_example on small mixture-of-experts layer
+models (LAYERS, written by scripts/make_moe_layer.py into the server's model
+repository).
 
 Run by ctest as `client_cpp_install` (tests/CMakeLists.txt passes the build
 directory, cmake and the generator, and sets PYTHONPATH and GEMMSERVE_BIN):
@@ -12,6 +15,7 @@ directory, cmake and the generator, and sets PYTHONPATH and GEMMSERVE_BIN):
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -21,6 +25,11 @@ from gemmserve_testing.server import ServerProcess
 
 EXAMPLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "example")
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(EXAMPLE_DIR)))
+MAKE_MOE_LAYER = os.path.join(SOURCE_DIR, "scripts", "make_moe_layer.py")
+# Small layers (K 64, I 32, 8 experts, 2 per token): `moe_layer` routed in the graph,
+# `moe_layer_given` routed by the caller, in BF16.
+LAYERS = {"moe_layer": ["--routing", "softmax_topk"],
+          "moe_layer_given": ["--routing", "given", "--dtype", "bf16"]}
 ARGS = None
 
 
@@ -30,6 +39,14 @@ def run(argv, timeout=120):
         raise AssertionError(f"{' '.join(argv)} exited with {result.returncode}:\n"
                              f"stdout:\n{result.stdout[-6000:]}\nstderr:\n{result.stderr[-6000:]}")
     return result
+
+
+def write_layer_repository(repository):
+    """LAYERS in `repository`."""
+    for name, flags in LAYERS.items():
+        run([sys.executable, "-B", MAKE_MOE_LAYER,
+             "--out", os.path.join(repository, name, "1", "model.onnx"),
+             "--k", "64", "--i", "32", "--g", "8", "--s", "2", *flags])
 
 
 class InstalledClientTest(unittest.TestCase):
@@ -57,8 +74,11 @@ class InstalledClientTest(unittest.TestCase):
         run(configure)
         run([ARGS.cmake, "--build", example_build, "-j2"], timeout=300)
         cls.example = os.path.join(example_build, "matmul_example")
+        cls.moe_example = os.path.join(example_build, "moe_layer_example")
 
-        cls.server = ServerProcess("--allow_client_shm")
+        repository = os.path.join(work.name, "repository")
+        write_layer_repository(repository)
+        cls.server = ServerProcess("--allow_client_shm", f"--model_repository={repository}")
         cls.server.start()
         cls.addClassCleanup(cls.server.stop)
 
@@ -98,6 +118,35 @@ class InstalledClientTest(unittest.TestCase):
         # The region was unregistered and unlinked.
         self.assertEqual([f for f in os.listdir("/dev/shm") if f.startswith("gemmserve_example_")],
                          [])
+
+    def moe_layer_example_lines(self, *args):
+        """The example's lines, without the numbers in parentheses; it must exit 0."""
+        result = subprocess.run([self.moe_example, self.server.address, *args],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 0,
+                         f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+        return [re.sub(r" \(.*\)", "", line) for line in result.stdout.splitlines()]
+
+    def test_moe_layer_example_checks_layer_models(self):
+        """Metadata and config read, 4 tokens answered finite, 2 alone the same rows."""
+        self.assertEqual(self.moe_layer_example_lines(), [  # the default model: moe_layer
+            "moe_layer: layer moe_ffn, routing softmax_topk, activation silu, groups 8, "
+            "x FP32 [-1, 64]: OK",
+            "moe_layer x [4, 64] -> out FP32 [4, 64], finite: OK",
+            "moe_layer tokens 0-1 alone = rows 0-1 of the 4-token answer: OK"])
+        # ids and w sent too, values as BF16 bit patterns.
+        self.assertEqual(self.moe_layer_example_lines("moe_layer_given"), [
+            "moe_layer_given: layer moe_ffn, routing given, activation silu, groups 8, "
+            "x BF16 [-1, 64]: OK",
+            "moe_layer_given x [4, 64] -> out BF16 [4, 64], finite: OK",
+            "moe_layer_given tokens 0-1 alone = rows 0-1 of the 4-token answer: OK"])
+
+    def test_moe_layer_example_fails_on_a_model_that_is_not_a_layer(self):
+        result = subprocess.run([self.moe_example, self.server.address, "matmul"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("matmul: layer (none), routing (none)", result.stdout)
+        self.assertTrue(result.stdout.endswith(": MISMATCH\n"), result.stdout)
 
     def test_example_fails_when_the_server_is_unreachable(self):
         # The exit code means something: a closed port is a failure.

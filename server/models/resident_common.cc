@@ -39,6 +39,22 @@ absl::Status SplitRows(Tensor all, int64_t row_bytes,
   return absl::OkStatus();
 }
 
+std::vector<InferOutputs> RunRowsTogether(
+    size_t batch_size, const std::function<absl::Status(std::vector<InferOutputs>*)>& together) {
+  // What a request holds until `together` answers it: told apart from the
+  // errors `together` gives requests of their own.
+  const absl::Status unanswered(absl::StatusCode::kUnknown, "resident model: not answered");
+  std::vector<InferOutputs> results;  // (outputs hold tensors: moved, never copied)
+  for (size_t i = 0; i < batch_size; ++i) results.emplace_back(unanswered);
+  absl::Status status =
+      CatchAllocationFailure("the batch's rows", [&] { return together(&results); });
+  if (status.ok()) status = absl::InternalError("resident model: a request was not answered");
+  for (InferOutputs& r : results) {
+    if (!r.ok() && r.status() == unanswered) r = status;
+  }
+  return results;
+}
+
 int64_t ResidentHeldBytes(int64_t input_bytes, int64_t output_bytes, int64_t work_bytes) {
   return SaturatingAdd(SaturatingAdd(input_bytes, SaturatingMul(output_bytes, 2)), work_bytes);
 }

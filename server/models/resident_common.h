@@ -5,6 +5,7 @@
 #define GEMMSERVE_SERVER_MODELS_RESIDENT_COMMON_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -34,6 +35,13 @@ absl::Status SplitRows(Tensor all, int64_t row_bytes,
 // concatenated input, and its output rows twice: in the batch's output and in
 // its own copy of them (SplitRows), plus its share of the work.
 int64_t ResidentHeldBytes(int64_t input_bytes, int64_t output_bytes, int64_t work_bytes);
+
+// Runs `together`, which answers each request of the batch in its slot of
+// the results (an output, or an error of that request's own). If it fails as
+// a whole (or memory is denied), every request it has not answered gets that
+// status; a request left unanswered after success gets INTERNAL.
+std::vector<InferOutputs> RunRowsTogether(
+    size_t batch_size, const std::function<absl::Status(std::vector<InferOutputs>*)>& together);
 
 // The request's indices, INT32 or INT64 at any alignment on the wire, as
 // int64 at `dst` (count of them).

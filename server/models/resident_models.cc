@@ -116,13 +116,9 @@ class ResidentMatMulModel final : public Model {
 
   std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
                                      int threads) const override {
-    std::vector<InferOutputs> results(batch.size());
-    absl::Status status = CatchAllocationFailure(
-        "the batch's rows", [&] { return RunTogether(batch, threads, &results); });
-    if (!status.ok()) {
-      for (InferOutputs& r : results) r = status;
-    }
-    return results;
+    return RunRowsTogether(batch.size(), [&](std::vector<InferOutputs>* results) {
+      return RunTogether(batch, threads, results);
+    });
   }
 
  private:
@@ -310,15 +306,9 @@ class ResidentGroupedModel final : public Model {
 
   std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
                                      int threads) const override {
-    std::vector<InferOutputs> results(batch.size());
-    absl::Status status = CatchAllocationFailure(
-        "the batch's rows", [&] { return RunTogether(batch, threads, &results); });
-    if (!status.ok()) {
-      for (InferOutputs& r : results) {
-        if (r.ok()) r = status;  // a request that failed on its own keeps its error
-      }
-    }
-    return results;
+    return RunRowsTogether(batch.size(), [&](std::vector<InferOutputs>* results) {
+      return RunTogether(batch, threads, results);
+    });
   }
 
  private:

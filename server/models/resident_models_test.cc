@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/input_binding.h"
+#include "server/models/resident_common.h"
 
 namespace gemmserve {
 namespace {
@@ -180,6 +181,34 @@ TEST(ResidentModelsTest, SpecsThatDisagreeAreRejected) {
   g.weights = *std::move(w);
   auto gm = MakeResidentGroupedMatMulModel(std::move(g));
   EXPECT_THAT(std::string(gm.status().message()), ::testing::HasSubstr("fixed S"));
+}
+
+}  // namespace
+}  // namespace gemmserve
+
+namespace gemmserve {
+namespace {
+
+// A batch that fails as a whole (a denied allocation, a kernel's error) gives
+// its status to every request it had not answered; a request that failed on
+// its own keeps its own error; one left unanswered after success is INTERNAL.
+TEST(RunRowsTogetherTest, AWholeBatchFailureReachesEveryUnansweredRequest) {
+  std::vector<InferOutputs> failed =
+      RunRowsTogether(3, [](std::vector<InferOutputs>* results) {
+        (*results)[1] = absl::InvalidArgumentError("request 1: bad ids");
+        return absl::ResourceExhaustedError("the batch's rows");
+      });
+  ASSERT_EQ(failed.size(), 3u);
+  EXPECT_EQ(failed[0].status(), absl::ResourceExhaustedError("the batch's rows"));
+  EXPECT_EQ(failed[1].status(), absl::InvalidArgumentError("request 1: bad ids"));
+  EXPECT_EQ(failed[2].status(), absl::ResourceExhaustedError("the batch's rows"));
+
+  std::vector<InferOutputs> partly = RunRowsTogether(2, [](std::vector<InferOutputs>* results) {
+    (*results)[0] = std::vector<NamedTensor>{};
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(partly[0].ok());
+  EXPECT_EQ(partly[1].status().code(), absl::StatusCode::kInternal);
 }
 
 }  // namespace

@@ -242,6 +242,12 @@ class GemmServeClient {
     return this._call('ModelMetadata', { name, version }, timeoutMs);
   }
 
+  // Triton's ModelConfig of the model as a plain object ({name, input, output,
+  // parameters: {key: {string_value}}, ...}; int64 fields such as dims as strings).
+  async modelConfig(name, { version = '', timeoutMs } = {}) {
+    return (await this._call('ModelConfig', { name, version }, timeoutMs)).config;
+  }
+
   // Runs `model` on `inputs` = {name: {datatype, shape, data}} and resolves to
   // {output name: {datatype, shape, data}}. datatype may be left out when the
   // typed array says it (Float32Array: FP32, BigInt64Array: INT64, ...; not

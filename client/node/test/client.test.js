@@ -1,16 +1,18 @@
 'use strict';
 // gemmserve-client against a live gemmserve: MatMul (FP32, INT32 with
 // wrap-around, BF16), GroupedMatMul, errors as rejected promises carrying the
-// gRPC code, checks made before sending, and examples/grouped_matmul.js; and
-// ModelStreamInfer streams: answers matched by id across models, an error
-// mid-stream, cancel, tokens (once per stream) and the server shutting down.
+// gRPC code, checks made before sending, examples/grouped_matmul.js, and a
+// small mixture-of-experts layer model (ModelConfig's parameters and
+// examples/moe_layer.js); and ModelStreamInfer streams: answers matched by id
+// across models, an error mid-stream, cancel, tokens (once per stream) and the
+// server shutting down.
 //
 // Run by ctest through test/run_test.sh (which installs the npm packages and
 // sets NODE_PATH); by hand, after `npm ci` in client/node:
 //   GEMMSERVE_BIN=build/bin/gemmserve node --test client/node/test/client.test.js
 
 const assert = require('node:assert/strict');
-const { execFile } = require('node:child_process');
+const { execFile, spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
@@ -22,9 +24,31 @@ const { ServerProcess } = require('./server');
 
 let server;
 let client;
+let repository;
+
+// Small mixture-of-experts layers (K 64, I 32, 8 experts, 2 per token):
+// `moe_layer` routed in the graph, `moe_layer_given` routed by the caller, in BF16.
+const LAYERS = {
+  moe_layer: ['--routing', 'softmax_topk'],
+  moe_layer_given: ['--routing', 'given', '--dtype', 'bf16'],
+};
+
+// A model repository holding LAYERS, written by scripts/make_moe_layer.py.
+function writeLayerRepository() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gemmserve-node-layer-test-'));
+  const script = path.join(__dirname, '..', '..', '..', 'scripts', 'make_moe_layer.py');
+  for (const [name, flags] of Object.entries(LAYERS)) {
+    const made = spawnSync('/usr/bin/python3', [
+      '-B', script, '--out', path.join(dir, name, '1', 'model.onnx'),
+      '--k', '64', '--i', '32', '--g', '8', '--s', '2', ...flags], { encoding: 'utf8' });
+    assert.equal(made.status, 0, `make_moe_layer.py failed:\n${made.stdout}${made.stderr}`);
+  }
+  return dir;
+}
 
 before(async () => {
-  server = await new ServerProcess().start();
+  repository = writeLayerRepository();
+  server = await new ServerProcess([`--model_repository=${repository}`]).start();
   client = new GemmServeClient(server.address);
   await client.waitForReady(10000);
 });
@@ -34,6 +58,7 @@ after(async () => {
   if (server) {
     assert.equal(await server.stop(), 0, `gemmserve did not exit cleanly:\n${server.stderr}`);
   }
+  if (repository) fs.rmSync(repository, { recursive: true, force: true });
 });
 
 test('matmul FP32', async () => {
@@ -126,14 +151,56 @@ test('server health calls', async () => {
   assert.deepEqual(metadata.inputs.map((t) => t.name), ['A', 'B']);
 });
 
-test('examples/grouped_matmul.js matches its reference', async () => {
-  const example = path.join(__dirname, '..', 'examples', 'grouped_matmul.js');
-  const { stdout } = await new Promise((resolve, reject) => {
-    execFile(process.execPath, [example, server.address], { timeout: 30000 },
+// Runs examples/<name> with `args`; resolves to its stdout, rejects unless it exits 0.
+function runExample(name, args) {
+  const example = path.join(__dirname, '..', 'examples', name);
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, [example, ...args], { timeout: 30000 },
              (error, out, err) => (error ? reject(new Error(`${error.message}\n${out}${err}`))
-                                         : resolve({ stdout: out })));
+                                         : resolve(out)));
   });
+}
+
+test('examples/grouped_matmul.js matches its reference', async () => {
+  const stdout = await runExample('grouped_matmul.js', [server.address]);
   assert.match(stdout, /grouped_matmul FP32 .* -> \[6, 2, 8\]: OK/);
+});
+
+test('modelConfig reports a layer model\'s parameters', async () => {
+  const config = await client.modelConfig('moe_layer');
+  assert.equal(config.name, 'moe_layer');
+  const parameters = Object.fromEntries(Object.entries(config.parameters)
+    .map(([key, value]) => [key, value.string_value]));
+  assert.deepEqual({ layer: parameters.layer, routing: parameters.routing, k: parameters.k,
+                     groups: parameters.groups, s: parameters.s },
+                   { layer: 'moe_ffn', routing: 'softmax_topk', k: '64', groups: '8', s: '2' });
+  assert.deepEqual(config.input.map((t) => [t.name, t.data_type, t.dims]),
+                   [['x', 'TYPE_FP32', ['-1', '64']]]);
+});
+
+// The example's lines, without the numbers in parentheses.
+async function moeLayerExampleLines(...args) {
+  const stdout = await runExample('moe_layer.js', [server.address, ...args]);
+  return stdout.trim().split('\n').map((line) => line.replace(/ \(.*\)/, ''));
+}
+
+test('examples/moe_layer.js checks layer models', async () => {
+  assert.deepEqual(await moeLayerExampleLines(), [ // the default model: moe_layer
+    'moe_layer: layer moe_ffn, routing softmax_topk, activation silu, groups 8, ' +
+      'x FP32 [-1, 64]: OK',
+    'moe_layer x [4, 64] -> out FP32 [4, 64], finite: OK',
+    'moe_layer tokens 0-1 alone = rows 0-1 of the 4-token answer: OK',
+  ]);
+  // ids and w sent too, values as BF16 bit patterns.
+  assert.deepEqual(await moeLayerExampleLines('moe_layer_given'), [
+    'moe_layer_given: layer moe_ffn, routing given, activation silu, groups 8, ' +
+      'x BF16 [-1, 64]: OK',
+    'moe_layer_given x [4, 64] -> out BF16 [4, 64], finite: OK',
+    'moe_layer_given tokens 0-1 alone = rows 0-1 of the 4-token answer: OK',
+  ]);
+  // Not a layer: the first check fails, and so does the example.
+  await assert.rejects(runExample('moe_layer.js', [server.address, 'matmul']),
+                       /matmul: layer \(none\), routing \(none\), .*: MISMATCH/);
 });
 
 // Streams. Small integers: every float sum is exact, whatever the order of summation.
