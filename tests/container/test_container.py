@@ -97,13 +97,25 @@ def example_repository_weights():
     subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "make_model_repository.py"),
                     repo], check=True, capture_output=True)
     weights = {}
-    for name in ("moe", "linear"):
+    for name in ("moe", "linear", "moe_layer"):
         model = onnx.load(os.path.join(repo, name, "1", "model.onnx"),
                           load_external_data=False)
         onnx.load_external_data_for_model(model, os.path.join(repo, name, "1"))
         weights[name] = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        if name == "moe_layer":
+            weights[name]["model"] = model  # evaluated by scripts/make_moe_layer.py
     shutil.rmtree(repo)
     return weights
+
+
+def moe_layer_reference(model, x):
+    """The example's mixture-of-experts layer in float64, as its graph computes it."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "make_moe_layer", os.path.join(ROOT, "scripts", "make_moe_layer.py"))
+    make_moe_layer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_moe_layer)
+    return make_moe_layer.evaluate(model, {"x": x.astype(np.float64)})["out"]
 
 
 class ImageTest(unittest.TestCase):
@@ -155,6 +167,10 @@ class ImageTest(unittest.TestCase):
             "linear", [("hidden", hidden)]), timeout=30))["projected"]
         np.testing.assert_allclose(projected, hidden.astype(np.float64) @ weights["linear"]["proj"],
                                    rtol=1e-4, atol=1e-4)
+        layer_out = decode_outputs(stub.ModelInfer(make_infer_request(
+            "moe_layer", [("x", hidden)]), timeout=30))["out"]
+        np.testing.assert_allclose(layer_out, moe_layer_reference(weights["moe_layer"]["model"],
+                                                                  hidden), rtol=1e-4, atol=1e-4)
         self.assertGreaterEqual(metric_sum(c.metrics_url, "gemmserve_requests_total",
                                            model="moe", code="OK"), 1)
         with tempfile.TemporaryDirectory() as tmp:
