@@ -86,20 +86,19 @@ float Activate(MoeActivation act, float g) {
   return g;
 }
 
-// a = act(g) * u over `rows` tile rows of width 2n: a replaces g.
-void ActivateRows(DataType type, MoeActivation act, void* tile, int64_t ld, int64_t rows,
-                  int64_t n) {
-  const int64_t es = DataTypeSize(type);
-  for (int64_t r = 0; r < rows; ++r) {
-    void* row = static_cast<uint8_t*>(tile) + r * ld * es;
-    if (type == DataType::kFP32) {
-      float* v = static_cast<float*>(row);
-      for (int64_t j = 0; j < n; ++j) v[j] = Activate(act, v[j]) * v[n + j];
-      continue;
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      Store(type, row, j, Activate(act, Load(type, row, j)) * Load(type, row, n + j));
-    }
+// Element work below which the epilogues run on the calling thread: waking
+// the workers costs more than a decode step's few rows.
+constexpr int64_t kParallelElements = int64_t{1} << 16;
+
+// a = act(g) * u in one tile row of width 2n: a replaces g.
+void ActivateRow(DataType type, MoeActivation act, void* row, int64_t n) {
+  if (type == DataType::kFP32) {
+    float* v = static_cast<float*>(row);
+    for (int64_t j = 0; j < n; ++j) v[j] = Activate(act, v[j]) * v[n + j];
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    Store(type, row, j, Activate(act, Load(type, row, j)) * Load(type, row, n + j));
   }
 }
 
@@ -161,16 +160,16 @@ struct WaveBuffers {
   float* acc = nullptr;  // [M, K]
 };
 
-absl::Status RunWave(const MoeLayer& layer, const MoeLayerCall& call, const SortedPairs& sorted,
-                     const std::vector<WavePart>& parts, WaveBuffers* buf, int threads) {
+// Every part's gate/up problems: x's gathered rows into the tile, gate in
+// its first I columns and up in the next I.
+std::vector<GemmProblem> GateUpProblems(const MoeLayer& layer, const MoeLayerCall& call,
+                                        const SortedPairs& sorted,
+                                        const std::vector<WavePart>& parts, void* tile) {
   const DataType type = layer.type;
   const int64_t es = DataTypeSize(type), k = layer.k, ld = TileWidth(layer);
-  auto* tile = static_cast<uint8_t*>(buf->tile.data());
-  auto* down = static_cast<uint8_t*>(buf->down.data());
   std::vector<GemmProblem> problems;
-  for (const WavePart& part : parts) {  // gate and up, side by side in the tile
+  for (const WavePart& part : parts) {
     const ExpertWeights w = WeightsOf(layer, part.segment.expert);
-    const int64_t rows = part.segment.rows;
     std::vector<std::pair<const MoeProjection*, int64_t>> projections;  // (weights, column)
     if (w.gate_up != nullptr) {
       projections.push_back({w.gate_up, 0});
@@ -180,43 +179,93 @@ absl::Status RunWave(const MoeLayer& layer, const MoeLayerCall& call, const Sort
     }
     for (const auto& [proj, column] : projections) {
       const int64_t n = w.gate_up != nullptr ? 2 * w.i : w.i;
-      GemmProblem p = ProjectionProblem(type, *proj, w.group, rows, k, n);
+      GemmProblem p = ProjectionProblem(type, *proj, w.group, part.segment.rows, k, n);
       p.a = call.x;
       p.lda = k;
       p.a_rows = sorted.token.data() + part.segment.begin;
-      p.c = tile + (part.tile_row * ld + column) * es;
+      p.c = static_cast<uint8_t*>(tile) + (part.tile_row * ld + column) * es;
       p.ldc = ld;
       problems.push_back(p);
     }
   }
-  GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems(problems, threads));
-  problems.clear();
-  for (const WavePart& part : parts) {  // the activation, then down from the tile
+  return problems;
+}
+
+// The activation on every row of the wave's tile, rows shared among threads.
+void ActivateWave(const MoeLayer& layer, const std::vector<WavePart>& parts, void* tile,
+                  int threads) {
+  const int64_t es = DataTypeSize(layer.type), ld = TileWidth(layer);
+  std::vector<std::pair<int64_t, const WavePart*>> rows;  // (tile row, its part)
+  int64_t elements = 0;
+  for (const WavePart& part : parts) {
+    for (int64_t r = 0; r < part.segment.rows; ++r) rows.emplace_back(part.tile_row + r, &part);
+    elements += part.segment.rows * ld;
+  }
+  const int64_t count = static_cast<int64_t>(rows.size());
+#pragma omp parallel for num_threads(threads) schedule(static) if (elements >= kParallelElements)
+  for (int64_t r = 0; r < count; ++r) {
+    const ExpertWeights w = WeightsOf(layer, rows[r].second->segment.expert);
+    ActivateRow(layer.type, w.activation, static_cast<uint8_t*>(tile) + rows[r].first * ld * es,
+                w.i);
+  }
+}
+
+// Every part's down problem: the activations in the tile into `down`.
+std::vector<GemmProblem> DownProblems(const MoeLayer& layer, const std::vector<WavePart>& parts,
+                                      void* tile, void* down) {
+  const int64_t es = DataTypeSize(layer.type), k = layer.k, ld = TileWidth(layer);
+  std::vector<GemmProblem> problems;
+  for (const WavePart& part : parts) {
     const ExpertWeights w = WeightsOf(layer, part.segment.expert);
-    void* rows_tile = tile + part.tile_row * ld * es;
-    ActivateRows(type, w.activation, rows_tile, ld, part.segment.rows, w.i);
-    GemmProblem p = ProjectionProblem(type, *w.down, w.group, part.segment.rows, w.i, k);
-    p.a = rows_tile;
+    GemmProblem p = ProjectionProblem(layer.type, *w.down, w.group, part.segment.rows, w.i, k);
+    p.a = static_cast<uint8_t*>(tile) + part.tile_row * ld * es;
     p.lda = ld;
-    p.c = down + part.tile_row * k * es;
+    p.c = static_cast<uint8_t*>(down) + part.tile_row * k * es;
     p.ldc = k;
     problems.push_back(p);
   }
-  GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems(problems, threads));
-  for (const WavePart& part : parts) {  // weighted into the accumulator
-    for (int64_t r = 0; r < part.segment.rows; ++r) {
-      const int64_t sorted_row = part.segment.begin + r;
-      const float weight = sorted.weight[sorted_row];
-      float* acc = buf->acc + sorted.token[sorted_row] * k;
-      const void* y = down + (part.tile_row + r) * k * es;
-      if (type == DataType::kFP32) {
-        const float* yf = static_cast<const float*>(y);
-        for (int64_t j = 0; j < k; ++j) acc[j] += weight * yf[j];
-      } else {
-        for (int64_t j = 0; j < k; ++j) acc[j] += weight * Load(type, y, j);
+  return problems;
+}
+
+// Each down row times its routing weight into its token's accumulator row.
+// Rows of one token meet in a wave, so threads share the columns, not rows.
+void AccumulateWave(const MoeLayer& layer, const SortedPairs& sorted,
+                    const std::vector<WavePart>& parts, const void* down, float* acc,
+                    int threads) {
+  constexpr int64_t kColumns = 256;
+  const DataType type = layer.type;
+  const int64_t es = DataTypeSize(type), k = layer.k;
+  int64_t rows = 0;
+  for (const WavePart& part : parts) rows += part.segment.rows;
+  const int64_t chunks = (k + kColumns - 1) / kColumns;
+#pragma omp parallel for num_threads(threads) schedule(static) if (rows * k >= kParallelElements)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t j0 = c * kColumns, j1 = std::min(k, j0 + kColumns);
+    for (const WavePart& part : parts) {
+      for (int64_t r = 0; r < part.segment.rows; ++r) {
+        const int64_t sorted_row = part.segment.begin + r;
+        const float weight = sorted.weight[sorted_row];
+        float* out = acc + sorted.token[sorted_row] * k;
+        const void* y = static_cast<const uint8_t*>(down) + (part.tile_row + r) * k * es;
+        if (type == DataType::kFP32) {
+          const float* yf = static_cast<const float*>(y);
+          for (int64_t j = j0; j < j1; ++j) out[j] += weight * yf[j];
+        } else {
+          for (int64_t j = j0; j < j1; ++j) out[j] += weight * Load(type, y, j);
+        }
       }
     }
   }
+}
+
+absl::Status RunWave(const MoeLayer& layer, const MoeLayerCall& call, const SortedPairs& sorted,
+                     const std::vector<WavePart>& parts, WaveBuffers* buf, int threads) {
+  GEMMSERVE_RETURN_IF_ERROR(
+      RunGemmProblems(GateUpProblems(layer, call, sorted, parts, buf->tile.data()), threads));
+  ActivateWave(layer, parts, buf->tile.data(), threads);
+  GEMMSERVE_RETURN_IF_ERROR(
+      RunGemmProblems(DownProblems(layer, parts, buf->tile.data(), buf->down.data()), threads));
+  AccumulateWave(layer, sorted, parts, buf->down.data(), buf->acc, threads);
   return absl::OkStatus();
 }
 
@@ -365,8 +414,10 @@ absl::Status RunMoeLayer(const MoeLayer& layer, const MoeLayerCall& call, int th
     }
     std::fill(buf.acc, buf.acc + m * k, 0.0f);
     GEMMSERVE_RETURN_IF_ERROR(RunWaves(layer, call, sorted, &buf, threads));
-    if (layer.type != DataType::kFP32) {
-      for (int64_t j = 0; j < m * k; ++j) Store(layer.type, call.out, j, buf.acc[j]);
+    if (layer.type != DataType::kFP32) {  // the one rounding to T
+      const int64_t count = m * k;
+#pragma omp parallel for num_threads(threads) schedule(static) if (count >= kParallelElements)
+      for (int64_t j = 0; j < count; ++j) Store(layer.type, call.out, j, buf.acc[j]);
     }
     return absl::OkStatus();
   });

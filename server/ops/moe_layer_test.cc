@@ -289,7 +289,8 @@ void CheckForm(const Form& f) {
     std::vector<float> got_w(ids.size());
     ASSERT_TRUE(RouteMoeLayer(l.view, f.m, x.raw_data(), got_ids.data(), got_w.data(), 2).ok());
     EXPECT_EQ(got_ids, ids);
-    for (size_t p = 0; p < ids.size(); ++p) EXPECT_NEAR(got_w[p], w_ref[p], 1e-6);
+    // FP32 logits: a few ulps of their K-term sums, through the softmax.
+    for (size_t p = 0; p < ids.size(); ++p) EXPECT_NEAR(got_w[p], w_ref[p], 2e-5);
   }
   Tensor out = *Tensor::Allocate(f.type, {f.m, f.k});
   MoeLayerCall call;
@@ -345,7 +346,8 @@ TEST(MoeLayerTest, ShapesWithZerosOnesPrimesAndManyWaves) {
                                          {1, 67, 31, 11, 2},
                                          {300, 24, 17, 5, 2},   // 600 pairs: two waves
                                          {33, 64, 48, 64, 8},
-                                         {3, 520, 260, 4, 2}}) {
+                                         {3, 520, 260, 4, 2},
+                                         {300, 256, 160, 8, 2}}) {  // epilogues on threads
     for (DataType type : {DataType::kFP32, DataType::kBF16}) {
       Form f;
       f.type = type;
