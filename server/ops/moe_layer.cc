@@ -308,7 +308,7 @@ bool Consistent(const MoeLayer& layer) {
 
 int64_t MoeWaveRows(const MoeLayer& layer) {
   const int64_t row_bytes = (TileWidth(layer) + layer.k) * DataTypeSize(layer.type);
-  return std::clamp<int64_t>(kMoeWaveBytes / std::max<int64_t>(row_bytes, 1), 64, 512);
+  return std::clamp<int64_t>(kMoeWaveBytes / std::max<int64_t>(row_bytes, 1), 64, 2048);
 }
 
 int64_t MoeLayerFlops(const MoeLayer& layer, int64_t m) {

@@ -382,7 +382,7 @@ TEST(MoeLayerTest, WorkBytesBoundsWhatTheWavesHold) {
   view.s = f.s;
   const int64_t wave = MoeWaveRows(view);
   EXPECT_GE(wave, 64);
-  EXPECT_LE(wave, 512);
+  EXPECT_LE(wave, 2048);
   EXPECT_LE(wave * (2 * f.i + f.k) * 4, kMoeWaveBytes);
   const int64_t one = MoeLayerWorkBytes(view, 1, 2);
   const int64_t many = MoeLayerWorkBytes(view, 1024, 2);
