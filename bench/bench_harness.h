@@ -29,8 +29,8 @@ void FailCase(benchmark::State& state, const std::string& why);
 // Checks the first run of case `name` (its output poisoned first), then
 // times `call`, `before_each` untimed before every call. The wall-clock
 // seconds spent in `call`, or nothing when the case was skipped.
-std::optional<double> CheckAndTime(benchmark::State& state, const std::string& name,
-                                   Tensor* output, const std::function<absl::Status()>& call,
+std::optional<double> CheckAndTime(benchmark::State& state, const std::string& name, Tensor* output,
+                                   const std::function<absl::Status()>& call,
                                    const std::function<absl::Status()>& check,
                                    const std::function<void()>& before_each = nullptr);
 

@@ -40,7 +40,9 @@ struct Projection {
   std::optional<PackedWeights> packed;
   int64_t k = 0, n = 0;
 
-  GroupedWeights weights() const { return packed ? GroupedWeights(*packed) : GroupedWeights(dense); }
+  GroupedWeights weights() const {
+    return packed ? GroupedWeights(*packed) : GroupedWeights(dense);
+  }
   const void* group(int64_t g) const {
     return packed ? packed->group(g)
                   : static_cast<const uint8_t*>(dense.raw_data()) +
@@ -101,8 +103,8 @@ absl::Status RunComposed(const LayerWeights& lw, LayerCase& c) {
   GEMMSERVE_ASSIGN_OR_RETURN(GroupedMatMulPlan up_plan,
                              PlanGroupedMatMul({m, k}, {l.g, k, 2 * i}, {m, s}, nullptr));
   GEMMSERVE_ASSIGN_OR_RETURN(Tensor gu, Tensor::Allocate(l.type, up_plan.output_shape));
-  GEMMSERVE_RETURN_IF_ERROR(RunGroupedMatMul(up_plan, c.x, lw.gate_up.weights(), c.ids, nullptr,
-                                             &gu, bench::Threads()));
+  GEMMSERVE_RETURN_IF_ERROR(
+      RunGroupedMatMul(up_plan, c.x, lw.gate_up.weights(), c.ids, nullptr, &gu, bench::Threads()));
   GEMMSERVE_ASSIGN_OR_RETURN(Tensor a, Tensor::Allocate(l.type, {m * s, i}));
   for (int64_t r = 0; r < m * s; ++r) {
     for (int64_t j = 0; j < i; ++j) {
@@ -116,14 +118,15 @@ absl::Status RunComposed(const LayerWeights& lw, LayerCase& c) {
   GEMMSERVE_ASSIGN_OR_RETURN(GroupedMatMulPlan down_plan,
                              PlanGroupedMatMul({m * s, i}, {l.g, i, k}, {m * s, 1}, nullptr));
   GEMMSERVE_ASSIGN_OR_RETURN(Tensor y, Tensor::Allocate(l.type, down_plan.output_shape));
-  GEMMSERVE_RETURN_IF_ERROR(RunGroupedMatMul(down_plan, a, lw.down.weights(), ids2, nullptr, &y,
-                                             bench::Threads()));
+  GEMMSERVE_RETURN_IF_ERROR(
+      RunGroupedMatMul(down_plan, a, lw.down.weights(), ids2, nullptr, &y, bench::Threads()));
   std::vector<float> acc(static_cast<size_t>(k));
   for (int64_t t = 0; t < m; ++t) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t slot = 0; slot < s; ++slot) {
       const float weight = c.w[t * s + slot];
-      for (int64_t j = 0; j < k; ++j) acc[j] += weight * Load(l.type, y.raw_data(), (t * s + slot) * k + j);
+      for (int64_t j = 0; j < k; ++j)
+        acc[j] += weight * Load(l.type, y.raw_data(), (t * s + slot) * k + j);
     }
     for (int64_t j = 0; j < k; ++j) Store(l.type, c.out.raw_data(), t * k + j, acc[j]);
   }
@@ -244,8 +247,7 @@ void BenchLayer(benchmark::State& state, const std::string& name, bool fused, Da
   if (!seconds) return;
   const double bytes = static_cast<double>(c.used.size()) *
                        static_cast<double>(lw.gate_up.group_bytes() + lw.down.group_bytes());
-  bench::SetRate(state, "GFLOPS", 1e-9 * static_cast<double>(MoeLayerFlops(lw.layer, m)),
-                 *seconds);
+  bench::SetRate(state, "GFLOPS", 1e-9 * static_cast<double>(MoeLayerFlops(lw.layer, m)), *seconds);
   state.counters["bytes_touched"] = bytes;
   bench::SetRate(state, "GBps_effective", bytes / 1e9, *seconds);
   state.counters["distinct_groups"] = static_cast<double>(c.used.size());

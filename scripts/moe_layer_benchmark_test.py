@@ -65,7 +65,9 @@ class MoeLayerBenchmarkTest(unittest.TestCase):
         self.assertEqual(got["olmoe-layer FP32 M = 1: time / memory floor"], (1.1, True))
         self.assertEqual(got["olmoe-layer FP32 M = 64: roofline fraction"], (0.5, False))
         self.assertEqual(got["olmoe-layer FP32 M = 1024: GFLOP/s / sgemm"], (0.9, True))
-        self.assertEqual(got["olmoe-layer FP32 M = 1: composed time / fused"], (1.364, True))
+        never = [k for k in got if k.startswith("fused never slower")]
+        self.assertEqual(len(never), 1)
+        self.assertEqual(got[never[0]], (1.364, True))  # the one pair: composed 3 ms, fused 2.2
         self.assertNotIn("olmoe-layer M = 1024: BF16 speed over FP32 (BF16 panels)", got)
 
     def test_the_section_is_replaced_in_place(self):

@@ -23,7 +23,6 @@ class HeldProjection {
  public:
   static absl::StatusOr<HeldProjection> Hold(MoeWeightsSpec spec, double* pack_ms) {
     HeldProjection h;
-    h.shape_ = spec.shape();
     if (!spec.quantized) {
       GEMMSERVE_ASSIGN_OR_RETURN(h.packed_, PackAtLoad(spec.dense, pack_ms));
       if (h.packed_) spec.dense = Tensor();
@@ -38,7 +37,9 @@ class HeldProjection {
     if (spec_.bias) p.bias = &*spec_.bias;
     return p;
   }
-  const char* layout() const { return spec_.quantized ? "quantized" : packed_ ? "panels" : "row_major"; }
+  const char* layout() const {
+    return spec_.quantized ? "quantized" : packed_ ? "panels" : "row_major";
+  }
   int64_t bytes() const {
     const int64_t bias = spec_.bias ? spec_.bias->byte_size() : 0;
     return bias + (spec_.quantized ? spec_.quantized->bytes()
@@ -58,10 +59,11 @@ class HeldProjection {
 
  private:
   MoeWeightsSpec spec_;
-  Shape shape_;
   std::optional<PackedWeights> packed_;
 };
 
+// A request: its bound inputs, and the layer's shape (a copy: the sizes are
+// asked for until the request is answered).
 class PreparedMoeLayer final : public PreparedInference {
  public:
   PreparedMoeLayer(const MoeLayer& layer, std::string output_name, BoundInput x,
@@ -91,7 +93,7 @@ class PreparedMoeLayer final : public PreparedInference {
   const std::optional<BoundInput>& w() const { return w_; }
 
  private:
-  const MoeLayer& layer_;
+  const MoeLayer layer_;
   std::string output_name_;
   BoundInput x_;
   std::optional<BoundInput> ids_, w_;
@@ -134,8 +136,8 @@ class MoeLayerModel final : public Model {
   MoeLayerModel() = default;
   std::vector<const HeldProjection*> Projections() const {
     std::vector<const HeldProjection*> all;
-    for (const auto* p : {&gate_up_, &gate_, &up_, &down_, &shared_gate_, &shared_up_,
-                          &shared_down_}) {
+    for (const auto* p :
+         {&gate_up_, &gate_, &up_, &down_, &shared_gate_, &shared_up_, &shared_down_}) {
       if (p->has_value()) all.push_back(&**p);
     }
     return all;
@@ -144,8 +146,7 @@ class MoeLayerModel final : public Model {
                            std::vector<InferOutputs>* results) const;
 
   MoeLayerSpec spec_;  // names and shapes; the weights moved into the held projections
-  std::optional<HeldProjection> gate_up_, gate_, up_, down_, shared_gate_, shared_up_,
-      shared_down_;
+  std::optional<HeldProjection> gate_up_, gate_, up_, down_, shared_gate_, shared_up_, shared_down_;
   Tensor router_;  // FP32 [K, G]
   double pack_ms_ = 0;
   MoeLayer layer_;
@@ -167,9 +168,8 @@ std::vector<std::pair<std::string, std::string>> MoeLayerModel::parameters() con
       {"k", absl::StrCat(layer_.k)},
       {"i", absl::StrCat(layer_.i)},
       {"s", absl::StrCat(layer_.s)},
-      {"bias", down.has_bias() || (gate_up_ ? gate_up_->has_bias() : gate_->has_bias())
-                   ? "true"
-                   : "false"},
+      {"bias",
+       down.has_bias() || (gate_up_ ? gate_up_->has_bias() : gate_->has_bias()) ? "true" : "false"},
       {"weights_layout", down.layout()},
       {"weights_bytes", absl::StrCat(bytes)},
       {"wave_rows", absl::StrCat(MoeWaveRows(layer_))},
@@ -284,8 +284,8 @@ absl::Status CheckWeights(const MoeWeightsSpec& w, const char* role, DataType ty
     const Shape bias = want.size() == 3 ? Shape{want[0], want[2]} : Shape{want[1]};
     if (w.bias->type() != type || w.bias->shape() != bias) {
       return Invalid(absl::StrCat("bias of ", role, ": expected ", DataTypeName(type), " ",
-                                  ShapeToString(bias), ", got ", DataTypeName(w.bias->type()),
-                                  " ", ShapeToString(w.bias->shape())));
+                                  ShapeToString(bias), ", got ", DataTypeName(w.bias->type()), " ",
+                                  ShapeToString(w.bias->shape())));
     }
   }
   return absl::OkStatus();
@@ -294,8 +294,9 @@ absl::Status CheckWeights(const MoeWeightsSpec& w, const char* role, DataType ty
 absl::Status CheckRoutingInputs(const MoeLayerSpec& spec, DataType type) {
   const bool given = spec.routing == MoeRouting::kGiven;
   if (given != (spec.ids && spec.w) || given == spec.router.has_value()) {
-    return Invalid("routing: given routing has inputs ids and w and no router; computed "
-                   "routing has a router and neither input");
+    return Invalid(
+        "routing: given routing has inputs ids and w and no router; computed "
+        "routing has a router and neither input");
   }
   if (!given) {
     if (spec.router->type() != type || spec.router->shape() != Shape{spec.k, spec.g}) {
@@ -318,8 +319,8 @@ absl::Status CheckRoutingInputs(const MoeLayerSpec& spec, DataType type) {
     }
   }
   if (spec.w->datatypes != std::vector<DataType>{type}) {
-    return Invalid(absl::StrCat("input '", spec.w->name, "': expected ", DataTypeName(type),
-                                " like x"));
+    return Invalid(
+        absl::StrCat("input '", spec.w->name, "': expected ", DataTypeName(type), " like x"));
   }
   return absl::OkStatus();
 }
@@ -328,27 +329,29 @@ absl::Status CheckSpec(const MoeLayerSpec& spec) {
   if (spec.x.datatypes.size() != 1) return Invalid("input x: expected one datatype");
   const DataType t = spec.x.datatypes[0];
   if (t != DataType::kFP32 && t != DataType::kFP16 && t != DataType::kBF16) {
-    return Invalid(absl::StrCat("input '", spec.x.name, "': the layer serves FP32, FP16 or BF16, got ",
-                                DataTypeName(t)));
+    return Invalid(absl::StrCat("input '", spec.x.name,
+                                "': the layer serves FP32, FP16 or BF16, got ", DataTypeName(t)));
   }
   if (spec.k < 1 || spec.i < 1 || spec.g < 1 || spec.s < 1 || spec.s > spec.g) {
-    return Invalid(absl::StrCat("expected K, I, G >= 1 and 1 <= S <= G, got K=", spec.k, " I=",
-                                spec.i, " G=", spec.g, " S=", spec.s));
+    return Invalid(absl::StrCat("expected K, I, G >= 1 and 1 <= S <= G, got K=", spec.k,
+                                " I=", spec.i, " G=", spec.g, " S=", spec.s));
   }
   if (spec.x.shape.size() != 2 || (spec.x.shape[1] != -1 && spec.x.shape[1] != spec.k)) {
     return Invalid(absl::StrCat("input '", spec.x.name, "': expected [M, K] with K=", spec.k,
                                 ", got ", ShapeToString(spec.x.shape)));
   }
-  if (spec.gate_up.has_value() == (spec.gate || spec.up) || (spec.gate.has_value() != spec.up.has_value())) {
+  if (spec.gate_up.has_value() == (spec.gate || spec.up) ||
+      (spec.gate.has_value() != spec.up.has_value())) {
     return Invalid("gate/up: expected one fused projection or both gate and up");
   }
   const int64_t g = spec.g, k = spec.k, i = spec.i;
-  if (spec.gate_up) GEMMSERVE_RETURN_IF_ERROR(CheckWeights(*spec.gate_up, "gate_up", t, {g, k, 2 * i}));
+  if (spec.gate_up)
+    GEMMSERVE_RETURN_IF_ERROR(CheckWeights(*spec.gate_up, "gate_up", t, {g, k, 2 * i}));
   if (spec.gate) GEMMSERVE_RETURN_IF_ERROR(CheckWeights(*spec.gate, "gate", t, {g, k, i}));
   if (spec.up) GEMMSERVE_RETURN_IF_ERROR(CheckWeights(*spec.up, "up", t, {g, k, i}));
   GEMMSERVE_RETURN_IF_ERROR(CheckWeights(spec.down, "down", t, {g, i, k}));
-  const int shared = spec.shared_gate.has_value() + spec.shared_up.has_value() +
-                     spec.shared_down.has_value();
+  const int shared =
+      spec.shared_gate.has_value() + spec.shared_up.has_value() + spec.shared_down.has_value();
   if (shared != 0 && shared != 3) return Invalid("shared expert: expected gate, up and down");
   if (shared == 3) {
     const int64_t is = spec.shared_gate->shape().size() == 2 ? spec.shared_gate->shape()[1] : -1;

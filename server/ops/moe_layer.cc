@@ -140,8 +140,8 @@ ExpertWeights WeightsOf(const MoeLayer& layer, int64_t expert) {
 
 // A problem of `rows` rows against group `group` of a projection [.., k, n]
 // whose bias (if any) is added in the epilogue.
-GemmProblem ProjectionProblem(DataType type, const MoeProjection& proj, int64_t group,
-                              int64_t rows, int64_t k, int64_t n) {
+GemmProblem ProjectionProblem(DataType type, const MoeProjection& proj, int64_t group, int64_t rows,
+                              int64_t k, int64_t n) {
   GemmProblem p;
   p.type = type;
   p.m = rows;
@@ -155,8 +155,8 @@ GemmProblem ProjectionProblem(DataType type, const MoeProjection& proj, int64_t 
 }
 
 struct WaveBuffers {
-  AlignedBuffer tile;  // [wave rows, TileWidth] of T
-  AlignedBuffer down;  // [wave rows, K] of T
+  AlignedBuffer tile;    // [wave rows, TileWidth] of T
+  AlignedBuffer down;    // [wave rows, K] of T
   float* acc = nullptr;  // [M, K]
 };
 
@@ -230,8 +230,7 @@ std::vector<GemmProblem> DownProblems(const MoeLayer& layer, const std::vector<W
 // Each down row times its routing weight into its token's accumulator row.
 // Rows of one token meet in a wave, so threads share the columns, not rows.
 void AccumulateWave(const MoeLayer& layer, const SortedPairs& sorted,
-                    const std::vector<WavePart>& parts, const void* down, float* acc,
-                    int threads) {
+                    const std::vector<WavePart>& parts, const void* down, float* acc, int threads) {
   constexpr int64_t kColumns = 256;
   const DataType type = layer.type;
   const int64_t es = DataTypeSize(type), k = layer.k;
@@ -297,8 +296,8 @@ bool Consistent(const MoeLayer& layer) {
   const bool separate = layer.gate.has_value() && layer.up.has_value();
   const bool shared = layer.shared_gate && layer.shared_up && layer.shared_down;
   const bool no_shared = !layer.shared_gate && !layer.shared_up && !layer.shared_down;
-  return fused != separate && layer.down.has_value() && (shared || no_shared) &&
-         layer.k > 0 && layer.i > 0 && layer.s > 0 && layer.s <= layer.g &&
+  return fused != separate && layer.down.has_value() && (shared || no_shared) && layer.k > 0 &&
+         layer.i > 0 && layer.s > 0 && layer.s <= layer.g &&
          (layer.routing == MoeRouting::kGiven) == (layer.router == nullptr) &&
          (layer.type == DataType::kFP32 || layer.type == DataType::kFP16 ||
           layer.type == DataType::kBF16);
@@ -314,7 +313,8 @@ int64_t MoeWaveRows(const MoeLayer& layer) {
 int64_t MoeLayerFlops(const MoeLayer& layer, int64_t m) {
   int64_t per_token = SaturatingMul(SaturatingMul(layer.s, 3), SaturatingMul(layer.k, layer.i));
   per_token = SaturatingAdd(per_token, SaturatingMul(3, SaturatingMul(layer.k, layer.shared_i)));
-  if (layer.router != nullptr) per_token = SaturatingAdd(per_token, SaturatingMul(layer.k, layer.g));
+  if (layer.router != nullptr)
+    per_token = SaturatingAdd(per_token, SaturatingMul(layer.k, layer.g));
   return SaturatingMul(SaturatingMul(m, per_token), 2);
 }
 
@@ -365,11 +365,11 @@ int64_t WeightBytesRead(const MoeLayer& layer, const SortedPairs& sorted) {
     for (const MoeProjection* proj : {w.gate_up, w.gate, w.up}) {
       if (proj == nullptr) continue;
       const int64_t n = w.gate_up != nullptr ? 2 * w.i : w.i;
-      bytes = SaturatingAdd(bytes, GemmWeightBytes({ProjectionProblem(layer.type, *proj, w.group,
-                                                                      1, layer.k, n)}));
+      bytes = SaturatingAdd(
+          bytes, GemmWeightBytes({ProjectionProblem(layer.type, *proj, w.group, 1, layer.k, n)}));
     }
-    bytes = SaturatingAdd(bytes, GemmWeightBytes({ProjectionProblem(layer.type, *w.down, w.group,
-                                                                    1, w.i, layer.k)}));
+    bytes = SaturatingAdd(
+        bytes, GemmWeightBytes({ProjectionProblem(layer.type, *w.down, w.group, 1, w.i, layer.k)}));
   }
   if (layer.router != nullptr) bytes = SaturatingAdd(bytes, layer.router->byte_size());
   return bytes;

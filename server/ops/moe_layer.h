@@ -70,7 +70,7 @@ struct MoeLayer {
 // ids already checked to lie in [0, G)), null when the layer routes.
 struct MoeLayerCall {
   int64_t m = 0;
-  const void* x = nullptr;      // [M, K] of T
+  const void* x = nullptr;       // [M, K] of T
   const int64_t* ids = nullptr;  // [M, S]
   const float* w = nullptr;      // [M, S]
   void* out = nullptr;           // [M, K] of T
@@ -109,8 +109,8 @@ absl::Status RunMoeLayer(const MoeLayer& layer, const MoeLayerCall& call, int th
 // The routing alone, as the layer computes it: FP32 logits of `x` ([M, K] of
 // T) against the router, then ids and weights [M, S]. For tests and for
 // RunMoeLayer.
-absl::Status RouteMoeLayer(const MoeLayer& layer, int64_t m, const void* x, int64_t* ids,
-                           float* w, int threads);
+absl::Status RouteMoeLayer(const MoeLayer& layer, int64_t m, const void* x, int64_t* ids, float* w,
+                           int threads);
 
 }  // namespace gemmserve
 

@@ -94,7 +94,8 @@ Projection MakeProjection(const Form& f, int64_t groups, int64_t k, int64_t n, b
     // The scale as the value type holds it (what the kernel multiplies by).
     Tensor scale_t = *Tensor::Allocate(f.type, {n});
     for (int64_t j = 0; j < n; ++j) SetValue(f.type, scale_t.raw_data(), j, scales[j]);
-    for (int64_t j = 0; j < n; ++j) scales[j] = static_cast<float>(ValueAt(f.type, scale_t.raw_data(), j));
+    for (int64_t j = 0; j < n; ++j)
+      scales[j] = static_cast<float>(ValueAt(f.type, scale_t.raw_data(), j));
     AlignedBuffer data = *AlignedBuffer::Allocate(count);
     auto* q = static_cast<int8_t*>(data.data());
     std::uniform_int_distribution<int> ints(-128, 127);
@@ -227,8 +228,8 @@ void ReferenceRoute(const Layer& l, const std::vector<double>& x, int64_t* ids, 
 }
 
 // out[t] in double for token t with its ids and weights.
-std::vector<double> ReferenceToken(const Layer& l, const std::vector<double>& x,
-                                   const int64_t* ids, const double* w) {
+std::vector<double> ReferenceToken(const Layer& l, const std::vector<double>& x, const int64_t* ids,
+                                   const double* w) {
   const Form& f = l.form;
   std::vector<double> out(static_cast<size_t>(f.k), 0.0);
   auto ffn = [&](const Projection* gu, const Projection* g, const Projection* u,
@@ -247,8 +248,8 @@ std::vector<double> ReferenceToken(const Layer& l, const std::vector<double>& x,
     for (int64_t j = 0; j < f.k; ++j) out[j] += weight * y[j];
   };
   for (int64_t j = 0; j < f.s; ++j) {
-    ffn(l.gate_up ? &*l.gate_up : nullptr, l.gate ? &*l.gate : nullptr,
-        l.up ? &*l.up : nullptr, *l.down, ids[j], f.activation, w[j]);
+    ffn(l.gate_up ? &*l.gate_up : nullptr, l.gate ? &*l.gate : nullptr, l.up ? &*l.up : nullptr,
+        *l.down, ids[j], f.activation, w[j]);
   }
   if (f.shared) ffn(nullptr, &*l.sg, &*l.su, *l.sd, 0, MoeActivation::kSilu, 1.0);
   return out;
@@ -344,7 +345,7 @@ TEST(MoeLayerTest, ShapesWithZerosOnesPrimesAndManyWaves) {
                                          {1, 1, 1, 1, 1},
                                          {7, 13, 5, 3, 3},
                                          {1, 67, 31, 11, 2},
-                                         {300, 24, 17, 5, 2},   // 600 pairs: two waves
+                                         {300, 24, 17, 5, 2},  // 600 pairs: two waves
                                          {33, 64, 48, 64, 8},
                                          {3, 520, 260, 4, 2},
                                          {300, 256, 160, 8, 2}}) {  // epilogues on threads
@@ -386,7 +387,7 @@ TEST(MoeLayerTest, WorkBytesBoundsWhatTheWavesHold) {
   EXPECT_LE(wave * (2 * f.i + f.k) * 4, kMoeWaveBytes);
   const int64_t one = MoeLayerWorkBytes(view, 1, 2);
   const int64_t many = MoeLayerWorkBytes(view, 1024, 2);
-  EXPECT_GE(one, f.s * (2 * f.i + f.k) * 4);   // one token's tiles at least
+  EXPECT_GE(one, f.s * (2 * f.i + f.k) * 4);    // one token's tiles at least
   EXPECT_GE(many, wave * (2 * f.i + f.k) * 4);  // a whole wave's
   EXPECT_GT(many, one);
   // Requests batched together hold at most the sum of their own bounds.

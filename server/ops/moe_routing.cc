@@ -61,11 +61,10 @@ void TopS(const double* v, int64_t g, int64_t s, std::vector<int64_t>* order) {
   auto key = [&](int64_t e) {
     return std::isnan(v[e]) ? -std::numeric_limits<double>::infinity() : v[e];
   };
-  std::partial_sort(order->begin(), order->begin() + s, order->end(),
-                    [&](int64_t a, int64_t b) {
-                      const double ka = key(a), kb = key(b);
-                      return ka > kb || (ka == kb && a < b);
-                    });
+  std::partial_sort(order->begin(), order->begin() + s, order->end(), [&](int64_t a, int64_t b) {
+    const double ka = key(a), kb = key(b);
+    return ka > kb || (ka == kb && a < b);
+  });
 }
 
 // softmax over v[0..n) in place.

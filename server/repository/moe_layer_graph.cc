@@ -132,9 +132,9 @@ absl::StatusOr<const onnx::NodeProto*> Walker::From(const std::string& tensor,
   auto it = producer_.find(tensor);
   const std::string want = absl::StrJoin(ops, " or ");
   if (it == producer_.end()) {
-    return Fail(consumer, absl::StrCat(role, " '", ClientText(tensor), "' must come from ", want,
-                                       ", it is ",
-                                       inits_.count(tensor) ? "an initializer" : "a graph input"));
+    return Fail(consumer,
+                absl::StrCat(role, " '", ClientText(tensor), "' must come from ", want, ", it is ",
+                             inits_.count(tensor) ? "an initializer" : "a graph input"));
   }
   for (const char* op : ops) {
     if (it->second->op_type() == op) {
@@ -166,14 +166,15 @@ absl::StatusOr<std::vector<int64_t>> Walker::Ints(const onnx::NodeProto& node, i
   const onnx::TensorProto& t = *it->second;
   if (t.data_type() != onnx::TensorProto::INT64 || t.dims_size() != 1 || t.dims(0) > 8 ||
       t.data_location() == onnx::TensorProto::EXTERNAL) {
-    return Fail(node, absl::StrCat(role, " must be an inline 1-D INT64 initializer of at most 8 "
-                                         "values"));
+    return Fail(node, absl::StrCat(role,
+                                   " must be an inline 1-D INT64 initializer of at most 8 "
+                                   "values"));
   }
   std::vector<int64_t> v;
   if (t.has_raw_data()) {
     if (static_cast<int64_t>(t.raw_data().size()) != t.dims(0) * 8) {
-      return Fail(node, absl::StrCat(role, ": raw data of ", t.raw_data().size(),
-                                     " bytes for ", t.dims(0), " values"));
+      return Fail(node, absl::StrCat(role, ": raw data of ", t.raw_data().size(), " bytes for ",
+                                     t.dims(0), " values"));
     }
     v.resize(static_cast<size_t>(t.dims(0)));
     if (!v.empty()) std::memcpy(v.data(), t.raw_data().data(), v.size() * 8);
@@ -216,21 +217,22 @@ absl::StatusOr<LayerGraph> Walker::Walk() {
   used_.insert(&last);
   if (last.op_type() == "Add") {  // the experts' sum plus the shared expert
     GEMMSERVE_RETURN_IF_ERROR(Inputs(last, 2, 2, 1));
-    const bool reduce_first = producer_.count(last.input(0)) &&
-                              producer_.at(last.input(0))->op_type() == "ReduceSum";
-    GEMMSERVE_ASSIGN_OR_RETURN(const onnx::NodeProto* reduce,
-                               From(last.input(reduce_first ? 0 : 1), last, {"ReduceSum"},
-                                    "the experts' sum"));
-    GEMMSERVE_ASSIGN_OR_RETURN(const onnx::NodeProto* shared,
-                               From(last.input(reduce_first ? 1 : 0), last, {"MatMul"},
-                                    "the shared expert"));
+    const bool reduce_first =
+        producer_.count(last.input(0)) && producer_.at(last.input(0))->op_type() == "ReduceSum";
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        const onnx::NodeProto* reduce,
+        From(last.input(reduce_first ? 0 : 1), last, {"ReduceSum"}, "the experts' sum"));
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        const onnx::NodeProto* shared,
+        From(last.input(reduce_first ? 1 : 0), last, {"MatMul"}, "the shared expert"));
     GEMMSERVE_RETURN_IF_ERROR(WalkCombine(*reduce));
     GEMMSERVE_RETURN_IF_ERROR(WalkShared(*shared));
   } else if (last.op_type() == "ReduceSum") {
     GEMMSERVE_RETURN_IF_ERROR(WalkCombine(last));
   } else {
-    return Fail(last, "the output must come from ReduceSum (the combine) or Add (the combine "
-                      "and a shared expert)");
+    return Fail(last,
+                "the output must come from ReduceSum (the combine) or Add (the combine "
+                "and a shared expert)");
   }
   for (const auto& node : graph_.node()) {
     if (!used_.count(&node)) return Fail(node, "is not part of the layer's form");
@@ -250,11 +252,11 @@ absl::Status Walker::WalkCombine(const onnx::NodeProto& reduce) {
   GEMMSERVE_ASSIGN_OR_RETURN(const onnx::NodeProto* mul,
                              From(reduce.input(0), reduce, {"Mul"}, "the weighted outputs"));
   GEMMSERVE_RETURN_IF_ERROR(Inputs(*mul, 2, 2, 1));
-  const bool reshape_first = producer_.count(mul->input(0)) &&
-                             producer_.at(mul->input(0))->op_type() == "Reshape";
-  GEMMSERVE_ASSIGN_OR_RETURN(const onnx::NodeProto* back,
-                             From(mul->input(reshape_first ? 0 : 1), *mul, {"Reshape"},
-                                  "the experts' outputs [M, S, K]"));
+  const bool reshape_first =
+      producer_.count(mul->input(0)) && producer_.at(mul->input(0))->op_type() == "Reshape";
+  GEMMSERVE_ASSIGN_OR_RETURN(
+      const onnx::NodeProto* back,
+      From(mul->input(reshape_first ? 0 : 1), *mul, {"Reshape"}, "the experts' outputs [M, S, K]"));
   GEMMSERVE_ASSIGN_OR_RETURN(const onnx::NodeProto* unsqueeze,
                              From(mul->input(reshape_first ? 1 : 0), *mul, {"Unsqueeze"},
                                   "the routing weights [M, S, 1]"));
@@ -378,7 +380,8 @@ absl::StatusOr<WeightSource> Walker::Weights(const onnx::NodeProto& node, int in
     GEMMSERVE_ASSIGN_OR_RETURN(w.dequantize,
                                From(w.name, node, {"DequantizeLinear"}, "the weights"));
     auto x = w.dequantize->input_size() > 0 ? inits_.find(w.dequantize->input(0)) : inits_.end();
-    auto scale = w.dequantize->input_size() > 1 ? inits_.find(w.dequantize->input(1)) : inits_.end();
+    auto scale =
+        w.dequantize->input_size() > 1 ? inits_.find(w.dequantize->input(1)) : inits_.end();
     if (x == inits_.end() || scale == inits_.end()) {
       return Fail(*w.dequantize, "x and x_scale must be initializers");
     }
@@ -467,9 +470,9 @@ absl::Status Walker::WalkRouting(const onnx::NodeProto& at) {
     return Fail(*topk, absl::StrCat("the routing takes the S=", layer_.s,
                                     " largest on the last axis, its indices the ids"));
   }
-  GEMMSERVE_ASSIGN_OR_RETURN(const onnx::NodeProto* before,
-                             From(topk->input(0), *topk, {"Softmax", "MatMul"},
-                                  "the routing scores"));
+  GEMMSERVE_ASSIGN_OR_RETURN(
+      const onnx::NodeProto* before,
+      From(topk->input(0), *topk, {"Softmax", "MatMul"}, "the routing scores"));
   const bool softmax_first = before->op_type() == "Softmax";
   const onnx::NodeProto* router = before;
   if (softmax_first) {
@@ -515,8 +518,9 @@ absl::Status Walker::WalkComputedWeights(const onnx::NodeProto& topk, bool softm
   GEMMSERVE_ASSIGN_OR_RETURN(int64_t keepdims, IntAttribute(*sum, "keepdims", 1));
   if (node->input(0) != values || sum->input(0) != values || keepdims != 1 || axes.size() != 1 ||
       !LastAxis(axes[0], 2)) {
-    return Fail(*node, "normalised weights are Div(v, ReduceSum(v, [-1], keepdims=1)) of "
-                       "TopK's values v");
+    return Fail(*node,
+                "normalised weights are Div(v, ReduceSum(v, [-1], keepdims=1)) of "
+                "TopK's values v");
   }
   layer_.normalise = true;
   return absl::OkStatus();
@@ -556,8 +560,8 @@ absl::Status CheckDims(const WeightSource& w, const Shape& want, const char* rol
                                      "' has shape ", ShapeToString(w.dims()), ", the layer needs ",
                                      ShapeToString(want)));
   }
-  if (w.bias != nullptr && Shape(w.bias->dims().begin(), w.bias->dims().end()) !=
-                               Shape{want[0], want[2]}) {
+  if (w.bias != nullptr &&
+      Shape(w.bias->dims().begin(), w.bias->dims().end()) != Shape{want[0], want[2]}) {
     return ctx_.Invalid(absl::StrCat("mixture-of-experts layer: the bias of ", role, " '",
                                      ClientText(w.name), "' must be [G, N] = [", want[0], ",",
                                      want[2], "]"));
@@ -587,13 +591,13 @@ absl::Status CheckShapes(const LayerGraph& l, DataType t, int64_t* g, int64_t* s
   const Shape down = l.down.dims();
   if (down.size() != 3 || down[0] < 1) {
     return ctx.Invalid(absl::StrCat("mixture-of-experts layer: the down weights '",
-                                    ClientText(l.down.name), "' must be [G, I, K] with G >= 1, got ",
-                                    ShapeToString(down)));
+                                    ClientText(l.down.name),
+                                    "' must be [G, I, K] with G >= 1, got ", ShapeToString(down)));
   }
   *g = down[0];
   if (l.s > *g) {
-    return ctx.Invalid(absl::StrCat("mixture-of-experts layer: S=", l.s, " experts per token of G=",
-                                    *g));
+    return ctx.Invalid(
+        absl::StrCat("mixture-of-experts layer: S=", l.s, " experts per token of G=", *g));
   }
   const int64_t k = l.k, i = l.i;
   struct Check {
@@ -631,17 +635,17 @@ absl::Status CheckShapes(const LayerGraph& l, DataType t, int64_t* g, int64_t* s
 
 // A projection's weights read: the initializer, or the DequantizeLinear's
 // integers kept quantized; and its bias.
-absl::StatusOr<MoeWeightsSpec> ReadWeights(const WeightSource& w, const onnx::ModelProto& model,
-                                           const std::map<std::string, const onnx::TensorProto*>& inits,
-                                           const ModelFiles& files, const std::string& version,
-                                           const Context& ctx) {
+absl::StatusOr<MoeWeightsSpec> ReadWeights(
+    const WeightSource& w, const onnx::ModelProto& model,
+    const std::map<std::string, const onnx::TensorProto*>& inits, const ModelFiles& files,
+    const std::string& version, const Context& ctx) {
   MoeWeightsSpec spec;
   if (w.dense != nullptr) {
     GEMMSERVE_ASSIGN_OR_RETURN(spec.dense, ReadInitializer(*w.dense, files, version, ctx));
   } else {
-    GEMMSERVE_ASSIGN_OR_RETURN(spec.quantized,
-                               ReadDequantizeLinear(*w.dequantize, DefaultOpset(model), inits,
-                                                    files, version, ctx));
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        spec.quantized,
+        ReadDequantizeLinear(*w.dequantize, DefaultOpset(model), inits, files, version, ctx));
   }
   if (w.bias != nullptr) {
     GEMMSERVE_ASSIGN_OR_RETURN(spec.bias, ReadInitializer(*w.bias, files, version, ctx));
@@ -654,15 +658,15 @@ absl::StatusOr<TensorSpec> InputSpec(const onnx::GraphProto& graph, const std::s
   for (const auto& in : graph.input()) {
     if (in.name() == name) return GraphInputSpec(in, ctx);
   }
-  return ctx.Invalid(absl::StrCat("mixture-of-experts layer: '", ClientText(name),
-                                  "' must be a graph input"));
+  return ctx.Invalid(
+      absl::StrCat("mixture-of-experts layer: '", ClientText(name), "' must be a graph input"));
 }
 
 }  // namespace
 
 absl::StatusOr<MoeLayerSpec> ReadMoeLayerGraph(const onnx::ModelProto& model,
-                                               const ModelFiles& files,
-                                               const std::string& version, const Context& ctx) {
+                                               const ModelFiles& files, const std::string& version,
+                                               const Context& ctx) {
   const onnx::GraphProto& graph = model.graph();
   Walker walker(graph, ctx);
   GEMMSERVE_ASSIGN_OR_RETURN(LayerGraph l, walker.Walk());

@@ -34,8 +34,8 @@ namespace gemmserve {
 
 // The spec's name and version are ctx.model() and `version`.
 absl::StatusOr<MoeLayerSpec> ReadMoeLayerGraph(const onnx::ModelProto& model,
-                                               const ModelFiles& files,
-                                               const std::string& version, const Context& ctx);
+                                               const ModelFiles& files, const std::string& version,
+                                               const Context& ctx);
 
 }  // namespace gemmserve
 

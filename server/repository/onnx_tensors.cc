@@ -270,8 +270,8 @@ absl::Status ReadDequantizeAttributes(const onnx::NodeProto& node, const Context
         attr.name() == "axis" || attr.name() == "block_size" || attr.name() == "output_dtype";
     if (known && attr.type() != onnx::AttributeProto::INT) {
       // A FLOAT or STRING attribute's i() is 0: read as such it would be a guess.
-      return ctx.Invalid(absl::StrCat("DequantizeLinear attribute '", attr.name(),
-                                      "' must be an INT attribute"));
+      return ctx.Invalid(
+          absl::StrCat("DequantizeLinear attribute '", attr.name(), "' must be an INT attribute"));
     }
     if (attr.name() == "axis") {
       layout->axis = attr.i();
@@ -299,9 +299,9 @@ absl::StatusOr<std::vector<float>> ReadScales(const onnx::TensorProto& proto, in
   GEMMSERVE_ASSIGN_OR_RETURN(Tensor scale, ReadInitializer(proto, files, version, ctx));
   if (scale.type() != DataType::kFP32 && scale.type() != DataType::kFP16 &&
       scale.type() != DataType::kBF16) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "x_scale '", ClientText(proto.name()), "' is ", DataTypeName(scale.type()),
-        "; gemmserve serves FP32, FP16 or BF16 scales (the dequantized value type)")));
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("x_scale '", ClientText(proto.name()), "' is ", DataTypeName(scale.type()),
+                     "; gemmserve serves FP32, FP16 or BF16 scales (the dequantized value type)")));
   }
   if (output_dtype != 0 &&
       FromOnnxType(static_cast<int32_t>(output_dtype)).value_or(DataType::kINT32) != scale.type()) {
@@ -325,10 +325,9 @@ absl::StatusOr<std::vector<float>> ReadScales(const onnx::TensorProto& proto, in
 // The zero points as floats: of x's element type and the scales' shape.
 absl::StatusOr<std::vector<float>> ReadZeroPoints(const onnx::TensorProto& zp_proto,
                                                   const onnx::TensorProto& x,
-                                                  const Shape& scale_shape,
-                                                  const ModelFiles& files,
-                                                  const std::string& version,
-                                                  const Context& ctx, NodeError fail) {
+                                                  const Shape& scale_shape, const ModelFiles& files,
+                                                  const std::string& version, const Context& ctx,
+                                                  NodeError fail) {
   if (zp_proto.data_type() != x.data_type()) {
     return fail(absl::InvalidArgumentError(
         absl::StrCat("x_zero_point '", ClientText(zp_proto.name()), "' has ONNX element type ",
@@ -341,9 +340,9 @@ absl::StatusOr<std::vector<float>> ReadZeroPoints(const onnx::TensorProto& zp_pr
         "x_zero_point '", ClientText(zp_proto.name()), "' has shape ", ShapeToString(zp_dims),
         ", x_scale has ", ShapeToString(scale_shape), "; ONNX requires the same shape")));
   }
-  GEMMSERVE_ASSIGN_OR_RETURN(QuantizedInitializer zp, ReadQuantizedInitializer(
-                                                          zp_proto, "x_zero_point", files, version,
-                                                          ctx));
+  GEMMSERVE_ASSIGN_OR_RETURN(
+      QuantizedInitializer zp,
+      ReadQuantizedInitializer(zp_proto, "x_zero_point", files, version, ctx));
   std::vector<float> zero_points(static_cast<size_t>(zp.elements));
   const auto* d = static_cast<const uint8_t*>(zp.data.data());
   for (int64_t i = 0; i < zp.elements; ++i) {
