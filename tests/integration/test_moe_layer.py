@@ -6,6 +6,7 @@ evaluated in float64 (max|out - ref| / max|ref|: 1e-4 FP32, 5e-3 FP16, 3e-2 BF16
 config describe the layer; out-of-range ids are refused; graphs that do not fit are refused at
 load with a message naming the first node that does not fit; the server serves on."""
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -220,6 +221,27 @@ class MoeLayerTest(GemmServeTestCase):
         grown = read() - before
         self.assertGreaterEqual(grown, 2 * per_expert)
         self.assertLess(grown, 3 * per_expert)  # two experts read, not three or all
+
+    def test_perf_drives_layer_models_with_fresh_valid_routing(self):
+        """gemmserve-cli perf on a layer routed by the caller (its ids drawn in [0, G) from
+        the "groups" parameter) and on one routed in the graph: every call answered."""
+        cli = os.path.join(os.path.dirname(os.environ["GEMMSERVE_BIN"]), "gemmserve-cli")
+        tmp = tempfile.mkdtemp(prefix="gemmserve-perf-layer-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        for name in ("fused_given_fp32", "fused_topk_bf16"):
+            with self.subTest(name):
+                out = os.path.join(tmp, f"{name}.json")
+                run = subprocess.run([cli, f"--url={self.server.address}", "perf",
+                                      f"--model={name}", "--rows=3", "--duration=0.3",
+                                      "--warmup=0.1", "--timeout_ms=10000", "--request_pool=8",
+                                      f"--json_out={out}"],
+                                     capture_output=True, text=True, timeout=60)
+                self.assertEqual(run.returncode, 0, run.stderr)
+                with open(out) as f:
+                    report = json.load(f)
+                self.assertGreater(report["ok"], 0)
+                self.assertEqual(report["errors"], {})
+                self.assertEqual(report["distinct_requests"], 8)
 
     def test_out_of_range_ids_and_bad_shapes_are_refused(self):
         dt, model, options = MODELS["fused_given_fp32"]
