@@ -1,0 +1,217 @@
+// Integer dot products on 8-bit activations (int8_dot.h): the quantization
+// of activations (round half to even, symmetric, zero and non-finite
+// blocks), the kernel against a float64 evaluation of the same arithmetic
+// over every weight type and layout, K slices and gathered rows, the int32
+// bound at its edge, and the accuracy against DequantizeLinear-then-op.
+#include "server/ops/kernels/int8_dot.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/tensor/half.h"
+
+namespace gemmserve {
+namespace {
+
+TEST(QuantizeInt8RowsTest, SymmetricRoundHalfToEvenWithTheBlockSums) {
+  // amax 127: the step is 1, so the halves show how rounding goes.
+  const std::vector<float> a = {127.0f, 63.5f, 0.5f, -0.5f, 1.5f, 2.5f, -2.5f, -127.0f,
+                                0.0f,   0.0f,  0.0f, 0.0f};  // second block: all zeros
+  Int8Rows rows;
+  QuantizeInt8Rows(DataType::kFP32, a.data(), 12, 1, 12, 8, &rows);
+  EXPECT_EQ(rows.blocks, 2);
+  EXPECT_EQ(rows.ld, 16);
+  const std::vector<int8_t> want = {127, 64, 0, 0, 2, 2, -2, -127, 0, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(rows.q, want);
+  EXPECT_EQ(rows.scale[0], 1.0f);
+  EXPECT_EQ(rows.scale[1], 0.0f);
+  EXPECT_EQ(rows.sum[0], 127 + 64 + 2 + 2 - 2 - 127);
+  EXPECT_EQ(rows.sum[1], 0);
+}
+
+TEST(QuantizeInt8RowsTest, NonFiniteBlocksGetANanScaleAndHalfTypesAreRead) {
+  const std::vector<float> a = {1.0f, NAN, 2.0f, 3.0f, INFINITY, 1.0f};
+  Int8Rows rows;
+  QuantizeInt8Rows(DataType::kFP32, a.data(), 6, 1, 6, 2, &rows);
+  EXPECT_TRUE(std::isnan(rows.scale[0]));
+  EXPECT_EQ(rows.scale[1], 3.0f / 127.0f);
+  EXPECT_TRUE(std::isnan(rows.scale[2]));
+  const std::vector<uint16_t> half = {FloatToBFloat16(-4.0f), FloatToBFloat16(2.0f)};
+  QuantizeInt8Rows(DataType::kBF16, half.data(), 2, 1, 2, 32, &rows);
+  EXPECT_EQ(rows.q[0], -127);
+  EXPECT_EQ(rows.q[1], 64);  // 63.5 to even
+}
+
+// Weights of one type and layout with their integers, scales and zero points.
+struct Weights {
+  QuantizedType type;
+  int64_t k, n, block;  // block 0: per column
+  bool zero_point;
+  std::vector<uint8_t> data;
+  std::vector<int32_t> q;  // [k, n]
+  std::vector<float> scale, zp;
+  QuantizedMatrix m;
+
+  Weights(QuantizedType t, int64_t k_, int64_t n_, int64_t block_, bool zp_, uint64_t seed)
+      : type(t), k(k_), n(n_), block(block_), zero_point(zp_) {
+    std::mt19937_64 rng(seed);
+    const bool four = t == QuantizedType::kInt4 || t == QuantizedType::kUint4;
+    const bool is_signed = t == QuantizedType::kInt8 || t == QuantizedType::kInt4;
+    const int lo = is_signed ? (four ? -8 : -128) : 0;
+    const int hi = four ? (is_signed ? 7 : 15) : (is_signed ? 127 : 255);
+    std::uniform_int_distribution<int> value(lo, hi);
+    data.assign(static_cast<size_t>(QuantizedBytes(t, k * n)), 0);
+    for (int64_t e = 0; e < k * n; ++e) {
+      const int v = value(rng);
+      q.push_back(v);
+      if (four) {
+        data[e / 2] |= static_cast<uint8_t>((v & 15) << ((e & 1) * 4));
+      } else {
+        data[e] = static_cast<uint8_t>(v);
+      }
+    }
+    const int64_t rows_of_scales = block > 0 ? (k + block - 1) / block : 1;
+    std::uniform_real_distribution<float> s(0.001f, 0.01f);
+    for (int64_t i = 0; i < rows_of_scales * n; ++i) {
+      scale.push_back(s(rng));
+      if (zero_point) zp.push_back(static_cast<float>(is_signed ? value(rng) / 2 : hi / 2));
+    }
+    m.type = t;
+    m.data = data.data();
+    m.k = k;
+    m.n = n;
+    m.scale = scale.data();
+    m.zero_point = zero_point ? zp.data() : nullptr;
+    m.block_rows = block > 0 ? block : k;
+    m.scale_row_stride = n;
+    m.scale_col_stride = 1;
+  }
+  int64_t ScaleIndex(int64_t t, int64_t j) const { return (block > 0 ? t / block : 0) * n + j; }
+};
+
+// The kernel's arithmetic in float64: integer sums exact, then the scales;
+// *magnitude gets the sum of the terms' magnitudes (FP32's rounding scales
+// with it, not with a sum that cancels).
+std::vector<double> SameArithmetic(const Int8Rows& a, const std::vector<int64_t>& rows,
+                                   const Weights& w, int64_t k_begin, int64_t k_end,
+                                   std::vector<double>* magnitude) {
+  std::vector<double> c(rows.size() * w.n, 0.0);
+  magnitude->assign(c.size(), 0.0);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (int64_t t0 = k_begin; t0 < k_end; t0 += a.block) {
+      const int64_t b = t0 / a.block, t1 = std::min(t0 + a.block, k_end);
+      for (int64_t j = 0; j < w.n; ++j) {
+        int64_t dot = 0;
+        for (int64_t t = t0; t < t1; ++t) dot += a.q[rows[i] * a.ld + t] * int64_t{w.q[t * w.n + j]};
+        const int64_t s = w.ScaleIndex(t0, j);
+        const int64_t z = w.zero_point ? static_cast<int64_t>(w.zp[s]) : 0;
+        const double term = double{a.scale[rows[i] * a.blocks + b]} * w.scale[s] *
+                            static_cast<double>(dot - z * a.sum[rows[i] * a.blocks + b]);
+        c[i * w.n + j] += term;
+        (*magnitude)[i * w.n + j] += std::fabs(term);
+      }
+    }
+  }
+  return c;
+}
+
+struct Layout {
+  QuantizedType type;
+  int64_t block;
+  bool zero_point;
+};
+
+TEST(Int8DotTest, EveryTypeAndLayoutIsTheSameArithmetic) {
+  const int64_t k = 77, n = 19, m = 5;  // K past whole blocks, N odd (4-bit mid-byte)
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(m * k);
+  for (float& v : x) v = dist(rng);
+  for (const Layout& l : std::vector<Layout>{{QuantizedType::kInt8, 0, false},
+                                             {QuantizedType::kUint8, 0, true},
+                                             {QuantizedType::kInt4, 16, false},
+                                             {QuantizedType::kUint4, 16, true},
+                                             {QuantizedType::kInt8, 5, true},
+                                             {QuantizedType::kUint4, 0, true}}) {
+    SCOPED_TRACE(absl::StrCat(QuantizedBytes(l.type, 2), "-byte pairs, block ", l.block,
+                              l.zero_point ? ", zero points" : ""));
+    Weights w(l.type, k, n, l.block, l.zero_point, 7);
+    Int8Rows a;
+    QuantizeInt8Rows(DataType::kFP32, x.data(), k, m, k, Int8ActivationBlock(w.m), &a);
+    EXPECT_EQ(a.block, l.block > 0 ? l.block : kInt8ActivationBlock);
+    const std::vector<int64_t> gather = {4, 0, 4, 2};  // rows gathered, one twice
+    std::vector<float> c(gather.size() * n, 0.0f);
+    Int8DotAccumulate(static_cast<int64_t>(gather.size()), gather.data(), a, 0, k, w.m, c.data(),
+                      n);
+    std::vector<double> magnitude;
+    const std::vector<double> want = SameArithmetic(a, gather, w, 0, k, &magnitude);
+    for (size_t e = 0; e < c.size(); ++e) {
+      EXPECT_NEAR(c[e], want[e], 1e-6 * magnitude[e]) << e;  // a few FP32 roundings per term
+    }
+    // K in two slices at a block boundary adds up to the whole.
+    const int64_t cut = a.block * ((k / a.block) / 2);
+    std::vector<float> sliced(gather.size() * n, 0.0f);
+    Int8DotAccumulate(4, gather.data(), a, 0, cut, w.m, sliced.data(), n);
+    Int8DotAccumulate(4, gather.data(), a, cut, k, w.m, sliced.data(), n);
+    for (size_t e = 0; e < c.size(); ++e) EXPECT_NEAR(sliced[e], c[e], 1e-6 * magnitude[e]);
+  }
+}
+
+TEST(Int8DotTest, TheLargestBlockSumsStayExactInInt32) {
+  // Every activation at 127 (a constant row) against UINT8 255 with a zero
+  // point of 0, and INT8 -128 with a zero point of 127, in a block of
+  // kInt8MaxBlock rows: the extreme sums 127 * 255 * 4096 and
+  // 127 * (-128 - 127) * 4096, exact, then scaled in FP32.
+  const int64_t k = kInt8MaxBlock + 1, n = 2;
+  std::vector<float> x(k, 3.0f);
+  for (bool unsigned_weights : {true, false}) {
+    Weights w(unsigned_weights ? QuantizedType::kUint8 : QuantizedType::kInt8, k, n,
+              kInt8MaxBlock, true, 1);
+    std::fill(w.data.begin(), w.data.end(), unsigned_weights ? 255 : 0x80);
+    std::fill(w.zp.begin(), w.zp.end(), unsigned_weights ? 0.0f : 127.0f);
+    std::fill(w.scale.begin(), w.scale.end(), 1.0f);
+    Int8Rows a;
+    QuantizeInt8Rows(DataType::kFP32, x.data(), k, 1, k, Int8ActivationBlock(w.m), &a);
+    ASSERT_EQ(a.block, kInt8MaxBlock);
+    std::vector<float> c(n, 0.0f);
+    Int8DotAccumulate(1, nullptr, a, 0, kInt8MaxBlock, w.m, c.data(), n);
+    const int64_t dot = int64_t{127} * (unsigned_weights ? 255 : -128 - 127) * kInt8MaxBlock;
+    EXPECT_EQ(c[0], std::fma(a.scale[0], static_cast<float>(dot), 0.0f)) << unsigned_weights;
+    EXPECT_EQ(c[1], c[0]);
+  }
+}
+
+TEST(Int8DotTest, CloseToDequantizeThenMatMul) {
+  const int64_t k = 256, n = 64, m = 3;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(m * k);
+  for (float& v : x) v = dist(rng);
+  Weights w(QuantizedType::kInt4, k, n, 32, false, 5);
+  Int8Rows a;
+  QuantizeInt8Rows(DataType::kFP32, x.data(), k, m, k, Int8ActivationBlock(w.m), &a);
+  std::vector<float> c(m * n, 0.0f);
+  Int8DotAccumulate(m, nullptr, a, 0, k, w.m, c.data(), n);
+  double max_err = 0, max_ref = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = 0;
+      for (int64_t t = 0; t < k; ++t) {
+        exact += double{x[r * k + t]} * w.q[t * n + j] * w.scale[w.ScaleIndex(t, j)];
+      }
+      max_ref = std::max(max_ref, std::fabs(exact));
+      max_err = std::max(max_err, std::fabs(c[r * n + j] - exact));
+    }
+  }
+  // Normal activations in blocks of 32: about half a step of max|a|/127 each.
+  EXPECT_LT(max_err / max_ref, 2e-2);
+  EXPECT_GT(max_err, 0.0);  // not the exact path by accident
+}
+
+}  // namespace
+}  // namespace gemmserve
