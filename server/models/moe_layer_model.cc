@@ -149,6 +149,7 @@ class MoeLayerModel final : public Model {
   std::optional<HeldProjection> gate_up_, gate_, up_, down_, shared_gate_, shared_up_, shared_down_;
   Tensor router_;  // FP32 [K, G]
   double pack_ms_ = 0;
+  int accuracy_level_ = 0;
   MoeLayer layer_;
   ModelMetadata metadata_;
 };
@@ -175,7 +176,10 @@ std::vector<std::pair<std::string, std::string>> MoeLayerModel::parameters() con
       {"wave_rows", absl::StrCat(MoeWaveRows(layer_))},
       {"pack_ms", absl::StrFormat("%.1f", pack_ms_)}};
   if (shared_down_) p.emplace_back("shared_i", absl::StrCat(layer_.shared_i));
-  if (down.quantized()) AddQuantizationParameters(*down.quantized(), &p);
+  if (down.quantized()) {
+    AddQuantizationParameters(*down.quantized(), &p);
+    p.push_back(AccuracyLevelParameter(accuracy_level_));
+  }
   return p;
 }
 
@@ -360,7 +364,22 @@ absl::Status CheckSpec(const MoeLayerSpec& spec) {
     GEMMSERVE_RETURN_IF_ERROR(CheckWeights(*spec.shared_up, "shared up", t, {k, is}));
     GEMMSERVE_RETURN_IF_ERROR(CheckWeights(*spec.shared_down, "shared down", t, {is, k}));
   }
-  return CheckRoutingInputs(spec, t);
+  GEMMSERVE_RETURN_IF_ERROR(CheckRoutingInputs(spec, t));
+  if (spec.accuracy_level != 0) {  // every projection quantized
+    const std::pair<const std::optional<MoeWeightsSpec>*, const char*> all[] = {
+        {&spec.gate_up, "the gate/up weights"},   {&spec.gate, "the gate weights"},
+        {&spec.up, "the up weights"},             {&spec.shared_gate, "the shared gate weights"},
+        {&spec.shared_up, "the shared up weights"}, {&spec.shared_down, "the shared down weights"}};
+    for (const auto& [w, what] : all) {
+      if (!w->has_value()) continue;
+      GEMMSERVE_RETURN_IF_ERROR(CheckAccuracyLevel(
+          spec.accuracy_level, (*w)->quantized ? &*(*w)->quantized : nullptr, what));
+    }
+    GEMMSERVE_RETURN_IF_ERROR(CheckAccuracyLevel(
+        spec.accuracy_level, spec.down.quantized ? &*spec.down.quantized : nullptr,
+        "the down weights"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> RouterInFp32(const Tensor& router) {
@@ -407,6 +426,8 @@ absl::StatusOr<std::unique_ptr<Model>> MoeLayerModel::Make(MoeLayerSpec spec) {
   l.activation = spec.activation;
   l.routing = spec.routing;
   l.normalise = spec.normalise;
+  l.int8_activations = spec.accuracy_level == 4;
+  m->accuracy_level_ = spec.accuracy_level;
   if (m->gate_up_) l.gate_up = m->gate_up_->View();
   if (m->gate_) l.gate = m->gate_->View();
   if (m->up_) l.up = m->up_->View();

@@ -50,6 +50,9 @@ struct MoeLayerSpec {
   std::optional<Tensor> router;  // [K, G] of T; held in FP32
   // The shared expert: [K, I_s], [K, I_s], [I_s, K], all or none.
   std::optional<MoeWeightsSpec> shared_gate, shared_up, shared_down;
+  // accuracy_level (config): 4 runs every projection on 8-bit activations;
+  // refused unless all of them are quantized.
+  int accuracy_level = 0;
 };
 
 // INVALID_ARGUMENT naming the tensor when the spec disagrees with itself

@@ -7,6 +7,7 @@
 #include "absl/time/time.h"
 #include "server/common/allocation.h"
 #include "server/common/status_macros.h"
+#include "server/ops/kernels/int8_dot.h"
 
 namespace gemmserve {
 
@@ -80,6 +81,28 @@ void AddQuantizationParameters(const QuantizedWeights& q,
   p->emplace_back("granularity", q.granularity());
   p->emplace_back("zero_point", q.has_zero_point() ? "true" : "false");
   p->emplace_back("weight_bytes_per_group", absl::StrCat(q.group_bytes()));
+}
+
+absl::Status CheckAccuracyLevel(int level, const QuantizedWeights* quantized, const char* what) {
+  if (level == 0) return absl::OkStatus();
+  if (level != 4) {
+    return absl::InvalidArgumentError(absl::StrCat("accuracy_level ", level, " is not served"));
+  }
+  if (quantized == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "accuracy_level 4 (8-bit activations) applies to quantized weights (DequantizeLinear); ",
+        what, " are not quantized"));
+  }
+  if (quantized->layout().block_size > kInt8MaxBlock) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "accuracy_level 4: ", what, " are quantized in blocks of ", quantized->layout().block_size,
+        " rows; integer sums take blocks of at most ", kInt8MaxBlock));
+  }
+  return absl::OkStatus();
+}
+
+std::pair<std::string, std::string> AccuracyLevelParameter(int level) {
+  return {"accuracy_level", absl::StrCat(level)};
 }
 
 namespace {

@@ -54,6 +54,15 @@ void WidenIndices(const BoundInput& indices, int64_t count, int64_t* dst);
 void AddQuantizationParameters(const QuantizedWeights& q,
                                std::vector<std::pair<std::string, std::string>>* p);
 
+// accuracy_level 4 (8-bit activations) for weights `quantized` (null: not
+// quantized), named `what` in messages: INVALID_ARGUMENT unless they are
+// quantized in blocks of at most kInt8MaxBlock rows (or per channel). 0 is
+// always OK.
+absl::Status CheckAccuracyLevel(int level, const QuantizedWeights* quantized, const char* what);
+
+// The model parameter reporting it, for quantized weights.
+std::pair<std::string, std::string> AccuracyLevelParameter(int level);
+
 // Resident weights that the micro-kernels can read from panels, packed once
 // at load (requests then pack only their own rows); none where they stay
 // row-major, or where panels would hold over half as much again as the

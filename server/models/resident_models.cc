@@ -27,12 +27,13 @@ namespace {
 class PreparedResidentMatMul final : public PreparedInference {
  public:
   PreparedResidentMatMul(MatMulPlan plan, BoundInput a, std::string output_name, bool panels,
-                         bool quantized)
+                         bool quantized, bool int8)
       : plan_(std::move(plan)),
         a_(std::move(a)),
         output_name_(std::move(output_name)),
         panels_(panels),
-        quantized_(quantized) {}
+        quantized_(quantized),
+        int8_(int8) {}
   int64_t output_bytes() const override { return SaturatingBytes(plan_.output_elements, a_.type); }
   std::vector<std::pair<std::string, Shape>> output_shapes() const override {
     return {{output_name_, plan_.output_shape}};
@@ -50,6 +51,7 @@ class PreparedResidentMatMul final : public PreparedInference {
     work.n = plan_.n;
     work.panels = panels_;
     work.quantized = quantized_;
+    work.int8_activations = int8_;
     return ResidentHeldBytes(a_.byte_size, output_bytes(), GemmWorkBytes(work, threads));
   }
   const BoundInput& a() const { return a_; }
@@ -59,7 +61,7 @@ class PreparedResidentMatMul final : public PreparedInference {
   MatMulPlan plan_;
   BoundInput a_;
   std::string output_name_;
-  bool panels_, quantized_;
+  bool panels_, quantized_, int8_;
 };
 
 class ResidentMatMulModel final : public Model {
@@ -93,7 +95,10 @@ class ResidentMatMulModel final : public Model {
                                        : packed_         ? packed_->bytes()
                                                          : spec_.b.byte_size())},
         {"pack_ms", absl::StrFormat("%.1f", pack_ms_)}};
-    if (spec_.b_quantized) AddQuantizationParameters(*spec_.b_quantized, &p);
+    if (spec_.b_quantized) {
+      AddQuantizationParameters(*spec_.b_quantized, &p);
+      p.push_back(AccuracyLevelParameter(spec_.accuracy_level));
+    }
     return p;
   }
 
@@ -110,8 +115,10 @@ class ResidentMatMulModel final : public Model {
                        " ", ShapeToString(a.shape)));
     }
     GEMMSERVE_ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a.shape, b_shape_));
-    return std::make_unique<PreparedResidentMatMul>(
-        std::move(plan), a, spec_.output_name, packed_.has_value(), spec_.b_quantized.has_value());
+    return std::make_unique<PreparedResidentMatMul>(std::move(plan), a, spec_.output_name,
+                                                    packed_.has_value(),
+                                                    spec_.b_quantized.has_value(),
+                                                    spec_.accuracy_level == 4);
   }
 
   std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
@@ -153,6 +160,7 @@ class ResidentMatMulModel final : public Model {
     problem.lda = k;
     if (spec_.b_quantized) {
       problem.b_quantized = &spec_.b_quantized->group(0);
+      problem.int8_activations = spec_.accuracy_level == 4;
     } else if (packed_) {
       problem.b_panels = packed_->group(0);
       problem.b_panels_min_exponent = packed_->min_exponent(0);
@@ -193,13 +201,14 @@ class ResidentMatMulModel final : public Model {
 class PreparedResidentGrouped final : public PreparedInference {
  public:
   PreparedResidentGrouped(GroupedMatMulPlan plan, BoundInput input, BoundInput indices,
-                          std::string output_name, bool panels, bool quantized)
+                          std::string output_name, bool panels, bool quantized, bool int8)
       : plan_(std::move(plan)),
         input_(std::move(input)),
         indices_(std::move(indices)),
         output_name_(std::move(output_name)),
         panels_(panels),
-        quantized_(quantized) {}
+        quantized_(quantized),
+        int8_(int8) {}
   int64_t output_bytes() const override {
     return SaturatingBytes(plan_.output_elements, input_.type);
   }
@@ -214,7 +223,7 @@ class PreparedResidentGrouped final : public PreparedInference {
     const int64_t indices = SaturatingMul(SaturatingMul(plan_.m, plan_.s), sizeof(int64_t));
     return ResidentHeldBytes(
         SaturatingAdd(input_.byte_size, indices), output_bytes(),
-        GroupedMatMulWorkBytes(plan_, input_.type, threads, panels_, quantized_));
+        GroupedMatMulWorkBytes(plan_, input_.type, threads, panels_, quantized_, int8_));
   }
   const GroupedMatMulPlan& plan() const { return plan_; }
   const BoundInput& input() const { return input_; }
@@ -224,7 +233,7 @@ class PreparedResidentGrouped final : public PreparedInference {
   GroupedMatMulPlan plan_;
   BoundInput input_, indices_;
   std::string output_name_;
-  bool panels_, quantized_;
+  bool panels_, quantized_, int8_;
 };
 
 class ResidentGroupedModel final : public Model {
@@ -268,7 +277,10 @@ class ResidentGroupedModel final : public Model {
                                        : packed_ ? packed_->bytes()
                                                  : spec_.weights.byte_size())},
         {"pack_ms", absl::StrFormat("%.1f", pack_ms_)}};
-    if (q) AddQuantizationParameters(*q, &p);
+    if (q) {
+      AddQuantizationParameters(*q, &p);
+      p.push_back(AccuracyLevelParameter(spec_.accuracy_level));
+    }
     return p;
   }
 
@@ -299,9 +311,9 @@ class ResidentGroupedModel final : public Model {
     GEMMSERVE_ASSIGN_OR_RETURN(
         GroupedMatMulPlan plan,
         PlanGroupedMatMul(input.shape, weights_shape_, indices.shape, bias_shape));
-    return std::make_unique<PreparedResidentGrouped>(std::move(plan), input, indices,
-                                                     spec_.output_name, packed_.has_value(),
-                                                     spec_.weights_quantized.has_value());
+    return std::make_unique<PreparedResidentGrouped>(
+        std::move(plan), input, indices, spec_.output_name, packed_.has_value(),
+        spec_.weights_quantized.has_value(), spec_.accuracy_level == 4);
   }
 
   std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
@@ -365,6 +377,7 @@ class ResidentGroupedModel final : public Model {
         GroupedMatMulWork work,
         BuildGroupedMatMulWork(plan, input, weights(), idx, spec_.bias ? &*spec_.bias : nullptr,
                                &output));
+    for (GemmProblem& p : work.problems) p.int8_activations = spec_.accuracy_level == 4;
     GEMMSERVE_RETURN_IF_ERROR(RunGemmProblems(work.problems, threads));
     batch[ran[0]]->set_weight_bytes_read(GemmWeightBytes(work.problems));
     std::vector<InferOutputs> computed(ran.size());
@@ -426,6 +439,8 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentMatMulModel(ResidentMatMulSpe
                                                    " of initializer B ", ShapeToString(b_shape)));
   }
   if (k == -1) spec.a.shape.back() = b_shape[0];
+  GEMMSERVE_RETURN_IF_ERROR(CheckAccuracyLevel(
+      spec.accuracy_level, spec.b_quantized ? &*spec.b_quantized : nullptr, "initializer B"));
   // B packed once, as a GroupedMatMul's experts are (one group); quantized
   // weights stay as they are.
   double pack_ms = 0;
@@ -490,6 +505,9 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
       return absl::InvalidArgumentError("initializer bias: datatype differs from weights");
     }
   }
+  GEMMSERVE_RETURN_IF_ERROR(CheckAccuracyLevel(
+      spec.accuracy_level, spec.weights_quantized ? &*spec.weights_quantized : nullptr,
+      "the weights"));
   double pack_ms = 0;
   std::optional<PackedWeights> packed;
   if (!spec.weights_quantized) {

@@ -35,6 +35,9 @@ struct ResidentMatMulSpec {
   Tensor b;                 // [K, N], same datatype as A
   // Or B kept quantized ([K, N]; b is then empty): its value type is A's.
   std::optional<QuantizedWeights> b_quantized;
+  // accuracy_level (config): 4 multiplies b_quantized with A in 8 bits
+  // (kernels/int8_dot.h); refused for weights that are not quantized.
+  int accuracy_level = 0;
 };
 
 struct ResidentGroupedMatMulSpec {
@@ -47,6 +50,7 @@ struct ResidentGroupedMatMulSpec {
   // Or the weights kept quantized ([G, K, N]; weights is then empty): their
   // value type is the input's and the bias's.
   std::optional<QuantizedWeights> weights_quantized;
+  int accuracy_level = 0;  // as ResidentMatMulSpec's
 };
 
 // INVALID_ARGUMENT naming the tensor when the specs and tensors disagree

@@ -6,6 +6,7 @@
 //   gemm_packed.cc     prefill: one packing GEMM per problem or column tile
 //   gemm_panels.cc     weights on packed panels (resident, or BF16 packed per
 //                      call, or quantized dequantized per K block)
+//   gemm_int8.cc       quantized weights on 8-bit activations (accuracy_level 4)
 // and what they share in gemm_common.cc. Internal to server/ops.
 #ifndef GEMMSERVE_SERVER_OPS_GEMM_PATHS_H_
 #define GEMMSERVE_SERVER_OPS_GEMM_PATHS_H_
@@ -113,6 +114,14 @@ absl::Status RunPanels(const std::vector<const GemmProblem*>& problems, int thre
 // quantized problems dequantized into panels.
 int64_t PanelWorkBytes(const GemmWorkShape& w, int64_t t);
 int64_t QuantizedPanelWorkBytes(const GemmWorkShape& w, int64_t t);
+
+// ---- 8-bit activations on quantized weights (gemm_int8.cc).
+// Problems with int8_activations: A's rows quantized once per call, each
+// problem's integers streamed once in (problem, K slice) items.
+absl::Status RunInt8Dot(const std::vector<const GemmProblem*>& problems, int threads);
+int64_t Int8DotWorkBytes(const GemmWorkShape& w, int64_t t);
+// What RunInt8Dot allocates for exactly these problems (GemmScratchBytes).
+int64_t Int8DotScratchBytes(const std::vector<const GemmProblem*>& problems, int threads);
 
 }  // namespace gemm_paths
 }  // namespace gemmserve

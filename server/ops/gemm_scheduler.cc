@@ -25,6 +25,9 @@ int64_t GemmWorkBytes(const GemmWorkShape& w, int threads) {
   // path's scratch, as the path states it beside its layout.
   const int64_t bookkeeping =
       SaturatingMul(SaturatingAdd(w.problems, 2 * t), kProblemBookkeepingBytes);
+  if (w.quantized && w.int8_activations) {
+    return SaturatingAdd(bookkeeping, Int8DotWorkBytes(w, t));
+  }
   if (w.quantized) {
     return SaturatingAdd(bookkeeping, SaturatingAdd(QuantizedStreamingWorkBytes(w, t),
                                                     QuantizedPanelWorkBytes(w, t)));
@@ -37,10 +40,21 @@ int64_t GemmWorkBytes(const GemmWorkShape& w, int threads) {
 namespace {
 
 // The problems with work, by path.
-void Split(absl::Span<const GemmProblem> problems, std::vector<const GemmProblem*>* streaming,
-           std::vector<const GemmProblem*>* packed, std::vector<const GemmProblem*>* panels) {
+// The problems by path; `int8`: quantized weights on 8-bit activations.
+struct Paths {
+  std::vector<const GemmProblem*> streaming, packed, panels, int8;
+};
+
+void Split(absl::Span<const GemmProblem> problems, Paths* paths) {
+  std::vector<const GemmProblem*>* streaming = &paths->streaming;
+  std::vector<const GemmProblem*>* packed = &paths->packed;
+  std::vector<const GemmProblem*>* panels = &paths->panels;
   for (const GemmProblem& p : problems) {
     if (p.m <= 0 || p.n <= 0) continue;
+    if (p.b_quantized != nullptr && p.int8_activations) {
+      paths->int8.push_back(&p);
+      continue;
+    }
     if (p.b_quantized != nullptr) {
       (QuantizedOnPanels(p) ? panels : streaming)->push_back(&p);
       continue;
@@ -65,7 +79,8 @@ void Split(absl::Span<const GemmProblem> problems, std::vector<const GemmProblem
 
 // A quantized problem with work and more rows than one block, which streams.
 bool Cut(const GemmProblem& p) {
-  return p.b_quantized != nullptr && p.m > kQuantizedBlockRows && p.n > 0 && !QuantizedOnPanels(p);
+  return p.b_quantized != nullptr && p.m > kQuantizedBlockRows && p.n > 0 &&
+         (p.int8_activations || !QuantizedOnPanels(p));
 }
 
 // The problems with quantized problems of more than kQuantizedBlockRows
@@ -111,11 +126,12 @@ absl::Status RunGemmProblemsOrThrow(absl::Span<const GemmProblem> all, int threa
   threads = std::max(threads, 1);
   std::vector<GemmProblem> storage;
   absl::Span<const GemmProblem> problems = CutQuantized(all, &storage);
-  std::vector<const GemmProblem*> streaming, packed, panels;
-  Split(problems, &streaming, &packed, &panels);
-  if (!streaming.empty()) GEMMSERVE_RETURN_IF_ERROR(RunStreaming(streaming, threads));
-  if (!packed.empty()) GEMMSERVE_RETURN_IF_ERROR(RunPacked(packed, threads));
-  if (!panels.empty()) GEMMSERVE_RETURN_IF_ERROR(RunPanels(panels, threads));
+  Paths paths;
+  Split(problems, &paths);
+  if (!paths.streaming.empty()) GEMMSERVE_RETURN_IF_ERROR(RunStreaming(paths.streaming, threads));
+  if (!paths.packed.empty()) GEMMSERVE_RETURN_IF_ERROR(RunPacked(paths.packed, threads));
+  if (!paths.panels.empty()) GEMMSERVE_RETURN_IF_ERROR(RunPanels(paths.panels, threads));
+  if (!paths.int8.empty()) GEMMSERVE_RETURN_IF_ERROR(RunInt8Dot(paths.int8, threads));
   return absl::OkStatus();
 }
 
@@ -125,11 +141,14 @@ int64_t GemmScratchBytes(absl::Span<const GemmProblem> all, int threads) {
   threads = std::max(threads, 1);
   std::vector<GemmProblem> storage;
   absl::Span<const GemmProblem> problems = CutQuantized(all, &storage);
-  std::vector<const GemmProblem*> streaming, packed, panels;
-  Split(problems, &streaming, &packed, &panels);
-  int64_t bytes =
-      static_cast<int64_t>((all.size() + storage.size()) * sizeof(GemmProblem) +
-                           (streaming.size() + packed.size() + panels.size()) * sizeof(void*));
+  Paths paths;
+  Split(problems, &paths);
+  const std::vector<const GemmProblem*>& streaming = paths.streaming;
+  const std::vector<const GemmProblem*>& packed = paths.packed;
+  const std::vector<const GemmProblem*>& panels = paths.panels;
+  int64_t bytes = static_cast<int64_t>(
+      (all.size() + storage.size()) * sizeof(GemmProblem) +
+      (streaming.size() + packed.size() + panels.size() + paths.int8.size()) * sizeof(void*));
   if (!streaming.empty()) {
     const StreamingLayout s = LayOutStreaming(streaming, threads);
     bytes += s.rows_bytes + s.partial_bytes +
@@ -146,6 +165,7 @@ int64_t GemmScratchBytes(absl::Span<const GemmProblem> all, int threads) {
     bytes += static_cast<int64_t>(p.lanes) * (p.token_bytes + p.result_bytes + p.weight_bytes) +
              static_cast<int64_t>(p.items.size() * sizeof(PanelItem));
   }
+  if (!paths.int8.empty()) bytes += Int8DotScratchBytes(paths.int8, threads);
   return bytes;
 }
 

@@ -65,6 +65,13 @@ struct GemmProblem {
   // rows, or (BF16 values, kQuantizedPanelMinRows rows or more) dequantize
   // it a column tile at a time into BF16 pair panels.
   const QuantizedMatrix* b_quantized = nullptr;
+  // With b_quantized: the rows of A quantized to 8 bits per K block and
+  // multiplied by integer dot products (accuracy_level 4,
+  // kernels/int8_dot.h) instead of DequantizeLinear's values. Every row of
+  // `a` is quantized once per call, however many problems read it; the
+  // memory bound (GemmWorkShape::int8_activations) counts the rows of A as
+  // at most the problems' rows, as every caller's A is (each row is read).
+  bool int8_activations = false;
 };
 
 // Rows of a quantized problem streamed together: each block reads the
@@ -103,6 +110,7 @@ struct GemmWorkShape {
   bool gathered = false;   // rows gathered, scattered or given a bias
   bool panels = false;     // B pre-packed (GemmProblem::b_panels)
   bool quantized = false;  // B quantized (GemmProblem::b_quantized)
+  bool int8_activations = false;  // and A in 8 bits (GemmProblem::int8_activations)
 };
 
 // Bytes RunGemmProblems holds for such a list beyond its operands (its

@@ -311,6 +311,7 @@ TEST(GemmWorkBytesTest, BoundsWhatTheSchedulerAllocatesAlsoForMergedLists) {
       w.gathered |= p.a_rows != nullptr;
       w.panels |= p.b_panels != nullptr;
       w.quantized |= p.b_quantized != nullptr;
+      w.int8_activations |= p.int8_activations;
     }
     return w;
   };
@@ -332,6 +333,7 @@ TEST(GemmWorkBytesTest, BoundsWhatTheSchedulerAllocatesAlsoForMergedLists) {
     const bool gathered = IsFloatingPoint(type) && rng() % 2 == 0;
     const bool quantized = type != DataType::kFP64 && IsFloatingPoint(type) && rng() % 3 == 0;
     const bool panels = !quantized && PackedWeights::Supports(type) && rng() % 2 == 0;
+    const bool int8_activations = quantized && rng() % 2 == 0;  // accuracy_level 4
     auto random_list = [&](int64_t count) {
       std::vector<GemmProblem> list(count);
       for (GemmProblem& p : list) {
@@ -344,6 +346,7 @@ TEST(GemmWorkBytesTest, BoundsWhatTheSchedulerAllocatesAlsoForMergedLists) {
         if (panels) p.b_panels = operand.data();
         if (quantized) {
           p.b_quantized = type == DataType::kBF16 ? &kQuantizedBf16 : &kQuantized;
+          p.int8_activations = int8_activations;
           if (gathered) p.a_rows = p.c_rows = kManyRows.data();
         }
       }

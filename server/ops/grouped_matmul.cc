@@ -182,7 +182,7 @@ absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan
 }
 
 int64_t GroupedMatMulWorkBytes(const GroupedMatMulPlan& plan, DataType type, int threads,
-                               bool panels, bool quantized) {
+                               bool panels, bool quantized, bool int8_activations) {
   if (plan.output_elements == 0) return 0;  // BuildGroupedMatMulWork builds nothing
   const int64_t pairs = SaturatingMul(plan.m, plan.s);
   GemmWorkShape work;
@@ -196,6 +196,7 @@ int64_t GroupedMatMulWorkBytes(const GroupedMatMulPlan& plan, DataType type, int
   work.gathered = true;
   work.panels = panels;
   work.quantized = quantized;
+  work.int8_activations = int8_activations;
   // Per pair: its (group, pair) key while sorting, and its two row indices.
   constexpr int64_t kPairBytes = sizeof(std::pair<int64_t, int64_t>) + 2 * sizeof(int64_t);
   return SaturatingAdd(SaturatingMul(pairs, kPairBytes), GemmWorkBytes(work, threads));

@@ -104,8 +104,10 @@ absl::StatusOr<GroupedMatMulWork> BuildGroupedMatMulWork(const GroupedMatMulPlan
 // choose one expert, or each its own.
 // `panels`: the weights are packed (PackedWeights).
 // `quantized`: the weights are QuantizedWeights.
+// `int8_activations`: quantized weights on 8-bit activations.
 int64_t GroupedMatMulWorkBytes(const GroupedMatMulPlan& plan, DataType type, int threads,
-                               bool panels = false, bool quantized = false);
+                               bool panels = false, bool quantized = false,
+                               bool int8_activations = false);
 
 // Tensors must match the plan; `bias` may be null. Indices must have passed
 // ValidateGroupIndices. RESOURCE_EXHAUSTED if scratch memory is denied.

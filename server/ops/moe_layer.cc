@@ -141,13 +141,14 @@ ExpertWeights WeightsOf(const MoeLayer& layer, int64_t expert) {
 // A problem of `rows` rows against group `group` of a projection [.., k, n]
 // whose bias (if any) is added in the epilogue.
 GemmProblem ProjectionProblem(DataType type, const MoeProjection& proj, int64_t group, int64_t rows,
-                              int64_t k, int64_t n) {
+                              int64_t k, int64_t n, bool int8_activations) {
   GemmProblem p;
   p.type = type;
   p.m = rows;
   p.k = k;
   p.n = n;
   SetGroupWeights(proj.weights, group, &p);
+  p.int8_activations = int8_activations && p.b_quantized != nullptr;
   if (proj.bias != nullptr) {
     p.bias = static_cast<const uint8_t*>(proj.bias->raw_data()) + group * n * DataTypeSize(type);
   }
@@ -179,7 +180,7 @@ std::vector<GemmProblem> GateUpProblems(const MoeLayer& layer, const MoeLayerCal
     }
     for (const auto& [proj, column] : projections) {
       const int64_t n = w.gate_up != nullptr ? 2 * w.i : w.i;
-      GemmProblem p = ProjectionProblem(type, *proj, w.group, part.segment.rows, k, n);
+      GemmProblem p = ProjectionProblem(type, *proj, w.group, part.segment.rows, k, n, layer.int8_activations);
       p.a = call.x;
       p.lda = k;
       p.a_rows = sorted.token.data() + part.segment.begin;
@@ -217,7 +218,7 @@ std::vector<GemmProblem> DownProblems(const MoeLayer& layer, const std::vector<W
   std::vector<GemmProblem> problems;
   for (const WavePart& part : parts) {
     const ExpertWeights w = WeightsOf(layer, part.segment.expert);
-    GemmProblem p = ProjectionProblem(layer.type, *w.down, w.group, part.segment.rows, w.i, k);
+    GemmProblem p = ProjectionProblem(layer.type, *w.down, w.group, part.segment.rows, w.i, k, layer.int8_activations);
     p.a = static_cast<uint8_t*>(tile) + part.tile_row * ld * es;
     p.lda = ld;
     p.c = static_cast<uint8_t*>(down) + part.tile_row * k * es;
@@ -351,6 +352,8 @@ int64_t MoeLayerWorkBytes(const MoeLayer& layer, int64_t m, int threads) {
   gemm = std::max(gemm, GemmWorkBytes(work, threads));
   work.quantized = true;
   gemm = std::max(gemm, GemmWorkBytes(work, threads));
+  work.int8_activations = true;
+  gemm = std::max(gemm, GemmWorkBytes(work, threads));
   gemm = std::max(gemm, MoeRoutingWorkBytes(layer, m, threads));
   return SaturatingAdd(bytes, gemm);
 }
@@ -366,10 +369,10 @@ int64_t WeightBytesRead(const MoeLayer& layer, const SortedPairs& sorted) {
       if (proj == nullptr) continue;
       const int64_t n = w.gate_up != nullptr ? 2 * w.i : w.i;
       bytes = SaturatingAdd(
-          bytes, GemmWeightBytes({ProjectionProblem(layer.type, *proj, w.group, 1, layer.k, n)}));
+          bytes, GemmWeightBytes({ProjectionProblem(layer.type, *proj, w.group, 1, layer.k, n, false)}));
     }
     bytes = SaturatingAdd(
-        bytes, GemmWeightBytes({ProjectionProblem(layer.type, *w.down, w.group, 1, w.i, layer.k)}));
+        bytes, GemmWeightBytes({ProjectionProblem(layer.type, *w.down, w.group, 1, w.i, layer.k, false)}));
   }
   if (layer.router != nullptr) bytes = SaturatingAdd(bytes, layer.router->byte_size());
   return bytes;

@@ -64,6 +64,8 @@ struct MoeLayer {
   // The shared expert (SiLU FFN of width shared_i), all three or none.
   std::optional<MoeProjection> shared_gate, shared_up, shared_down;
   int64_t shared_i = 0;
+  // Quantized projections on 8-bit activations (GemmProblem::int8_activations).
+  bool int8_activations = false;
 };
 
 // One call: m tokens. `ids` and `w` ([M, S]) when the routing is given (the

@@ -226,8 +226,10 @@ absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles
   const std::string version_name = absl::StrCat(*version);
   GEMMSERVE_ASSIGN_OR_RETURN(std::vector<WarmupSample> warmup,
                              WarmupFromConfig(config, files, engine_->options().max_message_bytes));
+  OnnxLoadOptions options;
+  GEMMSERVE_ASSIGN_OR_RETURN(options.accuracy_level, AccuracyLevel(config));
   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                             LoadOnnxModel(name, version_name, files, file));
+                             LoadOnnxModel(name, version_name, files, file, options));
   GEMMSERVE_RETURN_IF_ERROR(CheckDeclaredTensors(config, model->metadata()));
   GEMMSERVE_RETURN_IF_ERROR(CheckParameters(config, *model));
   // READY only once every warmup sample ran (the previous version serves

@@ -165,9 +165,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadMatMul(const onnx::NodeProto& node,
                                                   const OpInputs& inputs,
                                                   std::optional<QuantizedWeights> quantized,
                                                   const std::string& version,
+                                                  const OnnxLoadOptions& options,
                                                   const Context& ctx) {
   if (node.input_size() != 2) return ctx.Invalid("MatMul needs two inputs, A and B");
   ResidentMatMulSpec spec;
+  spec.accuracy_level = options.accuracy_level;
   spec.name = ctx.model();
   spec.version = version;
   GEMMSERVE_ASSIGN_OR_RETURN(spec.a, inputs.Sent(0, "A"));
@@ -184,11 +186,13 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGroupedMatMul(const onnx::NodeProto& 
                                                          const OpInputs& inputs,
                                                          std::optional<QuantizedWeights> quantized,
                                                          const std::string& version,
+                                                         const OnnxLoadOptions& options,
                                                          const Context& ctx) {
   if (node.input_size() < 3 || node.input_size() > 4) {
     return ctx.Invalid("GroupedMatMul needs 3 or 4 inputs: input, weights, group_indices, [bias]");
   }
   ResidentGroupedMatMulSpec spec;
+  spec.accuracy_level = options.accuracy_level;
   spec.name = ctx.model();
   spec.version = version;
   GEMMSERVE_ASSIGN_OR_RETURN(spec.input, inputs.Sent(0, "input"));
@@ -210,12 +214,14 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGroupedMatMul(const onnx::NodeProto& 
 absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_name,
                                                      const std::string& version,
                                                      const ModelFiles& files,
-                                                     const std::string& filename) {
+                                                     const std::string& filename,
+                                                     const OnnxLoadOptions& options) {
   const Context ctx(model_name, absl::StrCat(version, "/", ClientText(filename)));
   GEMMSERVE_ASSIGN_OR_RETURN(onnx::ModelProto proto, ReadModelProto(files, version, filename, ctx));
   const onnx::GraphProto& graph = proto.graph();
   if (graph.node_size() > 2) {  // a mixture-of-experts layer, or nothing served
     GEMMSERVE_ASSIGN_OR_RETURN(MoeLayerSpec spec, ReadMoeLayerGraph(proto, files, version, ctx));
+    spec.accuracy_level = options.accuracy_level;
     return WithContext(MakeMoeLayerModel(std::move(spec)), ctx);
   }
   GEMMSERVE_ASSIGN_OR_RETURN(ServedNodes nodes, FindServedNodes(graph, ctx));
@@ -230,9 +236,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_na
                                                     inputs.initializers(), files, version, ctx));
   }
   if (nodes.op->op_type() == "MatMul") {
-    return LoadMatMul(*nodes.op, inputs, std::move(quantized), version, ctx);
+    return LoadMatMul(*nodes.op, inputs, std::move(quantized), version, options, ctx);
   }
-  return LoadGroupedMatMul(*nodes.op, inputs, std::move(quantized), version, ctx);
+  return LoadGroupedMatMul(*nodes.op, inputs, std::move(quantized), version, options, ctx);
 }
 
 }  // namespace gemmserve

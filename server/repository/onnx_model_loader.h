@@ -32,12 +32,20 @@
 
 namespace gemmserve {
 
+// What a model's config asks of its computation.
+struct OnnxLoadOptions {
+  // accuracy_level (triton_config.h): 4 runs quantized weights on 8-bit
+  // activations; it is refused for a model whose weights are not quantized.
+  int accuracy_level = 0;
+};
+
 // `version` is the version directory inside `files`; `filename` the model
 // file inside it.
 absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_name,
                                                      const std::string& version,
                                                      const ModelFiles& files,
-                                                     const std::string& filename);
+                                                     const std::string& filename,
+                                                     const OnnxLoadOptions& options = {});
 
 }  // namespace gemmserve
 

@@ -136,8 +136,20 @@ absl::StatusOr<uint64_t> SettingParameter(const inference::ModelConfig& config,
   return n;
 }
 
+absl::StatusOr<int> AccuracyLevel(const inference::ModelConfig& config) {
+  auto it = config.parameters().find(kAccuracyLevelParameter);
+  if (it == config.parameters().end()) return 0;
+  const std::string& value = it->second.string_value();
+  if (value == "0" || value == "4") return value == "4" ? 4 : 0;
+  return absl::InvalidArgumentError(
+      absl::StrCat("parameters['", kAccuracyLevelParameter, "']: '", ClientText(value, 64),
+                   "' is not served: \"0\" (exact: DequantizeLinear, then the op) or \"4\" "
+                   "(8-bit activations, integer dot products)"));
+}
+
 absl::Status CheckConfig(const inference::ModelConfig& config) {
   GEMMSERVE_RETURN_IF_ERROR(CheckPlacement(config));
+  GEMMSERVE_RETURN_IF_ERROR(AccuracyLevel(config).status());
   return CheckBatching(config);
 }
 
@@ -223,7 +235,8 @@ absl::Status CheckDeclaredTensors(const inference::ModelConfig& config,
 
 absl::Status CheckParameters(const inference::ModelConfig& config, const Model& model) {
   if (config.parameters().empty()) return absl::OkStatus();
-  std::vector<std::string> reported = {kMaxBatchRowsParameter, kMaxConcurrentBatchesParameter};
+  std::vector<std::string> reported = {kMaxBatchRowsParameter, kMaxConcurrentBatchesParameter,
+                                       kAccuracyLevelParameter};
   for (const auto& [key, value] : model.parameters()) reported.push_back(key);
   for (const auto& [key, value] : config.parameters()) {
     if (std::find(reported.begin(), reported.end(), key) == reported.end()) {

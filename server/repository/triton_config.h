@@ -43,6 +43,16 @@ inline constexpr char kMaxConcurrentBatchesParameter[] = "max_concurrent_batches
 // it is not a non-negative integer.
 absl::StatusOr<uint64_t> SettingParameter(const inference::ModelConfig& config, const char* key);
 
+// ONNX Runtime's setting of quantized weights (MatMulNBits, QMoE), under its
+// name: "0" (or absent), exact, DequantizeLinear then the op; "4", the
+// activations quantized to 8 bits per row and K block and multiplied by
+// integer dot products (issue 42). Needs no dynamic_batching block.
+inline constexpr char kAccuracyLevelParameter[] = "accuracy_level";
+
+// The config's accuracy_level: 0 or 4. INVALID_ARGUMENT naming it for any
+// other value.
+absl::StatusOr<int> AccuracyLevel(const inference::ModelConfig& config);
+
 // A load's `config` text in either form: Triton's JSON when its first
 // non-blank character is '{', else config.pbtxt text. INVALID_ARGUMENT names
 // the form it was read as.

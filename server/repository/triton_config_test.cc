@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "server/repository/model_repository.h"
 
 
@@ -101,6 +102,30 @@ TEST(TritonConfigTest, TextThatDoesNotStartWithABraceIsConfigPbtxt) {
   EXPECT_THAT(bad_json.status().message(), HasSubstr("Triton's JSON form"));
   EXPECT_EQ(ParseLoadConfig("{" + std::string(kMaxModelConfigBytes, ' ') + "}").status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// accuracy_level, ONNX Runtime's setting of quantized weights, in both forms
+// and without a dynamic_batching block: "0" or "4", anything else refused by
+// name.
+TEST(TritonConfigTest, AccuracyLevelIsZeroOrFour) {
+  auto pbtxt = ParseLoadConfig(
+      R"(parameters { key: "accuracy_level" value { string_value: "4" } })");
+  ASSERT_TRUE(pbtxt.ok()) << pbtxt.status();
+  EXPECT_EQ(*AccuracyLevel(*pbtxt), 4);
+  auto json = ParseLoadConfig(R"({"parameters": {"accuracy_level": {"string_value": "0"}}})");
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(*AccuracyLevel(*json), 0);
+  EXPECT_EQ(*AccuracyLevel(inference::ModelConfig()), 0);
+  for (const char* bad : {"3", "1", "", "04", "four"}) {
+    auto config = ParseLoadConfig(absl::StrCat(
+        R"({"parameters": {"accuracy_level": {"string_value": ")", bad, R"("}}})"));
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(config.status().message(), HasSubstr("accuracy_level")) << bad;
+    auto text = ParseLoadConfig(absl::StrCat(
+        R"(parameters { key: "accuracy_level" value { string_value: ")", bad, R"(" } })"));
+    ASSERT_TRUE(text.ok()) << bad;  // config.pbtxt is checked where it is used
+    EXPECT_EQ(AccuracyLevel(*text).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 TEST(TritonConfigTest, WhatGemmserveCannotHonourIsRefusedByName) {

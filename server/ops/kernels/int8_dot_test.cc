@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/ops/gemm_scheduler.h"
 #include "server/tensor/half.h"
 
 namespace gemmserve {
@@ -211,6 +212,57 @@ TEST(Int8DotTest, CloseToDequantizeThenMatMul) {
   // Normal activations in blocks of 32: about half a step of max|a|/127 each.
   EXPECT_LT(max_err / max_ref, 2e-2);
   EXPECT_GT(max_err, 0.0);  // not the exact path by accident
+}
+
+// Problems with int8_activations through the scheduler: rows gathered from
+// one A (quantized once), scattered to their rows of C with a bias, K cut into
+// slices across threads, more than one block of rows: each output as the
+// kernel computes it on its own, within FP32's reordering of the K slices.
+TEST(Int8DotTest, ThroughTheSchedulerEachProblemGetsItsRows) {
+  const int64_t k = 200, n = 24, m = 70;
+  std::mt19937_64 rng(21);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> a(m * k), bias(n);
+  for (float& v : a) v = dist(rng);
+  for (float& v : bias) v = dist(rng);
+  Weights w(QuantizedType::kUint4, k, n, 16, true, 9);
+  std::vector<int64_t> rows1, rows2, out1, out2;
+  for (int64_t i = 0; i < m; ++i) {  // every token twice: two "experts"
+    rows1.push_back(m - 1 - i);
+    out1.push_back(2 * i);
+    rows2.push_back(i);
+    out2.push_back(2 * i + 1);
+  }
+  std::vector<float> c(2 * m * n, NAN);
+  GemmProblem p;
+  p.type = DataType::kFP32;
+  p.m = m;
+  p.k = k;
+  p.n = n;
+  p.a = a.data();
+  p.lda = k;
+  p.c = c.data();
+  p.ldc = n;
+  p.b_quantized = &w.m;
+  p.int8_activations = true;
+  GemmProblem p1 = p, p2 = p;
+  p1.a_rows = rows1.data();
+  p1.c_rows = out1.data();
+  p2.a_rows = rows2.data();
+  p2.c_rows = out2.data();
+  p2.bias = bias.data();
+  ASSERT_TRUE(RunGemmProblems({p1, p2}, 3).ok());
+  Int8Rows q;
+  QuantizeInt8Rows(DataType::kFP32, a.data(), k, m, k, Int8ActivationBlock(w.m), &q);
+  std::vector<float> want(2 * m * n, 0.0f);
+  Int8DotAccumulate(m, rows1.data(), q, 0, k, w.m, want.data(), 2 * n);      // even rows
+  Int8DotAccumulate(m, rows2.data(), q, 0, k, w.m, want.data() + n, 2 * n);  // odd rows
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) want[(2 * i + 1) * n + j] += bias[j];
+  }
+  for (size_t e = 0; e < c.size(); ++e) {
+    EXPECT_NEAR(c[e], want[e], 1e-5 * (std::fabs(want[e]) + 1.0)) << e;
+  }
 }
 
 }  // namespace

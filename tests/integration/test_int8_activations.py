@@ -1,0 +1,175 @@
+"""accuracy_level 4 (issue 42): quantized GroupedMatMul, MatMul and mixture-of-experts layer
+models whose config asks for 8-bit activations, served through gRPC and HTTP. Each answer equals
+a numpy evaluation of the same arithmetic (activations quantized per row and K block, symmetric,
+round half to even; integer sums; the scales applied per block), and stays near
+DequantizeLinear-then-op. ModelConfig reports the setting; anything but "0" and "4", and "4" on
+weights that are not quantized, is refused at load by name; the server serves on."""
+import importlib.util
+import os
+import unittest
+
+import grpc
+import numpy as np
+from onnx import TensorProto
+
+from gemmserve_client import decode_outputs, make_infer_request, pb2
+from gemmserve_client.http import HttpClient
+from gemmserve_testing.base import GemmServeTestCase
+from gemmserve_testing.onnx_models import grouped_graph, matmul_graph, model_bytes
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load_module(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(_ROOT, "scripts",
+                                                                     f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+quantize_model = _load_module("quantize_model")
+make_moe_layer = _load_module("make_moe_layer")
+
+K, N, G, S = 80, 24, 4, 2
+LEVEL_4 = 'parameters { key: "accuracy_level" value { string_value: "4" } }\n'
+
+
+def quantize_rows(x, block):
+    """Rows of x in blocks of K: int8 integers, scales and block sums, as the server makes
+    them (the last block may be short)."""
+    m, k = x.shape
+    blocks = -(-k // block)
+    q = np.zeros((m, k), np.int64)
+    scale = np.zeros((m, blocks), np.float32)
+    for b in range(blocks):
+        part = x[:, b * block:(b + 1) * block].astype(np.float32)
+        amax = np.abs(part).max(axis=1)
+        inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(
+            np.float32)
+        q[:, b * block:(b + 1) * block] = np.clip(np.rint(part * inv[:, None]), -127, 127)
+        scale[:, b] = (amax / np.float32(127)).astype(np.float32)
+    return q, scale
+
+
+def same_arithmetic(x, q_w, w_scale, w_zero, block_size):
+    """out[m, n] = sum_b s_a[m, b] s_w[b, n] (sum_t q_a q_w - z_w[b, n] sum_t q_a), in float64,
+    for weights [K, N] quantized per column (block_size 0) or in blocks of K rows."""
+    k = x.shape[1]
+    block = block_size if block_size > 0 else 32
+    q_a, s_a = quantize_rows(x, block)
+    out = np.zeros((x.shape[0], q_w.shape[1]))
+    for b in range(-(-k // block)):
+        rows = slice(b * block, (b + 1) * block)
+        dot = q_a[:, rows] @ q_w[rows]
+        asum = q_a[:, rows].sum(axis=1)
+        s_w = w_scale[b] if block_size > 0 else w_scale
+        z = (w_zero[b] if block_size > 0 else w_zero) if w_zero is not None else 0
+        out += s_a[:, b:b + 1].astype(np.float64) * s_w * (dot - np.outer(asum, np.ones(
+            q_w.shape[1])) * z)
+    return out
+
+
+class Int8ActivationsTest(GemmServeTestCase):
+    def load_model(self, name, model, config=LEVEL_4):
+        self.load(name, config=config, files={"1/model.onnx": model.SerializeToString()})
+
+    def quantized(self, bits, symmetric, block, grouped, rng):
+        """A quantized model of random weights and their integers, scales and zero points."""
+        if grouped:
+            w = rng.standard_normal((G, K, N)).astype(np.float32) / np.sqrt(K)
+            source = model_bytes(grouped_graph("m", w, S))
+        else:
+            w = rng.standard_normal((K, N)).astype(np.float32) / np.sqrt(K)
+            source = model_bytes(matmul_graph("m", w))
+        model, original, _ = quantize_model.quantize_model(source, bits, symmetric, block)
+        q, scale, zero, dequantized, _, _ = quantize_model.quantize(
+            original, TensorProto.FLOAT, bits, symmetric, block)
+        return model, q, scale, zero, dequantized
+
+    def test_answers_are_the_same_arithmetic_and_near_the_exact_path(self):
+        rng = np.random.default_rng(420)
+        for bits, symmetric, block in ((4, True, 16), (8, False, 0), (4, False, 20), (8, True, 16)):
+            for grouped in (True, False):
+                name = f"l4_{'g' if grouped else 'm'}{bits}_{int(symmetric)}_{block}"
+                with self.subTest(name):
+                    model, q, scale, zero, deq = self.quantized(bits, symmetric, block, grouped,
+                                                                rng)
+                    self.load_model(name, model)
+                    x = rng.standard_normal((5, K)).astype(np.float32)
+                    if grouped:
+                        idx = np.stack([rng.permutation(G)[:S] for _ in range(5)])
+                        got = decode_outputs(self.infer(make_infer_request(
+                            name, [("tokens", x), ("routing", idx)])))["expert_out"]
+                        want = np.stack([np.stack([same_arithmetic(
+                            x[m:m + 1], q[e], scale[e] if block else scale,
+                            None if zero is None else (zero[e] if block else zero), block)[0]
+                            for e in idx[m]]) for m in range(5)])
+                        exact = np.einsum("mk,mskn->msn", x.astype(np.float64), deq[idx])
+                    else:
+                        got = decode_outputs(self.infer(make_infer_request(
+                            name, [("hidden", x)])))["projected"]
+                        want = same_arithmetic(x, q, scale, zero, block)
+                        exact = x.astype(np.float64) @ deq
+                    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(
+                        want).max())
+                    rel = np.abs(got - exact).max() / np.abs(exact).max()
+                    self.assertLess(rel, 3e-2, "8-bit activations against the exact path")
+                    self.assertGreater(rel, 0.0)
+
+    def test_config_reports_the_setting_and_http_equals_grpc(self):
+        rng = np.random.default_rng(421)
+        model, *_ = self.quantized(4, True, 16, True, rng)
+        self.load_model("l4_reported", model)
+        self.load_model("l0_reported", model, config="")
+        for name, level in (("l4_reported", "4"), ("l0_reported", "0")):
+            config = self.stub.ModelConfig(pb2.ModelConfigRequest(name=name), timeout=10).config
+            self.assertEqual(config.parameters["accuracy_level"].string_value, level)
+        x = rng.standard_normal((3, K)).astype(np.float32)
+        idx = np.array([[0, 1], [2, 3], [3, 0]], np.int64)
+        inputs = [("tokens", x), ("routing", idx)]
+        via_grpc = decode_outputs(self.infer(make_infer_request("l4_reported", inputs)))
+        with HttpClient(self.server.http_url) as http:
+            via_http = http.infer("l4_reported", inputs)
+        self.assertEqual(np.asarray(via_http["expert_out"]).tobytes(),
+                         via_grpc["expert_out"].tobytes())
+        exact = decode_outputs(self.infer(make_infer_request("l0_reported", inputs)))
+        self.assertFalse(np.array_equal(exact["expert_out"], via_grpc["expert_out"]))
+
+    def test_a_quantized_layer_runs_on_8_bit_activations(self):
+        model = make_moe_layer.quantize_layer(make_moe_layer.layer_model(
+            make_moe_layer.layer_graph(64, 32, 8, 2, "fp32", routing="topk_softmax", seed=4)),
+            4, 16)
+        self.load_model("l4_layer", model)
+        self.load_model("l0_layer", model, config="")
+        x = np.random.default_rng(422).uniform(-1, 1, (6, 64)).astype(np.float32)
+        approx = decode_outputs(self.infer(make_infer_request("l4_layer", [("x", x)])))["out"]
+        exact = decode_outputs(self.infer(make_infer_request("l0_layer", [("x", x)])))["out"]
+        rel = np.abs(approx - exact).max() / np.abs(exact).max()
+        self.assertLess(rel, 3e-2)
+        self.assertGreater(rel, 0.0)
+        config = self.stub.ModelConfig(pb2.ModelConfigRequest(name="l4_layer"), timeout=10).config
+        self.assertEqual(config.parameters["accuracy_level"].string_value, "4")
+
+    def test_other_levels_and_unquantized_weights_are_refused_by_name(self):
+        rng = np.random.default_rng(423)
+        quantized, *_ = self.quantized(4, True, 16, True, rng)
+        fp32 = model_bytes(grouped_graph("m", rng.standard_normal((G, K, N)).astype(np.float32),
+                                         S))
+        cases = [
+            (quantized, LEVEL_4.replace('"4"', '"3"'), "accuracy_level"),
+            (quantized, '{"parameters": {"accuracy_level": {"string_value": "8"}}}',
+             "accuracy_level"),
+            (fp32, LEVEL_4, "applies to quantized weights"),
+        ]
+        for model, config, message in cases:
+            with self.subTest(config=config, message=message):
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    self.load_model("refused_level", model, config=config)
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertIn(message, ctx.exception.details())
+                self.assert_server_still_serves()
+
+
+if __name__ == "__main__":
+    unittest.main()
