@@ -104,8 +104,8 @@ absl::Status RunInt8Dot(const std::vector<const GemmProblem*>& problems, int thr
   for (int64_t i = 0; i < item_count; ++i) {
     const Item& item = items[i];
     const GemmProblem& p = *problems[item.problem];
-    Int8DotAccumulate(p.m, p.a_rows, sources[source_of[item.problem]].q, item.k_begin,
-                      item.k_end, *p.b_quantized, partial + item.partial, p.n);
+    Int8DotAccumulate(p.m, p.a_rows, sources[source_of[item.problem]].q, item.k_begin, item.k_end,
+                      *p.b_quantized, partial + item.partial, p.n);
   }
   for (size_t i = 0; i < items.size();) {  // each problem's slices folded into its first
     size_t j = i + 1;

@@ -47,12 +47,15 @@ CpuFeatures DetectCpuFeatures() {
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+  f.avx512_vnni = __builtin_cpu_supports("avx512vnni");
   return f;
 }
 
 CpuFeatures CapCpuFeatures(CpuFeatures f, CpuIsa cap) {
   if (cap < CpuIsa::kAvx512Bf16) f.avx512_bf16 = false;
-  if (cap < CpuIsa::kAvx512) f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = false;
+  if (cap < CpuIsa::kAvx512) {
+    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512_vnni = false;
+  }
   if (cap < CpuIsa::kAvx2) f.avx2 = f.fma = f.f16c = false;
   return f;
 }

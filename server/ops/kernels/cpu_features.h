@@ -37,6 +37,7 @@ struct CpuFeatures {
   bool avx512vl = false;
   bool avx512dq = false;
   bool avx512_bf16 = false;
+  bool avx512_vnni = false;  // vpdpbusd: 8-bit integer dot products (int8_dot.h)
 
   // What the AVX2 builds need: AVX2, FMA, F16C.
   bool Avx2Build() const { return avx2 && fma && f16c; }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "server/ops/kernels/kernel_set.h"
 #include "server/tensor/half.h"
 #include "server/tensor/shape.h"
 
@@ -80,7 +81,8 @@ int64_t Int8RowsBytes(int64_t rows, int64_t k) {
   // The integers padded to whole blocks, and a scale and a sum per block:
   // at most one block per element (blocks of one row).
   const int64_t per_block = static_cast<int64_t>(sizeof(float) + sizeof(int32_t));
-  const int64_t per_row = SaturatingAdd(SaturatingAdd(k, kInt8MaxBlock), SaturatingMul(k, per_block));
+  const int64_t per_row =
+      SaturatingAdd(SaturatingAdd(k, kInt8MaxBlock), SaturatingMul(k, per_block));
   return SaturatingMul(rows, per_row);
 }
 
@@ -107,6 +109,13 @@ void QuantizeInt8Rows(DataType type, const void* a, int64_t lda, int64_t rows, i
 
 void Int8DotAccumulate(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
                        int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc) {
+  Kernels().int8_dot(rows, a_rows, a, k_begin, k_end, w, c, ldc);
+}
+
+namespace int8_dot_internal {
+
+void Int8DotGeneric(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
+                    int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc) {
   const int64_t n = w.n, block = a.block;
   std::vector<int32_t> isum(static_cast<size_t>(n)), row(static_cast<size_t>(n));
   for (int64_t i = 0; i < rows; ++i) {
@@ -134,4 +143,5 @@ void Int8DotAccumulate(int64_t rows, const int64_t* a_rows, const Int8Rows& a, i
   }
 }
 
+}  // namespace int8_dot_internal
 }  // namespace gemmserve

@@ -74,6 +74,18 @@ void QuantizeInt8Rows(DataType type, const void* a, int64_t lda, int64_t rows, i
 void Int8DotAccumulate(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
                        int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc);
 
+namespace int8_dot_internal {
+// The builds Int8DotAccumulate picks from (KernelSet::int8_dot), for tests
+// that hold each to the portable one bit for bit. The AVX512-VNNI build runs
+// vpdpbusd on four K rows of sixteen columns interleaved in registers, the
+// weights made unsigned (+128 for INT8, +8 for INT4, folded into the zero
+// point's correction); 4-bit rows that start mid-byte take the portable path.
+void Int8DotGeneric(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
+                    int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc);
+void Int8DotAvx512Vnni(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
+                       int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc);
+}  // namespace int8_dot_internal
+
 }  // namespace gemmserve
 
 #endif  // GEMMSERVE_SERVER_OPS_KERNELS_INT8_DOT_H_

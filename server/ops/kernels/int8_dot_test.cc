@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/ops/gemm_scheduler.h"
+#include "server/ops/kernels/kernel_set.h"
 #include "server/tensor/half.h"
 
 namespace gemmserve {
@@ -21,8 +22,8 @@ namespace {
 
 TEST(QuantizeInt8RowsTest, SymmetricRoundHalfToEvenWithTheBlockSums) {
   // amax 127: the step is 1, so the halves show how rounding goes.
-  const std::vector<float> a = {127.0f, 63.5f, 0.5f, -0.5f, 1.5f, 2.5f, -2.5f, -127.0f,
-                                0.0f,   0.0f,  0.0f, 0.0f};  // second block: all zeros
+  const std::vector<float> a = {127.0f,  63.5f, 0.5f, -0.5f, 1.5f, 2.5f, -2.5f,
+                                -127.0f, 0.0f,  0.0f, 0.0f,  0.0f};  // second block: all zeros
   Int8Rows rows;
   QuantizeInt8Rows(DataType::kFP32, a.data(), 12, 1, 12, 8, &rows);
   EXPECT_EQ(rows.blocks, 2);
@@ -108,7 +109,8 @@ std::vector<double> SameArithmetic(const Int8Rows& a, const std::vector<int64_t>
       const int64_t b = t0 / a.block, t1 = std::min(t0 + a.block, k_end);
       for (int64_t j = 0; j < w.n; ++j) {
         int64_t dot = 0;
-        for (int64_t t = t0; t < t1; ++t) dot += a.q[rows[i] * a.ld + t] * int64_t{w.q[t * w.n + j]};
+        for (int64_t t = t0; t < t1; ++t)
+          dot += a.q[rows[i] * a.ld + t] * int64_t{w.q[t * w.n + j]};
         const int64_t s = w.ScaleIndex(t0, j);
         const int64_t z = w.zero_point ? static_cast<int64_t>(w.zp[s]) : 0;
         const double term = double{a.scale[rows[i] * a.blocks + b]} * w.scale[s] *
@@ -171,8 +173,8 @@ TEST(Int8DotTest, TheLargestBlockSumsStayExactInInt32) {
   const int64_t k = kInt8MaxBlock + 1, n = 2;
   std::vector<float> x(k, 3.0f);
   for (bool unsigned_weights : {true, false}) {
-    Weights w(unsigned_weights ? QuantizedType::kUint8 : QuantizedType::kInt8, k, n,
-              kInt8MaxBlock, true, 1);
+    Weights w(unsigned_weights ? QuantizedType::kUint8 : QuantizedType::kInt8, k, n, kInt8MaxBlock,
+              true, 1);
     std::fill(w.data.begin(), w.data.end(), unsigned_weights ? 255 : 0x80);
     std::fill(w.zp.begin(), w.zp.end(), unsigned_weights ? 0.0f : 127.0f);
     std::fill(w.scale.begin(), w.scale.end(), 1.0f);
@@ -212,6 +214,47 @@ TEST(Int8DotTest, CloseToDequantizeThenMatMul) {
   // Normal activations in blocks of 32: about half a step of max|a|/127 each.
   EXPECT_LT(max_err / max_ref, 2e-2);
   EXPECT_GT(max_err, 0.0);  // not the exact path by accident
+}
+
+// Every build this CPU runs against the portable one, bit for bit: the
+// integer sums are exact and each block is folded with the same FP32
+// operations in the same order. Types, layouts (per column, blocked with a
+// block of 5 and of 16, zero points), N not a multiple of the 16 lanes,
+// rows in groups of four and a remainder, K slices on block boundaries.
+TEST(Int8DotTest, EveryBuildEqualsThePortableOneBitForBit) {
+  if (std::string(Kernels().int8_dot_isa) == "generic") {
+    GTEST_SKIP() << "this CPU runs only the portable build (no AVX512-VNNI)";
+  }
+  std::mt19937_64 rng(31);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (const Layout& l : std::vector<Layout>{{QuantizedType::kInt8, 0, false},
+                                             {QuantizedType::kUint8, 16, true},
+                                             {QuantizedType::kInt4, 16, false},
+                                             {QuantizedType::kUint4, 0, true},
+                                             {QuantizedType::kInt8, 5, true},
+                                             {QuantizedType::kInt4, 32, true}}) {
+    for (int64_t n : {1, 16, 37, 64}) {
+      const int64_t k = 131, m = 7;
+      SCOPED_TRACE(absl::StrCat("type ", static_cast<int>(l.type), " block ", l.block, " n ", n));
+      std::vector<float> x(m * k);
+      for (float& v : x) v = dist(rng);
+      Weights w(l.type, k, n, l.block, l.zero_point, 13 + n);
+      Int8Rows a;
+      QuantizeInt8Rows(DataType::kFP32, x.data(), k, m, k, Int8ActivationBlock(w.m), &a);
+      const std::vector<int64_t> gather = {6, 1, 1, 3, 0, 5, 2, 4, 6};
+      const int64_t rows = static_cast<int64_t>(gather.size());
+      const int64_t cut = a.block * std::max<int64_t>(1, (k / a.block) / 2);
+      std::vector<float> portable(rows * n, 0.5f), fast(rows * n, 0.5f);
+      for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, cut}, {cut, k}}) {
+        int8_dot_internal::Int8DotGeneric(rows, gather.data(), a, k0, k1, w.m, portable.data(), n);
+        Kernels().int8_dot(rows, gather.data(), a, k0, k1, w.m, fast.data(), n);
+      }
+      for (size_t e = 0; e < portable.size(); ++e) {
+        ASSERT_EQ(FloatBits(fast[e]), FloatBits(portable[e]))
+            << e << ": " << fast[e] << " vs " << portable[e];
+      }
+    }
+  }
 }
 
 // Problems with int8_activations through the scheduler: rows gathered from

@@ -33,6 +33,13 @@ KernelSet KernelsFor(const CpuFeatures& f) {
     k.quantized = QuantizedGeneric;
     k.dequantize_bf16_panels = DequantizeBf16PanelsGeneric;
   }
+  // vpdpbusd needs AVX512-VNNI beside the AVX-512 build's set.
+  if (k.avx512 && f.avx512_vnni) {
+    k.int8_dot_isa = "avx512_vnni";
+    k.int8_dot = int8_dot_internal::Int8DotAvx512Vnni;
+  } else {
+    k.int8_dot = int8_dot_internal::Int8DotGeneric;
+  }
   // The integer kernels need AVX2 alone (no FMA or F16C); vpmullq, the
   // 64-bit lane multiply, needs AVX512DQ (in the AVX-512 build's set).
   if (k.avx512) {

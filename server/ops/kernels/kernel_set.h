@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "server/ops/kernels/cpu_features.h"
+#include "server/ops/kernels/int8_dot.h"
 #include "server/ops/kernels/quantized_gemm.h"
 #include "server/tensor/datatype.h"
 
@@ -30,6 +31,7 @@ struct KernelSet {
   // Names of the builds chosen, for logs and tests.
   const char* streaming_isa = "generic";  // "avx512", "avx2", "generic"
   const char* int_isa = "generic";
+  const char* int8_dot_isa = "generic";  // "avx512_vnni", "generic"
 
   // Streaming decode (streaming_gemm.h): C[rows, n] += A[rows, k_begin:k_end]
   // B[k_begin:k_end, n], B of `b_type` widened in registers; and FP64.
@@ -46,6 +48,9 @@ struct KernelSet {
                     const QuantizedMatrix& w, float* c, int64_t ldc) = nullptr;
   void (*dequantize_bf16_panels)(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end,
                                  int64_t j0, int64_t width, uint16_t* out) = nullptr;
+  // Integer dot products on 8-bit activations (int8_dot.h).
+  void (*int8_dot)(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
+                   int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc) = nullptr;
   // Integer GEMM rows (int_gemm.h), on unsigned lanes.
   void (*int_rows32)(int64_t row_begin, int64_t row_end, int64_t n, int64_t k, const uint32_t* a,
                      int64_t lda, const uint32_t* b, int64_t ldb, uint32_t* c,
