@@ -21,8 +21,13 @@ namespace {
 // (the row-major tensor then dropped), else as loaded.
 class HeldProjection {
  public:
-  static absl::StatusOr<HeldProjection> Hold(MoeWeightsSpec spec, double* pack_ms) {
+  // Level 4: quantized weights also repacked for 8-bit activations.
+  static absl::StatusOr<HeldProjection> Hold(MoeWeightsSpec spec, int accuracy_level,
+                                             double* pack_ms) {
     HeldProjection h;
+    if (spec.quantized && accuracy_level == 4) {
+      GEMMSERVE_RETURN_IF_ERROR(spec.quantized->PackForInt8Activations().status());
+    }
     if (!spec.quantized) {
       GEMMSERVE_ASSIGN_OR_RETURN(h.packed_, PackAtLoad(spec.dense, pack_ms));
       if (h.packed_) spec.dense = Tensor();
@@ -400,7 +405,8 @@ absl::StatusOr<std::unique_ptr<Model>> MoeLayerModel::Make(MoeLayerSpec spec) {
   auto hold = [&](std::optional<MoeWeightsSpec>* from,
                   std::optional<HeldProjection>* to) -> absl::Status {
     if (!from->has_value()) return absl::OkStatus();
-    GEMMSERVE_ASSIGN_OR_RETURN(*to, HeldProjection::Hold(std::move(**from), &m->pack_ms_));
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        *to, HeldProjection::Hold(std::move(**from), spec.accuracy_level, &m->pack_ms_));
     from->reset();
     return absl::OkStatus();
   };

@@ -441,6 +441,9 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentMatMulModel(ResidentMatMulSpe
   if (k == -1) spec.a.shape.back() = b_shape[0];
   GEMMSERVE_RETURN_IF_ERROR(CheckAccuracyLevel(
       spec.accuracy_level, spec.b_quantized ? &*spec.b_quantized : nullptr, "initializer B"));
+  if (spec.accuracy_level == 4) {
+    GEMMSERVE_RETURN_IF_ERROR(spec.b_quantized->PackForInt8Activations().status());
+  }
   // B packed once, as a GroupedMatMul's experts are (one group); quantized
   // weights stay as they are.
   double pack_ms = 0;
@@ -508,6 +511,9 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
   GEMMSERVE_RETURN_IF_ERROR(CheckAccuracyLevel(
       spec.accuracy_level, spec.weights_quantized ? &*spec.weights_quantized : nullptr,
       "the weights"));
+  if (spec.accuracy_level == 4) {
+    GEMMSERVE_RETURN_IF_ERROR(spec.weights_quantized->PackForInt8Activations().status());
+  }
   double pack_ms = 0;
   std::optional<PackedWeights> packed;
   if (!spec.weights_quantized) {

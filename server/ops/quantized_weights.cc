@@ -1,11 +1,16 @@
 #include "server/ops/quantized_weights.h"
 
+#include "server/ops/kernels/int8_dot.h"
+#include "server/ops/kernels/kernel_set.h"
+
 #include <cmath>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
+#include "server/tensor/shape.h"
 
 namespace gemmserve {
 
@@ -32,7 +37,24 @@ std::string QuantizedWeights::granularity() const {
 }
 
 int64_t QuantizedWeights::bytes() const {
-  return data_.size() + static_cast<int64_t>((scale_.size() + zero_point_.size()) * sizeof(float));
+  return data_.size() + int8_packed_.size() +
+         static_cast<int64_t>((scale_.size() + zero_point_.size()) * sizeof(float));
+}
+
+absl::StatusOr<bool> QuantizedWeights::PackForInt8Activations() {
+  if (groups_.empty() || std::string(Kernels().int8_dot_isa) != "avx512_vnni") return false;
+  const int64_t block = Int8ActivationBlock(groups_[0]);
+  if (!Int8PackingCostsLittle(groups_[0], block)) return false;
+  const int64_t per_group = Int8PackedBytes(groups_[0], block);
+  GEMMSERVE_ASSIGN_OR_RETURN(int8_packed_,
+                             AlignedBuffer::Allocate(SaturatingMul(per_group, groups())));
+  auto* out = static_cast<uint8_t*>(int8_packed_.data());
+  for (int64_t g = 0; g < groups(); ++g) {
+    QuantizedMatrix& m = groups_[static_cast<size_t>(g)];
+    PackInt8Weights(m, block, out + g * per_group);
+    m.int8_packed = out + g * per_group;
+  }
+  return true;
 }
 
 namespace {

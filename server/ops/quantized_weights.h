@@ -70,8 +70,18 @@ class QuantizedWeights {
   // Bytes a call reads per group it uses: the integers, and the group's
   // scales and zero points as held (FP32).
   int64_t group_bytes() const { return group_bytes_; }
-  // Bytes held: the integers, and the scales and zero points as FP32.
+  // Bytes held: the integers, the scales and zero points as FP32, and the
+  // integers' copy for 8-bit activations if made.
   int64_t bytes() const;
+
+  // For a model with accuracy_level 4: the integers copied once into the
+  // layout of the AVX512-VNNI kernel of 8-bit activations
+  // (PackInt8Weights), where that kernel runs and the copy costs at most the
+  // integers' own size again (Int8PackingCostsLittle); each group's
+  // QuantizedMatrix then points at its part. The row-major integers stay
+  // (the portable build and the memory accounting read them). Returns
+  // whether it packed; RESOURCE_EXHAUSTED if the copy cannot be allocated.
+  absl::StatusOr<bool> PackForInt8Activations();
   // The integers, held.
   const AlignedBuffer& data() const { return data_; }
 
@@ -81,6 +91,7 @@ class QuantizedWeights {
   std::vector<float> scale_, zero_point_;
   std::vector<QuantizedMatrix> groups_;
   int64_t group_bytes_ = 0;
+  AlignedBuffer int8_packed_;  // PackForInt8Activations's copy
 };
 
 }  // namespace gemmserve

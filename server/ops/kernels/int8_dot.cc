@@ -107,6 +107,66 @@ void QuantizeInt8Rows(DataType type, const void* a, int64_t lda, int64_t rows, i
   }
 }
 
+namespace {
+
+constexpr int64_t kPackColumns = 64;
+
+bool FourBit(QuantizedType t) { return t == QuantizedType::kInt4 || t == QuantizedType::kUint4; }
+
+// Rows of a packed unit: a quad, or a pair of quads for 4-bit weights.
+int64_t UnitRows(const QuantizedMatrix& w) { return FourBit(w.type) ? 8 : 4; }
+
+// W[t, j] made unsigned (+128 for INT8, +8 for INT4).
+uint8_t Unsigned(const QuantizedMatrix& w, int64_t t, int64_t j) {
+  const int32_t q = QuantizedElement(w.type, w.data, w.first + t * w.n + j);
+  const int32_t offset = w.type == QuantizedType::kInt8   ? 128
+                         : w.type == QuantizedType::kInt4 ? 8
+                                                          : 0;
+  return static_cast<uint8_t>(q + offset);
+}
+
+}  // namespace
+
+int64_t Int8PackedBytes(const QuantizedMatrix& w, int64_t block) {
+  const int64_t chunks = (w.n + kPackColumns - 1) / kPackColumns;
+  const int64_t unit = UnitRows(w);
+  int64_t units = 0;  // over every block, each padded to whole units
+  for (int64_t t0 = 0; t0 < w.k; t0 += block)
+    units += (std::min(block, w.k - t0) + unit - 1) / unit;
+  return SaturatingMul(SaturatingMul(units, chunks), 256);
+}
+
+bool Int8PackingCostsLittle(const QuantizedMatrix& w, int64_t block) {
+  return Int8PackedBytes(w, block) <= 2 * QuantizedBytes(w.type, w.k * w.n) + 4096;
+}
+
+void PackInt8Weights(const QuantizedMatrix& w, int64_t block, uint8_t* out) {
+  const int64_t chunks = (w.n + kPackColumns - 1) / kPackColumns;
+  const int64_t unit = UnitRows(w);
+  for (int64_t t0 = 0; t0 < w.k; t0 += block) {
+    const int64_t t1 = std::min(t0 + block, w.k);
+    const int64_t units = (t1 - t0 + unit - 1) / unit;
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      for (int64_t u = 0; u < units; ++u, out += 256) {
+        std::memset(out, 0, 256);
+        // Register q's lane i holds column 64ch + 16q + i, its byte x the
+        // quad's row x (for 4-bit weights the high nibble the next quad's).
+        for (int64_t q = 0; q < 4; ++q) {
+          for (int64_t i = 0; i < 16; ++i) {
+            const int64_t j = ch * kPackColumns + 16 * q + i;
+            for (int64_t x = 0; x < 4 && j < w.n; ++x) {
+              const int64_t t = t0 + u * unit + x;
+              uint8_t v = t < t1 ? Unsigned(w, t, j) : 0;
+              if (unit == 8 && t + 4 < t1) v |= static_cast<uint8_t>(Unsigned(w, t + 4, j) << 4);
+              out[q * 64 + i * 4 + x] = v;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 void Int8DotAccumulate(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
                        int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc) {
   Kernels().int8_dot(rows, a_rows, a, k_begin, k_end, w, c, ldc);

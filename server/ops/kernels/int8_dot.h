@@ -74,6 +74,21 @@ void QuantizeInt8Rows(DataType type, const void* a, int64_t lda, int64_t rows, i
 void Int8DotAccumulate(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
                        int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc);
 
+// The weights repacked once at load for the AVX512-VNNI kernel, so that a
+// call reads each byte once in address order and does no shuffling: per
+// activation block, per 64-column chunk, per four K rows (a quad; for 4-bit
+// weights a pair of quads, the second in the high nibbles), 256 bytes
+// holding the four registers vpdpbusd takes, sixteen columns each in order,
+// a column's four rows in its 32-bit lane, made unsigned (+128 for INT8, +8
+// for INT4). Columns past N and rows past a block's end are zero.
+// INT4 stays 4 bits a weight; a block padded to whole quads (pairs) and N to
+// whole chunks costs padding, so packing is done only where it adds at most
+// the integers' own size (Int8PackingCostsLittle).
+int64_t Int8PackedBytes(const QuantizedMatrix& w, int64_t block);
+bool Int8PackingCostsLittle(const QuantizedMatrix& w, int64_t block);
+// `out` holds Int8PackedBytes(w, block) bytes.
+void PackInt8Weights(const QuantizedMatrix& w, int64_t block, uint8_t* out);
+
 namespace int8_dot_internal {
 // The builds Int8DotAccumulate picks from (KernelSet::int8_dot), for tests
 // that hold each to the portable one bit for bit. The AVX512-VNNI build runs

@@ -101,10 +101,11 @@ __m512i Activations(const int8_t* q, int64_t t, int64_t end) {
 }
 
 // The block's scales, and zero points plus the offset as int32, of the 16
-// columns from j0 (`mask` of them present).
-void LoadScales(const QuantizedMatrix& w, int64_t t0, int64_t j0, __mmask16 mask, __m512* scale,
-                __m512i* zero) {
-  const int64_t base = (t0 / w.block_rows) * w.scale_row_stride + j0 * w.scale_col_stride;
+// columns from j0 (`mask` of them present); row_base: the block's first
+// scale, (t0 / block_rows) * scale_row_stride.
+void LoadScales(const QuantizedMatrix& w, int64_t row_base, int64_t j0, __mmask16 mask,
+                __m512* scale, __m512i* zero) {
+  const int64_t base = row_base + j0 * w.scale_col_stride;
   const bool contiguous = w.scale_col_stride == 1;
   const __m512i index =
       contiguous ? _mm512_setzero_si512()
@@ -124,38 +125,83 @@ void LoadScales(const QuantizedMatrix& w, int64_t t0, int64_t j0, __mmask16 mask
   *zero = z;
 }
 
-// Rows i0 .. i0 + count (count <= kRowGroup) of one 64-column chunk over one
+// The sums of rows i0 .. i0 + count over one block from its packed units
+// (PackInt8Weights): `units` of 256 bytes, 4 K rows each, or 8 for 4-bit.
+template <int kCount>
+void PackedSums(const Int8Rows& a, const int64_t* src, int64_t t0, int64_t t1, bool four,
+                const uint8_t* packed, int64_t units, __m512i acc[kCount][4]) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const int8_t* rows[kCount];
+  for (int r = 0; r < kCount; ++r) rows[r] = a.q.data() + src[r] * a.ld;
+  for (int64_t u = 0; u < units; ++u, packed += 256) {
+    __m512i v[4];
+    for (int q = 0; q < 4; ++q) v[q] = _mm512_loadu_si512(packed + q * 64);
+    const int64_t t = t0 + u * (four ? 8 : 4);
+    for (int r = 0; r < kCount; ++r) {
+      const int8_t* qa = rows[r];
+      const __m512i act = Activations(qa, t, t1);
+      if (!four) {
+        for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_dpbusd_epi32(acc[r][q], v[q], act);
+        continue;
+      }
+      const __m512i act_hi = Activations(qa, t + 4, t1);
+      for (int q = 0; q < 4; ++q) {
+        acc[r][q] = _mm512_dpbusd_epi32(acc[r][q], _mm512_and_si512(v[q], nibble), act);
+        acc[r][q] = _mm512_dpbusd_epi32(
+            acc[r][q], _mm512_and_si512(_mm512_srli_epi16(v[q], 4), nibble), act_hi);
+      }
+    }
+  }
+}
+
+// Rows i0 .. i0 + kCount (kCount <= kRowGroup) of one 64-column chunk over one
 // activation block [t0, t1): their sums, folded into C.
-void BlockRows(const Int8Rows& a, const int64_t* a_rows, int64_t i0, int64_t count, int64_t t0,
-               int64_t t1, const QuantizedMatrix& w, int64_t j0, int64_t cols, float* c,
-               int64_t ldc) {
+template <int kCount>
+void BlockRows(const Int8Rows& a, const int64_t* a_rows, int64_t i0, int64_t t0, int64_t t1,
+               const QuantizedMatrix& w, int64_t j0, int64_t cols, const uint8_t* packed,
+               int64_t units, float* c, int64_t ldc) {
   int64_t src[kRowGroup];
-  __m512i acc[kRowGroup][4];
-  for (int64_t r = 0; r < count; ++r) {
+  __m512i acc[kCount][4];
+  for (int r = 0; r < kCount; ++r) {
     src[r] = a_rows != nullptr ? a_rows[i0 + r] : i0 + r;
     for (__m512i& v : acc[r]) v = _mm512_setzero_si512();
   }
-  __m512i weights[4];
-  for (int64_t t = t0; t < t1; t += 4) {
-    LoadFour(w, t, std::min<int64_t>(4, t1 - t), j0, cols, weights);
-    for (int64_t r = 0; r < count; ++r) {
-      const __m512i act = Activations(a.q.data() + src[r] * a.ld, t, t1);
-      for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_dpbusd_epi32(acc[r][q], weights[q], act);
+  if (packed != nullptr) {
+    PackedSums<kCount>(a, src, t0, t1, IsFour(w.type), packed, units, acc);
+  } else {
+    __m512i weights[4];
+    for (int64_t t = t0; t < t1; t += 4) {
+      LoadFour(w, t, std::min<int64_t>(4, t1 - t), j0, cols, weights);
+      for (int r = 0; r < kCount; ++r) {
+        const __m512i act = Activations(a.q.data() + src[r] * a.ld, t, t1);
+        for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_dpbusd_epi32(acc[r][q], weights[q], act);
+      }
     }
   }
   const int64_t b = t0 / a.block;
-  __m512i columns[kRowGroup][4];
-  for (int64_t r = 0; r < count; ++r) ToColumns(acc[r], columns[r]);
+  __m512i columns[kCount][4];  // the packed layout holds its columns in order already
+  __m512 sa[kCount];
+  __m512i correction[kCount];  // (z + offset) * sum, where there is no zero point
+  for (int r = 0; r < kCount; ++r) {
+    if (packed != nullptr) {
+      for (int q = 0; q < 4; ++q) columns[r][q] = acc[r][q];
+    } else {
+      ToColumns(acc[r], columns[r]);
+    }
+    sa[r] = _mm512_set1_ps(a.scale[src[r] * a.blocks + b]);
+    correction[r] = _mm512_set1_epi32(a.sum[src[r] * a.blocks + b]);
+  }
+  const int64_t row_base = (t0 / w.block_rows) * w.scale_row_stride;
   for (int64_t l = 0; l * 16 < cols; ++l) {
     const int64_t here = std::min<int64_t>(16, cols - l * 16);
     const __mmask16 mask = static_cast<__mmask16>((1u << here) - 1);
     __m512 scale;
     __m512i zero;
-    LoadScales(w, t0, j0 + l * 16, mask, &scale, &zero);
-    for (int64_t r = 0; r < count; ++r) {
-      const __m512 sa_sw = _mm512_mul_ps(_mm512_set1_ps(a.scale[src[r] * a.blocks + b]), scale);
-      const __m512i corrected = _mm512_sub_epi32(
-          columns[r][l], _mm512_mullo_epi32(zero, _mm512_set1_epi32(a.sum[src[r] * a.blocks + b])));
+    LoadScales(w, row_base, j0 + l * 16, mask, &scale, &zero);
+    for (int r = 0; r < kCount; ++r) {
+      const __m512 sa_sw = _mm512_mul_ps(sa[r], scale);
+      const __m512i corrected =
+          _mm512_sub_epi32(columns[r][l], _mm512_mullo_epi32(zero, correction[r]));
       float* out = c + (i0 + r) * ldc + j0 + l * 16;
       const __m512 prev = _mm512_maskz_loadu_ps(mask, out);
       _mm512_mask_storeu_ps(
@@ -168,19 +214,34 @@ void BlockRows(const Int8Rows& a, const int64_t* a_rows, int64_t i0, int64_t cou
 
 void Int8DotAvx512Vnni(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
                        int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc) {
-  // 4-bit rows must start on a byte: every row (first and n even).
-  if (IsFour(w.type) && (w.first % 2 != 0 || w.n % 2 != 0)) {
+  // Unpacked 4-bit rows must start on a byte: every row (first and n even).
+  if (w.int8_packed == nullptr && IsFour(w.type) && (w.first % 2 != 0 || w.n % 2 != 0)) {
     return Int8DotGeneric(rows, a_rows, a, k_begin, k_end, w, c, ldc);
   }
+  // The packed layout (PackInt8Weights): blocks of `units` 256-byte units
+  // per 64-column chunk, every block but the last whole.
+  const int64_t unit_rows = IsFour(w.type) ? 8 : 4;
+  const int64_t chunks = (w.n + kColumns - 1) / kColumns;
+  const int64_t whole_units = (a.block + unit_rows - 1) / unit_rows;
   // A block of K rows at a time, across every column: the weights are read
   // in address order, a block's rows at once (32 rows of 1024 INT4 columns:
   // 16 KiB, in L1 while every row group reads them).
   for (int64_t t0 = k_begin; t0 < k_end; t0 += a.block) {
     const int64_t t1 = std::min(t0 + a.block, k_end);
+    const int64_t units = (std::min(t0 + a.block, w.k) - t0 + unit_rows - 1) / unit_rows;
+    const uint8_t* block = w.int8_packed == nullptr
+                               ? nullptr
+                               : w.int8_packed + (t0 / a.block) * whole_units * chunks * 256;
     for (int64_t j0 = 0; j0 < w.n; j0 += kColumns) {
       const int64_t cols = std::min(kColumns, w.n - j0);
+      const uint8_t* packed = block == nullptr ? nullptr : block + (j0 / kColumns) * units * 256;
       for (int64_t i0 = 0; i0 < rows; i0 += kRowGroup) {
-        BlockRows(a, a_rows, i0, std::min(kRowGroup, rows - i0), t0, t1, w, j0, cols, c, ldc);
+        switch (std::min(kRowGroup, rows - i0)) {  // the row count fixed: accumulators in registers
+          case 1: BlockRows<1>(a, a_rows, i0, t0, t1, w, j0, cols, packed, units, c, ldc); break;
+          case 2: BlockRows<2>(a, a_rows, i0, t0, t1, w, j0, cols, packed, units, c, ldc); break;
+          case 3: BlockRows<3>(a, a_rows, i0, t0, t1, w, j0, cols, packed, units, c, ldc); break;
+          default: BlockRows<4>(a, a_rows, i0, t0, t1, w, j0, cols, packed, units, c, ldc); break;
+        }
       }
     }
   }

@@ -244,14 +244,21 @@ TEST(Int8DotTest, EveryBuildEqualsThePortableOneBitForBit) {
       const std::vector<int64_t> gather = {6, 1, 1, 3, 0, 5, 2, 4, 6};
       const int64_t rows = static_cast<int64_t>(gather.size());
       const int64_t cut = a.block * std::max<int64_t>(1, (k / a.block) / 2);
-      std::vector<float> portable(rows * n, 0.5f), fast(rows * n, 0.5f);
+      std::vector<float> portable(rows * n, 0.5f), fast(rows * n, 0.5f), packed(rows * n, 0.5f);
+      // And on the weights repacked at load (PackInt8Weights).
+      std::vector<uint8_t> repacked(static_cast<size_t>(Int8PackedBytes(w.m, a.block)));
+      PackInt8Weights(w.m, a.block, repacked.data());
+      QuantizedMatrix on_packed = w.m;
+      on_packed.int8_packed = repacked.data();
       for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, cut}, {cut, k}}) {
         int8_dot_internal::Int8DotGeneric(rows, gather.data(), a, k0, k1, w.m, portable.data(), n);
         Kernels().int8_dot(rows, gather.data(), a, k0, k1, w.m, fast.data(), n);
+        Kernels().int8_dot(rows, gather.data(), a, k0, k1, on_packed, packed.data(), n);
       }
       for (size_t e = 0; e < portable.size(); ++e) {
         ASSERT_EQ(FloatBits(fast[e]), FloatBits(portable[e]))
             << e << ": " << fast[e] << " vs " << portable[e];
+        ASSERT_EQ(FloatBits(packed[e]), FloatBits(portable[e])) << "packed, " << e;
       }
     }
   }

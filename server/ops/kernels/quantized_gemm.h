@@ -57,6 +57,10 @@ struct QuantizedMatrix {
   // a subnormal, when unknown): a lower bound of the exponents of W's
   // nonzero values, since |q - z| >= 1 and rounding never lowers one.
   int scales_min_exponent = 0;
+  // The integers again in the layout the AVX512-VNNI kernel of 8-bit
+  // activations reads (PackInt8Weights in int8_dot.h), for weights of models
+  // with accuracy_level 4 where that kernel runs; null otherwise.
+  const uint8_t* int8_packed = nullptr;
 };
 
 // The smallest biased exponent (FP32's, which BF16 shares) of the nonzero
