@@ -7,7 +7,8 @@
 The example holds `moe`, a small mixture-of-experts expert layer
 (GroupedMatMul: input [M, 512] FP32, 16 experts [512, 256] with bias, top-2
 routing), `moe_int4`, the same experts quantized to INT4 in blocks of 32
-(DequantizeLinear -> GroupedMatMul, scripts/quantize_model.py), `linear`, a
+(DequantizeLinear -> GroupedMatMul, scripts/quantize_model.py), `moe_int4_a8`,
+the same with accuracy_level 4 (8-bit activations, integer dot products), `linear`, a
 MatMul layer (A [M, 512] FP32 times a resident [512, 256]), and `moe_layer`, a
 whole mixture-of-experts FFN layer routed in the graph (scripts/make_moe_layer.py:
 x [M, 512] FP32, 16 experts of width 256 with gate/up fused and SiLU, softmax
@@ -167,6 +168,14 @@ def main():
     os.makedirs(args.repo, exist_ok=True)
     grouped_model(args.repo, "moe", 512, 256, 16, 2, "fp32", True, BATCHING, seed=1)
     quantized_copy(args.repo, "moe", "moe_int4", BATCHING)
+    # The same INT4 experts on 8-bit activations (issue 42).
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("quantize_model",
+                                                  os.path.join(here, "quantize_model.py"))
+    quantize_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quantize_model)
+    quantized_copy(args.repo, "moe", "moe_int4_a8",
+                   BATCHING + quantize_model.accuracy_level_config("4"))
     matmul_model(args.repo, "linear", 512, 256, "fp32", BATCHING, seed=2)
     moe_layer_model(args.repo, "moe_layer", BATCHING)
     if args.olmoe:

@@ -13,6 +13,9 @@ serves with the weights kept quantized (docs/quantized-models.md):
   --block_size B       scales per B rows of K (ONNX blocked quantization,
                        scale [G, ceil(K/B), N]); 0: one scale per output
                        column (axis N, scale [N])
+  --accuracy_level 4   also writes config.pbtxt (in OUT's model folder) with
+                       ONNX Runtime's accuracy_level 4: the server runs the
+                       weights on 8-bit activations (integer dot products)
 
 The scales have the weights' type (FP32, FP16 or BF16): DequantizeLinear's
 output is the op's value type. Then prints the error of the quantized model
@@ -185,6 +188,48 @@ def report_error(model, w, dequantized, rng, m=8):
     return rel, float(np.max(np.abs(yq - y)))
 
 
+def quantize_activations(x, block):
+    """Rows of x as gemmserve quantizes them for accuracy_level 4: per block of K, symmetric
+    INT8 (round half to even) with scale max|a| / 127; returns (integers, scales [M, blocks])."""
+    x = np.asarray(x, np.float32)
+    m, k = x.shape
+    blocks = -(-k // block)
+    q = np.zeros((m, k), np.int64)
+    scale = np.zeros((m, blocks), np.float32)
+    for b in range(blocks):
+        part = x[:, b * block:(b + 1) * block]
+        amax = np.abs(part).max(axis=1)
+        inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0)
+        q[:, b * block:(b + 1) * block] = np.clip(np.rint(part * inv.astype(np.float32)[:, None]),
+                                                  -127, 127)
+        scale[:, b] = (amax / np.float32(127)).astype(np.float32)
+    return q, scale
+
+
+def int8_activation_matmul(x, q_w, w_scale, w_zero, block_size):
+    """x [M, K] times weights [K, N] quantized per column (block_size 0: scale [N]) or in
+    blocks of K rows (scale [ceil(K / B), N]), as accuracy_level 4 computes it, in float64:
+    sum over blocks of s_a s_w (sum q_a q_w - z_w sum q_a); the activations in blocks of
+    block_size, or 32 per column."""
+    k = x.shape[1]
+    block = block_size if block_size > 0 else 32
+    q_a, s_a = quantize_activations(x, block)
+    out = np.zeros((x.shape[0], q_w.shape[1]))
+    for b in range(-(-k // block)):
+        rows = slice(b * block, (b + 1) * block)
+        dot = q_a[:, rows] @ q_w[rows]
+        s_w = w_scale[b] if block_size > 0 else w_scale
+        z = 0 if w_zero is None else (w_zero[b] if block_size > 0 else w_zero)
+        out += s_a[:, b:b + 1].astype(np.float64) * s_w * (dot - q_a[:, rows].sum(
+            axis=1, keepdims=True) * z)
+    return out
+
+
+def accuracy_level_config(level):
+    """config.pbtxt text setting accuracy_level as Triton writes model parameters."""
+    return f'parameters {{ key: "accuracy_level" value {{ string_value: "{level}" }} }}\n'
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -196,6 +241,10 @@ def main():
     parser.add_argument("--block_size", type=int, default=32,
                         help="rows of K per scale; 0: one scale per output column")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--accuracy_level", choices=("0", "4"),
+                        help="also write config.pbtxt in the model's folder (OUT/../..) with "
+                             "this accuracy_level: 4 runs the model on 8-bit activations "
+                             "(docs/quantized-models.md)")
     args = parser.parse_args()
     if args.block_size < 0:
         parser.error("--block_size must be >= 0")
@@ -209,6 +258,11 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     onnx.save_model(quantized, args.output, save_as_external_data=True,
                     all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    if args.accuracy_level is not None:
+        config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.output))),
+                              "config.pbtxt")
+        with open(config, "w") as f:
+            f.write(accuracy_level_config(args.accuracy_level))
     rel, worst = report_error(quantized, w, dequantized, np.random.default_rng(args.seed))
     kind = ("UINT" if args.asymmetric else "INT") + str(args.bits)
     grain = f"blocks of {args.block_size}" if args.block_size else "per column"

@@ -35,39 +35,9 @@ K, N, G, S = 80, 24, 4, 2
 LEVEL_4 = 'parameters { key: "accuracy_level" value { string_value: "4" } }\n'
 
 
-def quantize_rows(x, block):
-    """Rows of x in blocks of K: int8 integers, scales and block sums, as the server makes
-    them (the last block may be short)."""
-    m, k = x.shape
-    blocks = -(-k // block)
-    q = np.zeros((m, k), np.int64)
-    scale = np.zeros((m, blocks), np.float32)
-    for b in range(blocks):
-        part = x[:, b * block:(b + 1) * block].astype(np.float32)
-        amax = np.abs(part).max(axis=1)
-        inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(
-            np.float32)
-        q[:, b * block:(b + 1) * block] = np.clip(np.rint(part * inv[:, None]), -127, 127)
-        scale[:, b] = (amax / np.float32(127)).astype(np.float32)
-    return q, scale
-
-
 def same_arithmetic(x, q_w, w_scale, w_zero, block_size):
-    """out[m, n] = sum_b s_a[m, b] s_w[b, n] (sum_t q_a q_w - z_w[b, n] sum_t q_a), in float64,
-    for weights [K, N] quantized per column (block_size 0) or in blocks of K rows."""
-    k = x.shape[1]
-    block = block_size if block_size > 0 else 32
-    q_a, s_a = quantize_rows(x, block)
-    out = np.zeros((x.shape[0], q_w.shape[1]))
-    for b in range(-(-k // block)):
-        rows = slice(b * block, (b + 1) * block)
-        dot = q_a[:, rows] @ q_w[rows]
-        asum = q_a[:, rows].sum(axis=1)
-        s_w = w_scale[b] if block_size > 0 else w_scale
-        z = (w_zero[b] if block_size > 0 else w_zero) if w_zero is not None else 0
-        out += s_a[:, b:b + 1].astype(np.float64) * s_w * (dot - np.outer(asum, np.ones(
-            q_w.shape[1])) * z)
-    return out
+    """accuracy_level 4's arithmetic in float64 (scripts/quantize_model.py)."""
+    return quantize_model.int8_activation_matmul(x, q_w, w_scale, w_zero, block_size)
 
 
 class Int8ActivationsTest(GemmServeTestCase):

@@ -72,7 +72,7 @@ for _bits, _asym, _block, _dt in CASES:
 _EXAMPLE = tempfile.mkdtemp(prefix="gemmserve-example-")
 subprocess.run([sys.executable, os.path.join(_ROOT, "scripts", "make_model_repository.py"),
                 _EXAMPLE], check=True, stdout=subprocess.DEVNULL)
-for _name in ("moe", "moe_int4"):
+for _name in ("moe", "moe_int4", "moe_int4_a8"):
     shutil.copytree(os.path.join(_EXAMPLE, _name), os.path.join(_REPO, "example_" + _name))
 shutil.rmtree(_EXAMPLE)
 
@@ -123,6 +123,24 @@ class QuantizedModelsTest(GemmServeTestCase):
                                      to_wire("FP32", bias), "FP32", "moe_int4")
         rel = np.linalg.norm(quantized - original) / np.linalg.norm(original)
         self.assertLess(rel, 0.15, "INT4 in blocks of 32 against FP32")
+        self.assertGreater(rel, 0.0)
+
+    def test_the_example_moe_int4_a8_is_moe_int4_on_8_bit_activations(self):
+        """accuracy_level 4 in its config.pbtxt: reported, and near moe_int4's answer."""
+        config = self.stub.ModelConfig(pb2.ModelConfigRequest(name="example_moe_int4_a8"),
+                                       timeout=10).config
+        self.assertEqual(config.parameters["accuracy_level"].string_value, "4")
+        rng = np.random.default_rng(174)
+        x = rng.standard_normal((8, 512)).astype(np.float32)
+        idx = rng.integers(0, 16, (8, 2)).astype(np.int64)
+
+        def run(name):
+            return decode_outputs(self.infer(make_infer_request(
+                "example_" + name, [("tokens", x), ("routing", idx)])))["expert_out"]
+
+        approx, exact = run("moe_int4_a8"), run("moe_int4")
+        rel = np.abs(approx - exact).max() / np.abs(exact).max()
+        self.assertLess(rel, 3e-2)
         self.assertGreater(rel, 0.0)
 
     def test_http_answers_equal_grpc_byte_for_byte(self):
