@@ -989,11 +989,9 @@ void PrintHelp() {
 namespace bench {  // bench_harness.h, for the families in their own files
 
 int Threads() { return g_threads; }
-void FailCase(benchmark::State& state, const std::string& why) {
-  gemmserve::FailCase(state, why);
-}
-std::optional<double> CheckAndTime(benchmark::State& state, const std::string& name,
-                                   Tensor* output, const std::function<absl::Status()>& call,
+void FailCase(benchmark::State& state, const std::string& why) { gemmserve::FailCase(state, why); }
+std::optional<double> CheckAndTime(benchmark::State& state, const std::string& name, Tensor* output,
+                                   const std::function<absl::Status()>& call,
                                    const std::function<absl::Status()>& check,
                                    const std::function<void()>& before_each) {
   return gemmserve::CheckAndTime(state, name, output, call, check, before_each);

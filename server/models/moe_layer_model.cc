@@ -372,9 +372,12 @@ absl::Status CheckSpec(const MoeLayerSpec& spec) {
   GEMMSERVE_RETURN_IF_ERROR(CheckRoutingInputs(spec, t));
   if (spec.accuracy_level != 0) {  // every projection quantized
     const std::pair<const std::optional<MoeWeightsSpec>*, const char*> all[] = {
-        {&spec.gate_up, "the gate/up weights"},   {&spec.gate, "the gate weights"},
-        {&spec.up, "the up weights"},             {&spec.shared_gate, "the shared gate weights"},
-        {&spec.shared_up, "the shared up weights"}, {&spec.shared_down, "the shared down weights"}};
+        {&spec.gate_up, "the gate/up weights"},
+        {&spec.gate, "the gate weights"},
+        {&spec.up, "the up weights"},
+        {&spec.shared_gate, "the shared gate weights"},
+        {&spec.shared_up, "the shared up weights"},
+        {&spec.shared_down, "the shared down weights"}};
     for (const auto& [w, what] : all) {
       if (!w->has_value()) continue;
       GEMMSERVE_RETURN_IF_ERROR(CheckAccuracyLevel(

@@ -115,10 +115,9 @@ class ResidentMatMulModel final : public Model {
                        " ", ShapeToString(a.shape)));
     }
     GEMMSERVE_ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a.shape, b_shape_));
-    return std::make_unique<PreparedResidentMatMul>(std::move(plan), a, spec_.output_name,
-                                                    packed_.has_value(),
-                                                    spec_.b_quantized.has_value(),
-                                                    spec_.accuracy_level == 4);
+    return std::make_unique<PreparedResidentMatMul>(
+        std::move(plan), a, spec_.output_name, packed_.has_value(), spec_.b_quantized.has_value(),
+        spec_.accuracy_level == 4);
   }
 
   std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,

@@ -193,11 +193,10 @@ namespace {
 // its status to every request it had not answered; a request that failed on
 // its own keeps its own error; one left unanswered after success is INTERNAL.
 TEST(RunRowsTogetherTest, AWholeBatchFailureReachesEveryUnansweredRequest) {
-  std::vector<InferOutputs> failed =
-      RunRowsTogether(3, [](std::vector<InferOutputs>* results) {
-        (*results)[1] = absl::InvalidArgumentError("request 1: bad ids");
-        return absl::ResourceExhaustedError("the batch's rows");
-      });
+  std::vector<InferOutputs> failed = RunRowsTogether(3, [](std::vector<InferOutputs>* results) {
+    (*results)[1] = absl::InvalidArgumentError("request 1: bad ids");
+    return absl::ResourceExhaustedError("the batch's rows");
+  });
   ASSERT_EQ(failed.size(), 3u);
   EXPECT_EQ(failed[0].status(), absl::ResourceExhaustedError("the batch's rows"));
   EXPECT_EQ(failed[1].status(), absl::InvalidArgumentError("request 1: bad ids"));

@@ -180,7 +180,8 @@ std::vector<GemmProblem> GateUpProblems(const MoeLayer& layer, const MoeLayerCal
     }
     for (const auto& [proj, column] : projections) {
       const int64_t n = w.gate_up != nullptr ? 2 * w.i : w.i;
-      GemmProblem p = ProjectionProblem(type, *proj, w.group, part.segment.rows, k, n, layer.int8_activations);
+      GemmProblem p =
+          ProjectionProblem(type, *proj, w.group, part.segment.rows, k, n, layer.int8_activations);
       p.a = call.x;
       p.lda = k;
       p.a_rows = sorted.token.data() + part.segment.begin;
@@ -218,7 +219,8 @@ std::vector<GemmProblem> DownProblems(const MoeLayer& layer, const std::vector<W
   std::vector<GemmProblem> problems;
   for (const WavePart& part : parts) {
     const ExpertWeights w = WeightsOf(layer, part.segment.expert);
-    GemmProblem p = ProjectionProblem(layer.type, *w.down, w.group, part.segment.rows, w.i, k, layer.int8_activations);
+    GemmProblem p = ProjectionProblem(layer.type, *w.down, w.group, part.segment.rows, w.i, k,
+                                      layer.int8_activations);
     p.a = static_cast<uint8_t*>(tile) + part.tile_row * ld * es;
     p.lda = ld;
     p.c = static_cast<uint8_t*>(down) + part.tile_row * k * es;
@@ -369,10 +371,12 @@ int64_t WeightBytesRead(const MoeLayer& layer, const SortedPairs& sorted) {
       if (proj == nullptr) continue;
       const int64_t n = w.gate_up != nullptr ? 2 * w.i : w.i;
       bytes = SaturatingAdd(
-          bytes, GemmWeightBytes({ProjectionProblem(layer.type, *proj, w.group, 1, layer.k, n, false)}));
+          bytes,
+          GemmWeightBytes({ProjectionProblem(layer.type, *proj, w.group, 1, layer.k, n, false)}));
     }
     bytes = SaturatingAdd(
-        bytes, GemmWeightBytes({ProjectionProblem(layer.type, *w.down, w.group, 1, w.i, layer.k, false)}));
+        bytes,
+        GemmWeightBytes({ProjectionProblem(layer.type, *w.down, w.group, 1, w.i, layer.k, false)}));
   }
   if (layer.router != nullptr) bytes = SaturatingAdd(bytes, layer.router->byte_size());
   return bytes;

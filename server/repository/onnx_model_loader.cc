@@ -161,12 +161,9 @@ absl::StatusOr<std::unique_ptr<Model>> WithContext(absl::StatusOr<std::unique_pt
   return m;
 }
 
-absl::StatusOr<std::unique_ptr<Model>> LoadMatMul(const onnx::NodeProto& node,
-                                                  const OpInputs& inputs,
-                                                  std::optional<QuantizedWeights> quantized,
-                                                  const std::string& version,
-                                                  const OnnxLoadOptions& options,
-                                                  const Context& ctx) {
+absl::StatusOr<std::unique_ptr<Model>> LoadMatMul(
+    const onnx::NodeProto& node, const OpInputs& inputs, std::optional<QuantizedWeights> quantized,
+    const std::string& version, const OnnxLoadOptions& options, const Context& ctx) {
   if (node.input_size() != 2) return ctx.Invalid("MatMul needs two inputs, A and B");
   ResidentMatMulSpec spec;
   spec.accuracy_level = options.accuracy_level;
@@ -182,12 +179,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadMatMul(const onnx::NodeProto& node,
   return WithContext(MakeResidentMatMulModel(std::move(spec)), ctx);
 }
 
-absl::StatusOr<std::unique_ptr<Model>> LoadGroupedMatMul(const onnx::NodeProto& node,
-                                                         const OpInputs& inputs,
-                                                         std::optional<QuantizedWeights> quantized,
-                                                         const std::string& version,
-                                                         const OnnxLoadOptions& options,
-                                                         const Context& ctx) {
+absl::StatusOr<std::unique_ptr<Model>> LoadGroupedMatMul(
+    const onnx::NodeProto& node, const OpInputs& inputs, std::optional<QuantizedWeights> quantized,
+    const std::string& version, const OnnxLoadOptions& options, const Context& ctx) {
   if (node.input_size() < 3 || node.input_size() > 4) {
     return ctx.Invalid("GroupedMatMul needs 3 or 4 inputs: input, weights, group_indices, [bias]");
   }

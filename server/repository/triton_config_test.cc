@@ -108,8 +108,8 @@ TEST(TritonConfigTest, TextThatDoesNotStartWithABraceIsConfigPbtxt) {
 // and without a dynamic_batching block: "0" or "4", anything else refused by
 // name.
 TEST(TritonConfigTest, AccuracyLevelIsZeroOrFour) {
-  auto pbtxt = ParseLoadConfig(
-      R"(parameters { key: "accuracy_level" value { string_value: "4" } })");
+  auto pbtxt =
+      ParseLoadConfig(R"(parameters { key: "accuracy_level" value { string_value: "4" } })");
   ASSERT_TRUE(pbtxt.ok()) << pbtxt.status();
   EXPECT_EQ(*AccuracyLevel(*pbtxt), 4);
   auto json = ParseLoadConfig(R"({"parameters": {"accuracy_level": {"string_value": "0"}}})");
@@ -117,8 +117,8 @@ TEST(TritonConfigTest, AccuracyLevelIsZeroOrFour) {
   EXPECT_EQ(*AccuracyLevel(*json), 0);
   EXPECT_EQ(*AccuracyLevel(inference::ModelConfig()), 0);
   for (const char* bad : {"3", "1", "", "04", "four"}) {
-    auto config = ParseLoadConfig(absl::StrCat(
-        R"({"parameters": {"accuracy_level": {"string_value": ")", bad, R"("}}})"));
+    auto config = ParseLoadConfig(
+        absl::StrCat(R"({"parameters": {"accuracy_level": {"string_value": ")", bad, R"("}}})"));
     EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(config.status().message(), HasSubstr("accuracy_level")) << bad;
     auto text = ParseLoadConfig(absl::StrCat(
