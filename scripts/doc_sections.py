@@ -69,3 +69,38 @@ def run_gemmserve_bench(build, threads, repetitions, case_filter, out):
                     "--benchmark_out_format=json"], check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:
         return json.load(f)
+
+
+def bench_report_main(description, section, case_filter, module, plot_name, repetitions, root):
+    """The command line of a report over gemmserve-bench cases (quantized_benchmark.py,
+    moe_layer_benchmark.py): runs the cases matching `case_filter` (or re-renders --from_json),
+    turns the run into results with module.results_from_run, writes `section` with
+    module.render and the plot with module.plot, and prints module.targets."""
+    import argparse
+    import time
+    parser = argparse.ArgumentParser(description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", default=os.path.join(root, "build"))
+    parser.add_argument("--repetitions", type=int, default=repetitions)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--plot", default=os.path.join(root, "docs", plot_name))
+    add_arguments(parser, root)
+    args = parser.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            results = json.load(f)
+        results["note"] = args.note
+    else:
+        out = args.json or f"/tmp/gemmserve-{section}.json"
+        run = run_gemmserve_bench(args.build, args.threads, args.repetitions, case_filter,
+                                  out + ".bench")
+        results = module.results_from_run(
+            run, {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu_model(),
+                  "threads": args.threads, "repetitions": args.repetitions, "note": args.note})
+        with open(out, "w") as f:
+            json.dump(results, f, indent=1)
+    write_section(args.doc, section, module.render(results))
+    module.plot(results, args.plot)
+    for what, got, want, met in module.targets(results):
+        print(f"{what}: {got:.2f} (wanted {want}){'' if met else '  NOT MET'}")
+    return 0

@@ -18,13 +18,10 @@ measured just before and after its group (Limit/read_bandwidth, Limit/sgemm/2048
   spread of the two cases' own repetitions counted as equal).
 Times are medians of the repetitions.
 """
-import argparse
-import json
 import os
 import re
 import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -227,34 +224,8 @@ def plot(results, path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--repetitions", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "moe-layer-benchmark.png"))
-    doc_sections.add_arguments(parser, ROOT)
-    args = parser.parse_args()
-    if args.from_json:
-        with open(args.from_json) as f:
-            results = json.load(f)
-        results["note"] = args.note
-        doc_sections.write_section(args.doc, SECTION, render(results))
-        plot(results, args.plot)
-        return 0
-    out = args.json or "/tmp/gemmserve-moe-layer-bench.json"
-    run = doc_sections.run_gemmserve_bench(args.build, args.threads, args.repetitions, FILTER,
-                                           out + ".bench")
-    results = results_from_run(run, {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                     "cpu": doc_sections.cpu_model(), "threads": args.threads,
-                                     "repetitions": args.repetitions, "note": args.note})
-    with open(out, "w") as f:
-        json.dump(results, f, indent=1)
-    doc_sections.write_section(args.doc, SECTION, render(results))
-    plot(results, args.plot)
-    for what, got, want, met in targets(results):
-        print(f"{what}: {got:.2f} (wanted {want}){'' if met else '  NOT MET'}")
-    return 0
+    return doc_sections.bench_report_main(__doc__, SECTION, FILTER, sys.modules[__name__],
+                                          "moe-layer-benchmark.png", 3, ROOT)
 
 
 if __name__ == "__main__":

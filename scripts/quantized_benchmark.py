@@ -15,12 +15,9 @@ figure is a ratio within the run:
 - M = 64 and 256: BF16 resident's time on the same shape over this one.
 Times are medians of the repetitions.
 """
-import argparse
-import json
 import os
 import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -193,36 +190,8 @@ def plot(results, path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--repetitions", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "quantized-benchmark.png"))
-    doc_sections.add_arguments(parser, ROOT)
-    args = parser.parse_args()
-    if args.from_json:
-        with open(args.from_json) as f:
-            results = json.load(f)
-        results["note"] = args.note
-        doc_sections.write_section(args.doc, SECTION, render(results))
-        plot(results, args.plot)
-        return 0
-    out = args.json or "/tmp/gemmserve-quantized-bench.json"
-    run = doc_sections.run_gemmserve_bench(args.build, args.threads, args.repetitions, FILTER,
-                                           out + ".bench")
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), "?")
-    results = results_from_run(run, {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                     "cpu": cpu, "threads": args.threads,
-                                     "repetitions": args.repetitions, "note": args.note})
-    with open(out, "w") as f:
-        json.dump(results, f, indent=1)
-    doc_sections.write_section(args.doc, SECTION, render(results))
-    plot(results, args.plot)
-    for what, got, want, met in targets(results):
-        print(f"{what}: {got:.2f} (wanted {want}){'' if met else '  NOT MET'}")
-    return 0
+    return doc_sections.bench_report_main(__doc__, SECTION, FILTER, sys.modules[__name__],
+                                          "quantized-benchmark.png", 5, ROOT)
 
 
 if __name__ == "__main__":
