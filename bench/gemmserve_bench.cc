@@ -4,7 +4,8 @@
 //   GroupedMatMul/<impl>/<dtype>/<shape>/<M>   impl: fused (RunGroupedMatMul),
 //                                              resident, resident_int8 and
 //                                              resident_int4 (weights kept
-//                                              quantized), per_group_loop,
+//                                              quantized), resident_int8_a8 and
+//                                              resident_int4_a8 (accuracy_level 4), per_group_loop,
 //                                              onnx_decomposition, and onednn
 //                                              (FP32, BF16) where built with
 //                                              oneDNN (onednn_baseline.h)
@@ -75,6 +76,7 @@
 #include "bench/onednn_baseline.h"
 #endif
 #include "bench/row_check.h"
+#include "server/ops/kernels/int8_dot.h"
 #include "server/common/status_macros.h"
 #include "server/ops/grouped_matmul.h"
 #include "server/ops/packed_weights.h"
@@ -133,6 +135,11 @@ constexpr int64_t kNaiveMaxSize = 512;
 // resident model runs it; where the type has no panels, as kFused. kOneDnn:
 // the same resident model on oneDNN's matmul (onednn_baseline.h): weights
 // reordered once, primitives made at set-up, experts run one after another.
+// kResidentInt8A8 / kResidentInt4A8: those weights with accuracy_level 4
+// (issue 42): 8-bit activations and integer dot products, the weights
+// repacked at load where the AVX512-VNNI kernel runs; checked against the
+// exact path on the same weights within the setting's error (3e-2 of the
+// largest output).
 // kResidentInt8 / kResidentInt4: the same weights kept quantized (issue 17),
 // symmetric INT8 or INT4 in blocks of kBenchQuantBlock rows of K with one
 // scale per (block, column), dequantized in registers by the fused kernel;
@@ -142,6 +149,8 @@ enum class GroupedImpl {
   kResident,
   kResidentInt8,
   kResidentInt4,
+  kResidentInt8A8,
+  kResidentInt4A8,
   kOneDnn,
   kPerGroupLoop,
   kOnnxDecomposition
@@ -160,6 +169,8 @@ const char* ImplLabel(GroupedImpl impl) {
     case GroupedImpl::kResident: return "resident";
     case GroupedImpl::kResidentInt8: return "resident_int8";
     case GroupedImpl::kResidentInt4: return "resident_int4";
+    case GroupedImpl::kResidentInt8A8: return "resident_int8_a8";
+    case GroupedImpl::kResidentInt4A8: return "resident_int4_a8";
     case GroupedImpl::kOneDnn: return "onednn";
     case GroupedImpl::kPerGroupLoop: return "per_group_loop";
     case GroupedImpl::kOnnxDecomposition: return "onnx_decomposition";
@@ -528,6 +539,7 @@ struct GroupedCall {
   int64_t group_bytes = 0;   // read of one group per call
   int64_t expert_bytes = 0;  // of one group with its scales: the memory floor's bytes
   const Tensor* reference_weights = nullptr;
+  std::function<absl::Status()> check;  // set: replaces the row check against reference_weights
 };
 
 GroupedCall RowMajorCall(const Tensor& w, int64_t expert_bytes) {
@@ -564,28 +576,72 @@ absl::StatusOr<GroupedCall> ResidentCall(const GroupedSpec& spec, Cache& cache, 
   return g;
 }
 
+// The case on weights `qw` with accuracy_level 4: 8-bit activations.
+absl::Status RunLevel4(GroupedCase& c, const QuantizedWeights& qw) {
+  GEMMSERVE_ASSIGN_OR_RETURN(GroupedMatMulWork work,
+                             BuildGroupedMatMulWork(c.plan, c.input, qw, c.indices, nullptr,
+                                                    &c.output));
+  for (GemmProblem& p : work.problems) p.int8_activations = true;
+  return RunGemmProblems(work.problems, g_threads);
+}
+
+// A level-4 output against the exact path on the same weights: within the
+// setting's error, 3e-2 of the largest output (docs/quantized-models.md).
+absl::Status CheckAgainstExact(const GroupedCase& c, const QuantizedWeights& qw) {
+  GEMMSERVE_ASSIGN_OR_RETURN(Tensor exact, Tensor::Allocate(c.output.type(), c.output.shape()));
+  GEMMSERVE_RETURN_IF_ERROR(
+      RunGroupedMatMul(c.plan, c.input, qw, c.indices, nullptr, &exact, g_threads));
+  double max_ref = 0, max_err = 0;
+  for (int64_t i = 0; i < exact.num_elements(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(double{ValueAt(exact, i)}));
+    max_err = std::max(max_err, std::fabs(double{ValueAt(c.output, i)} - ValueAt(exact, i)));
+  }
+  if (!(max_err <= 3e-2 * max_ref)) {
+    return absl::InternalError(absl::StrCat("accuracy_level 4 differs from the exact path by ",
+                                            max_err, " of ", max_ref));
+  }
+  return absl::OkStatus();
+}
+
 // INT8 or INT4 weights kept quantized, checked against their dequantized values.
 absl::StatusOr<GroupedCall> QuantizedCall(const GroupedSpec& spec, Cache& cache, const Tensor& w,
                                           GroupedCase& c, const std::string& weights_key) {
-  const QuantizedType qt =
-      spec.impl == GroupedImpl::kResidentInt8 ? QuantizedType::kInt8 : QuantizedType::kInt4;
+  const bool a8 =
+      spec.impl == GroupedImpl::kResidentInt8A8 || spec.impl == GroupedImpl::kResidentInt4A8;
+  const QuantizedType qt = spec.impl == GroupedImpl::kResidentInt8 ||
+                                   spec.impl == GroupedImpl::kResidentInt8A8
+                               ? QuantizedType::kInt8
+                               : QuantizedType::kInt4;
+  // One quantized copy for both levels (the level-4 cases follow theirs).
   GEMMSERVE_ASSIGN_OR_RETURN(
       QuantizedBenchWeights * quantized,
-      cache.quantized_weights.Get(absl::StrCat(weights_key, "/", ImplLabel(spec.impl)),
+      cache.quantized_weights.Get(absl::StrCat(weights_key, "/", QuantizedBytes(qt, 2)),
                                   [&] { return QuantizeForBench(w, qt); }));
+  if (a8) {
+    GEMMSERVE_RETURN_IF_ERROR(quantized->quantized.PackForInt8Activations().status());
+  }
   const QuantizedWeights& qw = quantized->quantized;
   GroupedCall g;
   g.reference_weights = &quantized->dequantized;
   g.call = [&c, &qw] {
     return RunGroupedMatMul(c.plan, c.input, qw, c.indices, nullptr, &c.output, g_threads);
   };
-  // The integers of the group and its scales are what a call reads.
-  g.group_weights = [&qw](int64_t group) {
+  // The integers of the group and its scales are what a call reads (the
+  // level-4 copy where it was made).
+  g.group_weights = [&qw, a8](int64_t group) {
     const QuantizedMatrix& m = qw.group(group);
+    if (a8 && m.int8_packed != nullptr) return static_cast<const void*>(m.int8_packed);
     return static_cast<const void*>(m.data + QuantizedBytes(m.type, m.first));
   };
   g.group_bytes = QuantizedBytes(qt, spec.shape.k * spec.shape.n);
   g.expert_bytes = qw.group_bytes();
+  if (a8) {
+    g.call = [&c, &qw] { return RunLevel4(c, qw); };
+    g.check = [&c, &qw] { return CheckAgainstExact(c, qw); };
+    if (qw.group(0).int8_packed != nullptr) {
+      g.group_bytes = Int8PackedBytes(qw.group(0), Int8ActivationBlock(qw.group(0)));
+    }
+  }
   return g;
 }
 
@@ -622,7 +678,9 @@ absl::StatusOr<GroupedCall> BindGrouped(const GroupedSpec& spec, Cache& cache, c
       return g;
     case GroupedImpl::kResident: return ResidentCall(spec, cache, w, c, weights_key);
     case GroupedImpl::kResidentInt8:
-    case GroupedImpl::kResidentInt4: return QuantizedCall(spec, cache, w, c, weights_key);
+    case GroupedImpl::kResidentInt4:
+    case GroupedImpl::kResidentInt8A8:
+    case GroupedImpl::kResidentInt4A8: return QuantizedCall(spec, cache, w, c, weights_key);
     case GroupedImpl::kOneDnn: return OneDnnCall(spec, cache, w, c, weights_key);
     case GroupedImpl::kPerGroupLoop:
       g.call = [&] { return RunPerGroupLoop(c.plan, c.input, w, c.indices, &c.output, g_threads); };
@@ -678,6 +736,7 @@ void BenchGrouped(benchmark::State& state, const GroupedSpec& spec) {
     };
   }
   auto check = [&] {
+    if (g.check) return g.check();
     return CheckGroupedMatMulSample(c.plan, c.input, *g.reference_weights, c.indices, c.output);
   };
   const std::optional<double> seconds = CheckAndTime(state, spec.name, &c.output, g.call, check,
@@ -872,7 +931,9 @@ void RegisterAll() {
   const GroupedImpl impls[] = {GroupedImpl::kFused,
                                GroupedImpl::kResident,
                                GroupedImpl::kResidentInt8,
+                               GroupedImpl::kResidentInt8A8,
                                GroupedImpl::kResidentInt4,
+                               GroupedImpl::kResidentInt4A8,
                                GroupedImpl::kOneDnn,
                                GroupedImpl::kPerGroupLoop,
                                GroupedImpl::kOnnxDecomposition};
@@ -882,7 +943,8 @@ void RegisterAll() {
         for (GroupedImpl impl : impls) {
           if (impl == GroupedImpl::kOneDnn && !with_onednn(type)) continue;
           const bool quantized =
-              impl == GroupedImpl::kResidentInt8 || impl == GroupedImpl::kResidentInt4;
+              impl == GroupedImpl::kResidentInt8 || impl == GroupedImpl::kResidentInt4 ||
+              impl == GroupedImpl::kResidentInt8A8 || impl == GroupedImpl::kResidentInt4A8;
           if (quantized && type == DataType::kFP64) continue;  // no FP64 scales in ONNX
           RegisterGrouped(impl, type, shape, m, Routing::kUniform);
         }
