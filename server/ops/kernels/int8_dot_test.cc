@@ -315,5 +315,50 @@ TEST(Int8DotTest, ThroughTheSchedulerEachProblemGetsItsRows) {
   }
 }
 
+// Half-precision problems: activations read as FP16 or BF16, the result
+// rounded once to the type, as the kernel's FP32 result rounds.
+TEST(Int8DotTest, HalfTypesReadTheirActivationsAndRoundTheResultOnce) {
+  const int64_t k = 96, n = 40, m = 3;
+  std::mt19937_64 rng(41);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Weights w(QuantizedType::kInt4, k, n, 32, false, 3);
+  for (DataType type : {DataType::kFP16, DataType::kBF16}) {
+    SCOPED_TRACE(DataTypeName(type));
+    std::vector<uint16_t> a(m * k), c(m * n, 0);
+    for (uint16_t& v : a) {
+      const float f = dist(rng);
+      v = type == DataType::kFP16 ? FloatToHalf(f) : FloatToBFloat16(f);
+    }
+    w.m.value_type = type;
+    GemmProblem p;
+    p.type = type;
+    p.m = m;
+    p.k = k;
+    p.n = n;
+    p.a = a.data();
+    p.lda = k;
+    p.c = c.data();
+    p.ldc = n;
+    p.b_quantized = &w.m;
+    p.int8_activations = true;
+    ASSERT_TRUE(RunGemmProblems({p}, 2).ok());
+    Int8Rows q;
+    QuantizeInt8Rows(type, a.data(), k, m, k, Int8ActivationBlock(w.m), &q);
+    std::vector<float> want(m * n, 0.0f);
+    Int8DotAccumulate(m, nullptr, q, 0, k, w.m, want.data(), n);
+    for (size_t e = 0; e < c.size(); ++e) {
+      const float got = type == DataType::kFP16 ? HalfToFloat(c[e]) : BFloat16ToFloat(c[e]);
+      const uint16_t rounded =
+          type == DataType::kFP16 ? FloatToHalf(want[e]) : FloatToBFloat16(want[e]);
+      const float expected =
+          type == DataType::kFP16 ? HalfToFloat(rounded) : BFloat16ToFloat(rounded);
+      // One rounding of a sum the scheduler may add in another order: at most an ulp apart.
+      EXPECT_NEAR(got, expected,
+                  std::fabs(expected) * (type == DataType::kFP16 ? 1e-3 : 8e-3) + 1e-6)
+          << e;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gemmserve
