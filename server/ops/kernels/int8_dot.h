@@ -94,11 +94,17 @@ namespace int8_dot_internal {
 // that hold each to the portable one bit for bit. The AVX512-VNNI build runs
 // vpdpbusd on four K rows of sixteen columns interleaved in registers, the
 // weights made unsigned (+128 for INT8, +8 for INT4, folded into the zero
-// point's correction); 4-bit rows that start mid-byte take the portable path.
+// point's correction); 4-bit rows that start mid-byte take the portable path
+// (in every build).
 void Int8DotGeneric(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
                     int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc);
 void Int8DotAvx512Vnni(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
                        int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc);
+// The AVX2 build (CPUs without AVX512-VNNI): two K rows widened to int16 and
+// vpmaddwd, exact in int32 (vpmaddubsw's int16 sums would saturate on 8-bit
+// weights); row-major weights only.
+void Int8DotAvx2(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
+                 int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc);
 }  // namespace int8_dot_internal
 
 }  // namespace gemmserve

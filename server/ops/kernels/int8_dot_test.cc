@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/ops/gemm_scheduler.h"
+#include "server/ops/kernels/cpu_features.h"
 #include "server/ops/kernels/kernel_set.h"
 #include "server/tensor/half.h"
 
@@ -222,9 +223,16 @@ TEST(Int8DotTest, CloseToDequantizeThenMatMul) {
 // block of 5 and of 16, zero points), N not a multiple of the 16 lanes,
 // rows in groups of four and a remainder, K slices on block boundaries.
 TEST(Int8DotTest, EveryBuildEqualsThePortableOneBitForBit) {
-  if (std::string(Kernels().int8_dot_isa) == "generic") {
-    GTEST_SKIP() << "this CPU runs only the portable build (no AVX512-VNNI)";
+  const CpuFeatures& cpu = Cpu();
+  using Build = void (*)(int64_t, const int64_t*, const Int8Rows&, int64_t, int64_t,
+                         const QuantizedMatrix&, float*, int64_t);
+  std::vector<std::pair<const char*, Build>> builds;  // each build this CPU (under its cap) runs
+  if (cpu.Avx512Build() && cpu.avx512_vnni) {
+    builds.push_back({"avx512_vnni", int8_dot_internal::Int8DotAvx512Vnni});
   }
+  if (cpu.Avx2Build()) builds.push_back({"avx2", int8_dot_internal::Int8DotAvx2});
+  if (builds.empty()) GTEST_SKIP() << "this CPU runs only the portable build (no AVX2)";
+  const bool vnni = builds[0].first == std::string("avx512_vnni");
   std::mt19937_64 rng(31);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (const Layout& l : std::vector<Layout>{{QuantizedType::kInt8, 0, false},
@@ -244,21 +252,28 @@ TEST(Int8DotTest, EveryBuildEqualsThePortableOneBitForBit) {
       const std::vector<int64_t> gather = {6, 1, 1, 3, 0, 5, 2, 4, 6};
       const int64_t rows = static_cast<int64_t>(gather.size());
       const int64_t cut = a.block * std::max<int64_t>(1, (k / a.block) / 2);
-      std::vector<float> portable(rows * n, 0.5f), fast(rows * n, 0.5f), packed(rows * n, 0.5f);
-      // And on the weights repacked at load (PackInt8Weights).
+      std::vector<float> portable(rows * n, 0.5f);
+      for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, cut}, {cut, k}}) {
+        int8_dot_internal::Int8DotGeneric(rows, gather.data(), a, k0, k1, w.m, portable.data(), n);
+      }
+      // Each build on row-major weights, and the VNNI build also on the
+      // weights repacked at load (PackInt8Weights).
       std::vector<uint8_t> repacked(static_cast<size_t>(Int8PackedBytes(w.m, a.block)));
       PackInt8Weights(w.m, a.block, repacked.data());
       QuantizedMatrix on_packed = w.m;
       on_packed.int8_packed = repacked.data();
-      for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, cut}, {cut, k}}) {
-        int8_dot_internal::Int8DotGeneric(rows, gather.data(), a, k0, k1, w.m, portable.data(), n);
-        Kernels().int8_dot(rows, gather.data(), a, k0, k1, w.m, fast.data(), n);
-        Kernels().int8_dot(rows, gather.data(), a, k0, k1, on_packed, packed.data(), n);
-      }
-      for (size_t e = 0; e < portable.size(); ++e) {
-        ASSERT_EQ(FloatBits(fast[e]), FloatBits(portable[e]))
-            << e << ": " << fast[e] << " vs " << portable[e];
-        ASSERT_EQ(FloatBits(packed[e]), FloatBits(portable[e])) << "packed, " << e;
+      std::vector<std::pair<std::string, std::pair<Build, const QuantizedMatrix*>>> runs;
+      for (const auto& [name, build] : builds) runs.push_back({name, {build, &w.m}});
+      if (vnni) runs.push_back({"avx512_vnni packed", {builds[0].second, &on_packed}});
+      for (const auto& [name, run] : runs) {
+        std::vector<float> fast(rows * n, 0.5f);
+        for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, cut}, {cut, k}}) {
+          run.first(rows, gather.data(), a, k0, k1, *run.second, fast.data(), n);
+        }
+        for (size_t e = 0; e < portable.size(); ++e) {
+          ASSERT_EQ(FloatBits(fast[e]), FloatBits(portable[e]))
+              << name << ", " << e << ": " << fast[e] << " vs " << portable[e];
+        }
       }
     }
   }

@@ -37,6 +37,9 @@ KernelSet KernelsFor(const CpuFeatures& f) {
   if (k.avx512 && f.avx512_vnni) {
     k.int8_dot_isa = "avx512_vnni";
     k.int8_dot = int8_dot_internal::Int8DotAvx512Vnni;
+  } else if (k.avx2) {
+    k.int8_dot_isa = "avx2";
+    k.int8_dot = int8_dot_internal::Int8DotAvx2;
   } else {
     k.int8_dot = int8_dot_internal::Int8DotGeneric;
   }
