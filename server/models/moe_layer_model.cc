@@ -12,6 +12,7 @@
 #include "server/common/status_macros.h"
 #include "server/models/resident_common.h"
 #include "server/ops/grouped_matmul.h"
+#include "server/ops/kernels/gemm.h"
 #include "server/tensor/half.h"
 
 namespace gemmserve {
@@ -392,12 +393,11 @@ absl::Status CheckSpec(const MoeLayerSpec& spec) {
 
 absl::StatusOr<Tensor> RouterInFp32(const Tensor& router) {
   GEMMSERVE_ASSIGN_OR_RETURN(Tensor f, Tensor::Allocate(DataType::kFP32, router.shape()));
-  for (int64_t j = 0; j < router.num_elements(); ++j) {
-    switch (router.type()) {
-      case DataType::kFP32: f.data<float>()[j] = router.data<float>()[j]; break;
-      case DataType::kFP16: f.data<float>()[j] = HalfToFloat(router.data<uint16_t>()[j]); break;
-      default: f.data<float>()[j] = BFloat16ToFloat(router.data<uint16_t>()[j]); break;
-    }
+  if (router.type() == DataType::kFP32) {
+    std::memcpy(f.raw_data(), router.raw_data(), static_cast<size_t>(router.byte_size()));
+  } else {
+    HalfToFloatBlock(router.type(), router.data<uint16_t>(), f.data<float>(),
+                     router.num_elements());
   }
   return f;
 }

@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "server/common/allocation.h"
 #include "server/common/status_macros.h"
-#include "server/tensor/half.h"
+#include "server/ops/kernels/gemm.h"
 
 namespace gemmserve {
 namespace {
@@ -60,21 +60,8 @@ SortedPairs SortPairs(const MoeLayer& layer, int64_t m, const int64_t* ids, cons
 // widest expert.
 int64_t TileWidth(const MoeLayer& layer) { return 2 * std::max(layer.i, layer.shared_i); }
 
-float Load(DataType type, const void* p, int64_t j) {
-  switch (type) {
-    case DataType::kFP32: return static_cast<const float*>(p)[j];
-    case DataType::kFP16: return HalfToFloat(static_cast<const uint16_t*>(p)[j]);
-    default: return BFloat16ToFloat(static_cast<const uint16_t*>(p)[j]);
-  }
-}
-
-void Store(DataType type, void* p, int64_t j, float v) {
-  switch (type) {
-    case DataType::kFP32: static_cast<float*>(p)[j] = v; return;
-    case DataType::kFP16: static_cast<uint16_t*>(p)[j] = FloatToHalf(v); return;
-    default: static_cast<uint16_t*>(p)[j] = FloatToBFloat16(v); return;
-  }
-}
+// Half-type values are widened and narrowed in chunks of this many.
+constexpr int64_t kChunk = 256;
 
 float Activate(MoeActivation act, float g) {
   switch (act) {
@@ -90,15 +77,22 @@ float Activate(MoeActivation act, float g) {
 // the workers costs more than a decode step's few rows.
 constexpr int64_t kParallelElements = int64_t{1} << 16;
 
-// a = act(g) * u in one tile row of width 2n: a replaces g.
+// a = act(g) * u in one tile row of width 2n: a replaces g. Half types are
+// widened a chunk at a time and rounded back once, as the graph rounds a.
 void ActivateRow(DataType type, MoeActivation act, void* row, int64_t n) {
   if (type == DataType::kFP32) {
     float* v = static_cast<float*>(row);
     for (int64_t j = 0; j < n; ++j) v[j] = Activate(act, v[j]) * v[n + j];
     return;
   }
-  for (int64_t j = 0; j < n; ++j) {
-    Store(type, row, j, Activate(act, Load(type, row, j)) * Load(type, row, n + j));
+  auto* h = static_cast<uint16_t*>(row);
+  float g[kChunk], u[kChunk];
+  for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
+    const int64_t count = std::min(kChunk, n - j0);
+    HalfToFloatBlock(type, h + j0, g, count);
+    HalfToFloatBlock(type, h + n + j0, u, count);
+    for (int64_t j = 0; j < count; ++j) g[j] = Activate(act, g[j]) * u[j];
+    FloatToHalfBlock(type, g, h + j0, count);
   }
 }
 
@@ -234,7 +228,7 @@ std::vector<GemmProblem> DownProblems(const MoeLayer& layer, const std::vector<W
 // Rows of one token meet in a wave, so threads share the columns, not rows.
 void AccumulateWave(const MoeLayer& layer, const SortedPairs& sorted,
                     const std::vector<WavePart>& parts, const void* down, float* acc, int threads) {
-  constexpr int64_t kColumns = 256;
+  constexpr int64_t kColumns = kChunk;
   const DataType type = layer.type;
   const int64_t es = DataTypeSize(type), k = layer.k;
   int64_t rows = 0;
@@ -249,12 +243,13 @@ void AccumulateWave(const MoeLayer& layer, const SortedPairs& sorted,
         const float weight = sorted.weight[sorted_row];
         float* out = acc + sorted.token[sorted_row] * k;
         const void* y = static_cast<const uint8_t*>(down) + (part.tile_row + r) * k * es;
-        if (type == DataType::kFP32) {
-          const float* yf = static_cast<const float*>(y);
-          for (int64_t j = j0; j < j1; ++j) out[j] += weight * yf[j];
-        } else {
-          for (int64_t j = j0; j < j1; ++j) out[j] += weight * Load(type, y, j);
+        const float* yf = static_cast<const float*>(y) + j0;
+        float widened[kColumns];
+        if (type != DataType::kFP32) {
+          HalfToFloatBlock(type, static_cast<const uint16_t*>(y) + j0, widened, j1 - j0);
+          yf = widened;
         }
+        for (int64_t j = j0; j < j1; ++j) out[j] += weight * yf[j - j0];
       }
     }
   }
@@ -423,8 +418,13 @@ absl::Status RunMoeLayer(const MoeLayer& layer, const MoeLayerCall& call, int th
     GEMMSERVE_RETURN_IF_ERROR(RunWaves(layer, call, sorted, &buf, threads));
     if (layer.type != DataType::kFP32) {  // the one rounding to T
       const int64_t count = m * k;
+      const int64_t chunks = (count + kChunk - 1) / kChunk;
 #pragma omp parallel for num_threads(threads) schedule(static) if (count >= kParallelElements)
-      for (int64_t j = 0; j < count; ++j) Store(layer.type, call.out, j, buf.acc[j]);
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t j0 = c * kChunk;
+        FloatToHalfBlock(layer.type, buf.acc + j0, static_cast<uint16_t*>(call.out) + j0,
+                         std::min(kChunk, count - j0));
+      }
     }
     return absl::OkStatus();
   });

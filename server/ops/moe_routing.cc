@@ -12,7 +12,7 @@
 #include "server/common/allocation.h"
 #include "server/common/status_macros.h"
 #include "server/ops/moe_layer.h"
-#include "server/tensor/half.h"
+#include "server/ops/kernels/gemm.h"
 
 namespace gemmserve {
 
@@ -42,14 +42,10 @@ constexpr int64_t kRouterRows = 256;
 
 // Row r of `x` (T) as floats.
 void WidenRow(DataType type, const void* x, int64_t k, float* dst) {
-  switch (type) {
-    case DataType::kFP32: std::memcpy(dst, x, static_cast<size_t>(k) * sizeof(float)); return;
-    case DataType::kFP16:
-      for (int64_t j = 0; j < k; ++j) dst[j] = HalfToFloat(static_cast<const uint16_t*>(x)[j]);
-      return;
-    default:
-      for (int64_t j = 0; j < k; ++j) dst[j] = BFloat16ToFloat(static_cast<const uint16_t*>(x)[j]);
-      return;
+  if (type == DataType::kFP32) {
+    std::memcpy(dst, x, static_cast<size_t>(k) * sizeof(float));
+  } else {
+    HalfToFloatBlock(type, static_cast<const uint16_t*>(x), dst, k);
   }
 }
 

@@ -7,20 +7,12 @@
 #include <cstring>
 #include <limits>
 
+#include "server/ops/kernels/gemm.h"
 #include "server/ops/kernels/kernel_set.h"
-#include "server/tensor/half.h"
 #include "server/tensor/shape.h"
 
 namespace gemmserve {
 namespace {
-
-float LoadValue(DataType type, const void* a, int64_t i) {
-  switch (type) {
-    case DataType::kFP32: return static_cast<const float*>(a)[i];
-    case DataType::kFP16: return HalfToFloat(static_cast<const uint16_t*>(a)[i]);
-    default: return BFloat16ToFloat(static_cast<const uint16_t*>(a)[i]);
-  }
-}
 
 // One block of one row: its scale, its integers and their sum. A block with
 // a value that is not finite gets a NaN scale (the answer's row is NaN there,
@@ -100,7 +92,13 @@ void QuantizeInt8Rows(DataType type, const void* a, int64_t lda, int64_t rows, i
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < out->blocks; ++b) {
       const int64_t t0 = b * block, count = std::min(block, k - t0);
-      for (int64_t t = 0; t < count; ++t) v[t] = LoadValue(type, a, r * lda + t0 + t);
+      const int64_t at = r * lda + t0;
+      if (type == DataType::kFP32) {
+        std::memcpy(v.data(), static_cast<const float*>(a) + at,
+                    static_cast<size_t>(count) * sizeof(float));
+      } else {
+        HalfToFloatBlock(type, static_cast<const uint16_t*>(a) + at, v.data(), count);
+      }
       QuantizeBlock(v.data(), count, out->q.data() + r * out->ld + t0,
                     out->scale.data() + r * out->blocks + b, out->sum.data() + r * out->blocks + b);
     }
