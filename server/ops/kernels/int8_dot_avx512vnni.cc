@@ -20,6 +20,11 @@ namespace {
 
 constexpr int64_t kColumns = 64;  // a chunk: four registers of sixteen 32-bit lanes
 constexpr int64_t kRowGroup = 4;  // rows accumulated together: the weights loaded once
+// Software prefetch this far ahead in the packed stream (eight units): at
+// decode a row group's weights come from memory, and measured side by side
+// (scripts/bench_side_by_side.py, olmoe M = 1, 4, 64, five runs) this ran
+// 2-14% faster than leaving the stream to the hardware prefetcher alone.
+constexpr int64_t kPrefetchBytes = 2048;
 
 bool IsFour(QuantizedType t) { return t == QuantizedType::kInt4 || t == QuantizedType::kUint4; }
 
@@ -134,6 +139,9 @@ void PackedSums(const Int8Rows& a, const int64_t* src, int64_t t0, int64_t t1, b
   const int8_t* rows[kCount];
   for (int r = 0; r < kCount; ++r) rows[r] = a.q.data() + src[r] * a.ld;
   for (int64_t u = 0; u < units; ++u, packed += 256) {
+    for (int q = 0; q < 4; ++q) {
+      _mm_prefetch(reinterpret_cast<const char*>(packed + kPrefetchBytes + q * 64), _MM_HINT_T0);
+    }
     __m512i v[4];
     for (int q = 0; q < 4; ++q) v[q] = _mm512_loadu_si512(packed + q * 64);
     const int64_t t = t0 + u * (four ? 8 : 4);
