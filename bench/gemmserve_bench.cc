@@ -8,7 +8,11 @@
 //                                              resident_int4_a8 (accuracy_level 4), per_group_loop,
 //                                              onnx_decomposition, and onednn
 //                                              (FP32, BF16) where built with
-//                                              oneDNN (onednn_baseline.h)
+//                                              oneDNN (onednn_baseline.h); ggml
+//                                              (FP32, BF16), ggml_q8_0 and
+//                                              ggml_q4_0 (FP32 values), M <= 256,
+//                                              where --ggml_dir has llama.cpp's
+//                                              libraries (ggml_baseline.h)
 //   GroupedMatMul/<impl>/fp32/<shape>-skewed/<M>  half the tokens share expert 0
 //   MatMul/<impl>/<dtype>/<n>                  impl: fused (RunMatMul), naive
 //   MatMul/fused/fp32/{folded,batched}-<B>x<M>x<K>x<N>
@@ -47,6 +51,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -70,6 +75,7 @@
 #include "benchmark/benchmark.h"
 #include "bench/bench_harness.h"
 #include "bench/bench_inputs.h"
+#include "bench/ggml_baseline.h"
 #include "bench/grouped_matmul_baselines.h"
 #include "bench/moe_layer_bench.h"
 #ifdef GEMMSERVE_HAVE_ONEDNN
@@ -77,6 +83,7 @@
 #endif
 #include "bench/row_check.h"
 #include "server/ops/kernels/int8_dot.h"
+#include "server/ops/kernels/kernel_set.h"
 #include "server/common/status_macros.h"
 #include "server/ops/grouped_matmul.h"
 #include "server/ops/packed_weights.h"
@@ -152,10 +159,19 @@ enum class GroupedImpl {
   kResidentInt8A8,
   kResidentInt4A8,
   kOneDnn,
+  kGgml,
+  kGgmlQ8_0,
+  kGgmlQ4_0,
   kPerGroupLoop,
   kOnnxDecomposition
 };
 constexpr int64_t kBenchQuantBlock = 32;
+// The ggml cases' largest M: ggml's F32 experts took 112 ms a call at olmoe
+// M = 256 (issue 42's table), and the issue's comparison stops there.
+constexpr int64_t kGgmlMaxTokens = 256;
+// llama.cpp's libraries (--ggml_dir or GEMMSERVE_GGML_DIR): null where not
+// given or not loadable, and then no ggml case is registered.
+const GgmlLibrary* g_ggml = nullptr;
 
 #ifdef GEMMSERVE_HAVE_ONEDNN
 constexpr bool kHaveOneDnn = true;
@@ -172,6 +188,9 @@ const char* ImplLabel(GroupedImpl impl) {
     case GroupedImpl::kResidentInt8A8: return "resident_int8_a8";
     case GroupedImpl::kResidentInt4A8: return "resident_int4_a8";
     case GroupedImpl::kOneDnn: return "onednn";
+    case GroupedImpl::kGgml: return "ggml";
+    case GroupedImpl::kGgmlQ8_0: return "ggml_q8_0";
+    case GroupedImpl::kGgmlQ4_0: return "ggml_q4_0";
     case GroupedImpl::kPerGroupLoop: return "per_group_loop";
     case GroupedImpl::kOnnxDecomposition: return "onnx_decomposition";
   }
@@ -294,6 +313,7 @@ struct Cache {
 #ifdef GEMMSERVE_HAVE_ONEDNN
   Slot<OneDnnGroupedMatMul> onednn_weights;  // reordered once per (datatype, shape)
 #endif
+  Slot<GgmlGroupedMatMul> ggml_weights[4];  // per GgmlWeights: the types alternate by M
   Slot<GroupedCase> grouped_case;
   OnnxDecompositionScratch onnx_scratch;
   Slot<MatMulCase> matmul_case;
@@ -310,6 +330,7 @@ struct Cache {
 #ifdef GEMMSERVE_HAVE_ONEDNN
     onednn_weights.Clear();
 #endif
+    for (Slot<GgmlGroupedMatMul>& slot : ggml_weights) slot.Clear();
     grouped_case.Clear();
     onnx_scratch = OnnxDecompositionScratch();
     matmul_case.Clear();
@@ -665,6 +686,66 @@ absl::StatusOr<GroupedCall> OneDnnCall(const GroupedSpec& spec, Cache& cache, co
 #endif
 }
 
+GgmlWeights GgmlTypeOf(const GroupedSpec& spec) {
+  switch (spec.impl) {
+    case GroupedImpl::kGgmlQ8_0: return GgmlWeights::kQ8_0;
+    case GroupedImpl::kGgmlQ4_0: return GgmlWeights::kQ4_0;
+    default: return spec.type == DataType::kBF16 ? GgmlWeights::kBF16 : GgmlWeights::kF32;
+  }
+}
+
+// ggml's output on sampled tokens against the float64 product of the input
+// and ggml's own weights (dequantized by ggml), within the error of what ggml
+// does to the activations: none for F32, BF16 rounding (and the BF16 result)
+// for BF16, Q8_0 blocks for Q8_0 and Q4_0 experts.
+absl::Status CheckGgml(const GroupedCase& c, const Tensor& w, const GgmlGroupedMatMul& ggml,
+                       GgmlWeights type) {
+  const double tolerance = type == GgmlWeights::kF32    ? 1e-4
+                           : type == GgmlWeights::kBF16 ? 1e-2
+                                                        : 3e-2;
+  const int64_t k = c.plan.k, n = c.plan.n, s = c.plan.s;
+  std::map<int64_t, Tensor> experts;
+  double max_ref = 0, max_err = 0;
+  for (int64_t token : {int64_t{0}, c.plan.m / 2, c.plan.m - 1}) {
+    for (int64_t slot = 0; slot < s; ++slot) {
+      const int64_t g = c.indices.data<int64_t>()[token * s + slot];
+      if (experts.count(g) == 0) {
+        GEMMSERVE_ASSIGN_OR_RETURN(experts[g], ggml.GroupAsFloat(w, g));
+      }
+      const float* wf = experts[g].data<float>();
+      for (int64_t j = 0; j < n; ++j) {
+        double ref = 0;
+        for (int64_t t = 0; t < k; ++t)
+          ref += double{ValueAt(c.input, token * k + t)} * wf[t * n + j];
+        max_ref = std::max(max_ref, std::fabs(ref));
+        max_err = std::max(max_err, std::fabs(ValueAt(c.output, (token * s + slot) * n + j) - ref));
+      }
+    }
+  }
+  if (!(max_err <= tolerance * max_ref)) {
+    return absl::InternalError(absl::StrCat("ggml ", GgmlWeightsName(type), " differs from its ",
+                                            "weights' product by ", max_err, " of ", max_ref));
+  }
+  return absl::OkStatus();
+}
+
+// ggml_mul_mat_id over the experts converted once to the case's ggml type.
+absl::StatusOr<GroupedCall> GgmlCall(const GroupedSpec& spec, Cache& cache, const Tensor& w,
+                                     GroupedCase& c, const std::string& weights_key) {
+  const GgmlWeights type = GgmlTypeOf(spec);
+  GEMMSERVE_ASSIGN_OR_RETURN(GgmlGroupedMatMul * ggml,
+                             cache.ggml_weights[static_cast<int>(type)].Get(weights_key, [&] {
+                               return GgmlGroupedMatMul::Create(*g_ggml, w, type, g_threads);
+                             }));
+  GEMMSERVE_RETURN_IF_ERROR(ggml->Prepare(c.plan, c.indices));
+  GroupedCall g;
+  g.call = [&c, ggml] { return ggml->Run(c.plan, c.input, c.indices, &c.output); };
+  g.check = [&c, &w, ggml, type] { return CheckGgml(c, w, *ggml, type); };
+  g.group_weights = [ggml](int64_t group) { return ggml->group_weights(group); };
+  g.group_bytes = g.expert_bytes = ggml->group_bytes();  // its blocks' FP16 scales included
+  return g;
+}
+
 // The case's implementation bound to its weights and data.
 absl::StatusOr<GroupedCall> BindGrouped(const GroupedSpec& spec, Cache& cache, const Tensor& w,
                                         GroupedCase& c, const std::string& weights_key) {
@@ -682,6 +763,9 @@ absl::StatusOr<GroupedCall> BindGrouped(const GroupedSpec& spec, Cache& cache, c
     case GroupedImpl::kResidentInt8A8:
     case GroupedImpl::kResidentInt4A8: return QuantizedCall(spec, cache, w, c, weights_key);
     case GroupedImpl::kOneDnn: return OneDnnCall(spec, cache, w, c, weights_key);
+    case GroupedImpl::kGgml:
+    case GroupedImpl::kGgmlQ8_0:
+    case GroupedImpl::kGgmlQ4_0: return GgmlCall(spec, cache, w, c, weights_key);
     case GroupedImpl::kPerGroupLoop:
       g.call = [&] { return RunPerGroupLoop(c.plan, c.input, w, c.indices, &c.output, g_threads); };
       return g;
@@ -928,20 +1012,27 @@ void RegisterAll() {
   auto with_onednn = [](DataType type) {
     return kHaveOneDnn && (type == DataType::kFP32 || type == DataType::kBF16);
   };
-  const GroupedImpl impls[] = {GroupedImpl::kFused,
-                               GroupedImpl::kResident,
-                               GroupedImpl::kResidentInt8,
-                               GroupedImpl::kResidentInt8A8,
-                               GroupedImpl::kResidentInt4,
-                               GroupedImpl::kResidentInt4A8,
-                               GroupedImpl::kOneDnn,
-                               GroupedImpl::kPerGroupLoop,
-                               GroupedImpl::kOnnxDecomposition};
+  // ggml where loaded: F32 and BF16 experts, Q8_0 and Q4_0 of FP32 values.
+  auto with_ggml = [](GroupedImpl impl, DataType type, int64_t m) {
+    if (impl != GroupedImpl::kGgml && impl != GroupedImpl::kGgmlQ8_0 &&
+        impl != GroupedImpl::kGgmlQ4_0) {
+      return true;
+    }
+    if (g_ggml == nullptr || m > kGgmlMaxTokens) return false;
+    return impl == GroupedImpl::kGgml ? type == DataType::kFP32 || type == DataType::kBF16
+                                      : type == DataType::kFP32;
+  };
+  const GroupedImpl impls[] = {
+      GroupedImpl::kFused,          GroupedImpl::kResident,     GroupedImpl::kResidentInt8,
+      GroupedImpl::kResidentInt8A8, GroupedImpl::kResidentInt4, GroupedImpl::kResidentInt4A8,
+      GroupedImpl::kOneDnn,         GroupedImpl::kGgml,         GroupedImpl::kGgmlQ8_0,
+      GroupedImpl::kGgmlQ4_0,       GroupedImpl::kPerGroupLoop, GroupedImpl::kOnnxDecomposition};
   for (const GroupedShape& shape : kGroupedShapes) {
     for (DataType type : kGroupedTypes) {
       for (int64_t m : kTokenCounts) {
         for (GroupedImpl impl : impls) {
           if (impl == GroupedImpl::kOneDnn && !with_onednn(type)) continue;
+          if (!with_ggml(impl, type, m)) continue;
           const bool quantized =
               impl == GroupedImpl::kResidentInt8 || impl == GroupedImpl::kResidentInt4 ||
               impl == GroupedImpl::kResidentInt8A8 || impl == GroupedImpl::kResidentInt4A8;
@@ -1037,10 +1128,33 @@ void AddCpuContext() {
   benchmark::AddCustomContext("cpu_simd", absl::StrJoin(simd, " "));
 }
 
+// Loads llama.cpp's libraries from `dir` (none: the ggml cases are not
+// registered) and says in the context which ran, or why none.
+void AddGgmlContext(const std::string& dir) {
+  if (dir.empty()) {
+    benchmark::AddCustomContext("ggml", "not run: no --ggml_dir (bench/ggml/install.sh)");
+    return;
+  }
+  absl::StatusOr<const GgmlLibrary*> lib = GgmlLibrary::Load(dir);
+  if (!lib.ok()) {
+    std::fprintf(stderr, "gemmserve-bench: the ggml cases are skipped: %s\n",
+                 lib.status().ToString().c_str());
+    benchmark::AddCustomContext("ggml", absl::StrCat("not run: ", lib.status().message()));
+    return;
+  }
+  g_ggml = *lib;
+  benchmark::AddCustomContext(
+      "ggml", absl::StrCat("ggml ", g_ggml->version(), ", CPU backend ", g_ggml->cpu_variant(),
+                           g_ggml->has_repack() ? ", Q4_0 repacked (CPU_REPACK)"
+                                                : ", no repack buffer: Q4_0 plain"));
+}
+
 void PrintHelp() {
   std::printf(
-      "gemmserve-bench [--threads=N] [Google Benchmark flags]\n"
+      "gemmserve-bench [--threads=N] [--ggml_dir=DIR] [Google Benchmark flags]\n"
       "  --threads=N  threads for every kernel call (default: physical cores, here %d)\n"
+      "  --ggml_dir=DIR  llama.cpp's libraries for the ggml cases (bench/ggml/install.sh;\n"
+      "               default: $GEMMSERVE_GGML_DIR)\n"
       "  --benchmark_min_time defaults to %g s here\n\n",
       PhysicalCores(), kDefaultMinTimeSeconds);
   benchmark::PrintDefaultHelp();
@@ -1079,6 +1193,8 @@ int main(int argc, char** argv) {
   ReexecWithComputeEnvironment(argv);
   const std::string command_line = absl::StrJoin(argv, argv + argc, " ");
   g_threads = PhysicalCores();
+  const char* ggml_env = std::getenv("GEMMSERVE_GGML_DIR");
+  std::string ggml_dir = ggml_env != nullptr ? ggml_env : "";
   std::string default_min_time = absl::StrCat("--benchmark_min_time=", kDefaultMinTimeSeconds);
   std::vector<char*> args = {argv[0], default_min_time.data()};
   for (int i = 1; i < argc; ++i) {
@@ -1088,6 +1204,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--threads: expected a positive integer, got '%s'\n", argv[i]);
         return 2;
       }
+      continue;
+    }
+    if (absl::ConsumePrefix(&arg, "--ggml_dir=")) {
+      ggml_dir = std::string(arg);
       continue;
     }
     args.push_back(argv[i]);  // a later --benchmark_min_time overrides the default
@@ -1104,6 +1224,8 @@ int main(int argc, char** argv) {
   const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
   benchmark::AddCustomContext("omp_wait_policy", wait_policy != nullptr ? wait_policy : "unset");
   AddCpuContext();
+  benchmark::AddCustomContext("int8_dot_kernel", Kernels().int8_dot_isa);
+  AddGgmlContext(ggml_dir);
   RegisterAll();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -71,11 +71,13 @@ def run_gemmserve_bench(build, threads, repetitions, case_filter, out):
         return json.load(f)
 
 
-def bench_report_main(description, section, case_filter, module, plot_name, repetitions, root):
+def bench_report_main(description, section, case_filter, module, plot_name, repetitions, root,
+                      prepare=None):
     """The command line of a report over gemmserve-bench cases (quantized_benchmark.py,
     moe_layer_benchmark.py): runs the cases matching `case_filter` (or re-renders --from_json),
     turns the run into results with module.results_from_run, writes `section` with
-    module.render and the plot with module.plot, and prints module.targets."""
+    module.render and the plot with module.plot, and prints module.targets. `prepare(args)`,
+    if given, runs before gemmserve-bench does (not for --from_json)."""
     import argparse
     import time
     parser = argparse.ArgumentParser(description=description,
@@ -92,6 +94,8 @@ def bench_report_main(description, section, case_filter, module, plot_name, repe
         results["note"] = args.note
     else:
         out = args.json or f"/tmp/gemmserve-{section}.json"
+        if prepare is not None:
+            prepare(args)
         run = run_gemmserve_bench(args.build, args.threads, args.repetitions, case_filter,
                                   out + ".bench")
         results = module.results_from_run(

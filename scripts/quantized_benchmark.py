@@ -13,11 +13,17 @@ figure is a ratio within the run:
 - M = 1: the time over the memory floor (the bytes the call reads, its
   integers and FP32 scales, over the median Limit/read_bandwidth of the run's
   checkpoints), and FP32 resident decode's time over this one;
-- M = 64 and 256: BF16 resident's time on the same shape over this one.
-Times are medians of the repetitions.
+- M = 64 and 256: BF16 resident's time on the same shape over this one;
+- beside llama.cpp's ggml_mul_mat_id (ggml_q8_0, ggml_q4_0 repacked, ggml F32
+  and BF16; bench/ggml_baseline.h) at M = 1, 4, 64 and 256, run right after
+  ours at each M: ggml's time over ours (above 1: ours is faster).
+Times are medians of the repetitions. The ggml libraries are installed with
+bench/ggml/install.sh into the build directory; where that fails or they
+cannot run on the CPU, the section says so and leaves ggml's columns empty.
 """
 import os
 import statistics
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,7 +33,8 @@ import doc_sections  # noqa: E402
 
 SECTION = "quantized-benchmark"
 FILTER = ("Limit/read_bandwidth|GroupedMatMul/(resident|resident_int8|resident_int4|"
-          "resident_int8_a8|resident_int4_a8)/(fp32|bf16)/olmoe/(1|64|256)$")
+          "resident_int8_a8|resident_int4_a8|ggml|ggml_q8_0|ggml_q4_0)/(fp32|bf16)/olmoe/"
+          "(1|4|64|256)$")
 # (case impl, label): issue 17's exact path, and issue 42's accuracy_level 4.
 KINDS = (("resident_int8", "INT8"), ("resident_int4", "INT4"),
          ("resident_int8_a8", "INT8, level 4"), ("resident_int4_a8", "INT4, level 4"))
@@ -37,6 +44,16 @@ INT8_FLOOR_TARGET = {"INT8": 1.2, "INT8, level 4": 1.15}   # INT8 decode: time /
 INT4_FLOOR_TARGET = {"INT4, level 4": 1.25}                 # INT4 decode: time / floor
 INT4_SPEEDUP_TARGET = {"INT4": 6.0, "INT4, level 4": 5.0}   # FP32 decode time / INT4's
 LARGE_M_TARGET = 1.0      # M = 64, 256: at least BF16 resident's speed
+GGML_TARGET = 1.0         # issue 42: level-4 INT8 / INT4 at least as fast as Q8_0 / Q4_0
+GGML_MS = (1, 4, 64, 256)
+# (column, case impl, values) of the ggml table: ours beside ggml's.
+GGML_COLUMNS = (("ggml Q8_0", "ggml_q8_0", "fp32"), ("ours INT8 level 4", "resident_int8_a8", "fp32"),
+                ("ggml Q4_0", "ggml_q4_0", "fp32"), ("ours INT4 level 4", "resident_int4_a8", "fp32"),
+                ("ggml F32", "ggml", "fp32"), ("ours FP32", "resident", "fp32"),
+                ("ggml BF16", "ggml", "bf16"), ("ours BF16", "resident", "bf16"))
+# (ours, ggml's) pairs judged against GGML_TARGET.
+GGML_PAIRS = (("resident_int8_a8", "ggml_q8_0", "INT8 level 4 vs ggml Q8_0"),
+              ("resident_int4_a8", "ggml_q4_0", "INT4 level 4 vs repacked ggml Q4_0"))
 
 
 def _milliseconds(entry):
@@ -89,8 +106,30 @@ def results_from_run(run, meta):
         name = f"GroupedMatMul/resident/{value}/olmoe/1"
         if name in times:
             resident[value] = times[name] / (touched[name] / (gbps * 1e9) * 1e3)
+    context = run.get("context", {})
     return dict(meta, bandwidth_gbps=gbps, bandwidth_range=[lo, hi], cases=cases,
-                resident_floor_ratio=resident)
+                resident_floor_ratio=resident, ggml=ggml_rows(times, touched, gbps),
+                ggml_backend=context.get("ggml", "not recorded"),
+                int8_kernel=context.get("int8_dot_kernel", "not recorded"))
+
+
+def ggml_rows(times, touched, gbps):
+    """Per M: each column's time (ms) and, at M = 1 and 4, its time over its floor."""
+    rows = []
+    for m in GGML_MS:
+        row = {"m": m, "ms": {}, "floor": {}}
+        for column, impl, value in GGML_COLUMNS:
+            name = f"GroupedMatMul/{impl}/{value}/olmoe/{m}"
+            if name in times:
+                row["ms"][column] = times[name]
+                if m <= 4 and name in touched:
+                    row["floor"][column] = times[name] / (touched[name] / (gbps * 1e9) * 1e3)
+        for ours, theirs, label in GGML_PAIRS:
+            a, b = f"GroupedMatMul/{ours}/fp32/olmoe/{m}", f"GroupedMatMul/{theirs}/fp32/olmoe/{m}"
+            if a in times and b in times:
+                row[label] = times[b] / times[a]
+        rows.append(row)
+    return rows
 
 
 def _fmt(value, suffix=""):
@@ -116,6 +155,11 @@ def targets(results):
             want = INT4_SPEEDUP_TARGET[label]
             out.append((f"{label} decode, FP32 time / this", c["fp32_speedup"], f">= {want}",
                         c["fp32_speedup"] >= want))
+    for row in results.get("ggml", []):
+        for _, _, label in GGML_PAIRS:
+            if label in row:
+                out.append((f"{label}, M = {row['m']}, ggml time / ours", row[label],
+                            f">= {GGML_TARGET}", row[label] >= GGML_TARGET))
     for c in results["cases"]:
         if c["values"] != "BF16":
             continue
@@ -162,9 +206,11 @@ def render(results):
             f"{v.upper()} `resident` decodes at {r:.2f} of its floor" for v, r in res.items())
             + "."]
     lines += ["", "`level 4` rows: accuracy_level 4 (8-bit activations, integer dot products,",
-              "issue 42; docs/quantized-models.md), the weights repacked at load where the",
-              "AVX512-VNNI kernel runs; their floor counts the bytes that kernel reads.",
-              "", "Against the issues' targets:", "", "| target | measured | wanted | met |",
+              "issue 42; docs/quantized-models.md), the weights repacked at load where a VNNI",
+              "kernel runs; their floor counts the bytes that kernel reads. Kernel build:",
+              f"`{results.get('int8_kernel', 'not recorded')}`.", ""]
+    lines += ggml_table(results)
+    lines += ["", "Against the issues' targets:", "", "| target | measured | wanted | met |",
               "|---|---|---|---|"]
     for what, got, want, met in targets(results):
         lines.append(f"| {what} | {got:.2f} | {want} | {'yes' if met else '**no**'} |")
@@ -172,6 +218,41 @@ def render(results):
               "Reproduce: `scripts/quantized_benchmark.py --repetitions 5` (writes this section",
               "and the plot; `--json run.json` keeps the run).", ""]
     return doc_sections.finish(lines, SECTION, results.get("note", ""))
+
+
+def ggml_table(results):
+    """The side-by-side table with llama.cpp's ggml_mul_mat_id (empty columns where not run)."""
+    lines = ["### Beside llama.cpp's ggml", "",
+             "`ggml_mul_mat_id` on the same olmoe experts, routing and threads, through ggml's",
+             "public C API on the prebuilt libraries of npm's `@node-llama-cpp/linux-x64` 3.22.1",
+             "(`bench/ggml_baseline.h`), each case right after ours at the same M. ggml quantizes",
+             "the activations to Q8_0 itself for Q8_0 and Q4_0 experts. Loaded:",
+             f"{results.get('ggml_backend', 'not recorded')}.", "",
+             "ms per call (M = 1 and 4: time / memory floor in brackets):", "",
+             "| M | " + " | ".join(c for c, _, _ in GGML_COLUMNS) + " |",
+             "|---" * (len(GGML_COLUMNS) + 1) + "|"]
+    for row in results.get("ggml", []):
+        cells = []
+        for column, _, _ in GGML_COLUMNS:
+            ms = row["ms"].get(column)
+            floor = row["floor"].get(column)
+            cells.append("-" if ms is None else f"{ms:.3g}" +
+                         ("" if floor is None else f" ({floor:.2f})"))
+        lines.append(f"| {row['m']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def install_ggml(root, build):
+    """bench/ggml/install.sh into the build directory: the directory gemmserve-bench loads
+    ggml from, or None (and why, on stderr) where it cannot be installed."""
+    try:
+        out = subprocess.run([os.path.join(root, "bench", "ggml", "install.sh"),
+                              os.path.join(build, "ggml")], check=True, capture_output=True,
+                             text=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"quantized_benchmark: no ggml baseline: {getattr(e, 'stderr', e)}", file=sys.stderr)
+        return None
 
 
 def plot(results, path):
@@ -204,8 +285,12 @@ def plot(results, path):
 
 
 def main():
+    def prepare(args):
+        ggml_dir = install_ggml(ROOT, args.build)
+        if ggml_dir:
+            os.environ["GEMMSERVE_GGML_DIR"] = ggml_dir
     return doc_sections.bench_report_main(__doc__, SECTION, FILTER, sys.modules[__name__],
-                                          "quantized-benchmark.png", 5, ROOT)
+                                          "quantized-benchmark.png", 5, ROOT, prepare)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,14 @@ def run_json():
     b.append(entry("GroupedMatMul/resident_int4/bf16/olmoe/64_median", 99.0))  # not an iteration
     b[-1]["run_type"] = "aggregate"
     b.append(dict(entry("GroupedMatMul/resident_int8/bf16/olmoe/64", 1.0), error_occurred=True))
-    return {"benchmarks": b}
+    # Beside ggml: level-4 INT8 at M = 1 takes 2 ms against Q8_0's 3 ms (1.5x); INT4 at M = 64
+    # 4 ms against Q4_0's 3 ms (0.75x, a miss).
+    b.append(entry("GroupedMatMul/resident_int8_a8/fp32/olmoe/1", 2.0, bytes_touched=1e8))
+    b.append(entry("GroupedMatMul/ggml_q8_0/fp32/olmoe/1", 3.0, bytes_touched=1e8))
+    b.append(entry("GroupedMatMul/resident_int4_a8/fp32/olmoe/64", 4.0, bytes_touched=5e7))
+    b.append(entry("GroupedMatMul/ggml_q4_0/fp32/olmoe/64", 3.0, bytes_touched=5e7))
+    return {"benchmarks": b, "context": {"ggml": "ggml 0.25.1 (0ad4a86), CPU backend x.so",
+                                         "int8_dot_kernel": "avx512_vnni"}}
 
 
 class QuantizedBenchmarkTest(unittest.TestCase):
@@ -56,6 +63,21 @@ class QuantizedBenchmarkTest(unittest.TestCase):
         self.assertFalse(got["INT8 decode, time / floor"])  # 1.25 > 1.2
         self.assertTrue(got["INT4 decode, FP32 time / this"])  # 8 >= 6
         self.assertTrue(got["INT4 BF16 values, M = 64, BF16 time / this"])
+
+    def test_beside_ggml_each_m_is_judged_and_the_backend_named(self):
+        rows = {r["m"]: r for r in self.results["ggml"]}
+        self.assertAlmostEqual(rows[1]["INT8 level 4 vs ggml Q8_0"], 1.5)
+        self.assertAlmostEqual(rows[1]["floor"]["ggml Q8_0"], 1.5)  # 3 ms over a 2 ms floor
+        self.assertEqual(rows[64]["floor"], {})  # floors only at decode (M = 1, 4)
+        got = {what: met for what, _, _, met in qb.targets(self.results)}
+        self.assertTrue(got["INT8 level 4 vs ggml Q8_0, M = 1, ggml time / ours"])
+        self.assertFalse(got["INT4 level 4 vs repacked ggml Q4_0, M = 64, ggml time / ours"])
+        # A pair with a missing side is not judged.
+        self.assertNotIn("INT8 level 4 vs ggml Q8_0, M = 4, ggml time / ours", got)
+        text = qb.render(self.results)
+        self.assertIn("ggml 0.25.1 (0ad4a86), CPU backend x.so", text)
+        self.assertIn("`avx512_vnni`", text)
+        self.assertIn("| 1 | 3 (1.50) | 2 (1.00) | - |", text)
 
     def test_no_bandwidth_no_floor(self):
         with self.assertRaises(ValueError):
