@@ -43,7 +43,9 @@ int64_t QuantizedWeights::bytes() const {
 
 absl::StatusOr<bool> QuantizedWeights::PackForInt8Activations() {
   if (int8_packed_.size() > 0) return true;  // packed already
-  if (groups_.empty() || std::string(Kernels().int8_dot_isa) != "avx512_vnni") return false;
+  // The two VNNI builds read the packed copy; the others, row-major weights.
+  const std::string isa = Kernels().int8_dot_isa;
+  if (groups_.empty() || (isa != "avx512_vnni" && isa != "avx_vnni")) return false;
   const int64_t block = Int8ActivationBlock(groups_[0]);
   if (!Int8PackingCostsLittle(groups_[0], block)) return false;
   const int64_t per_group = Int8PackedBytes(groups_[0], block);

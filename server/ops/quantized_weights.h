@@ -75,8 +75,8 @@ class QuantizedWeights {
   int64_t bytes() const;
 
   // For a model with accuracy_level 4: the integers copied once into the
-  // layout of the AVX512-VNNI kernel of 8-bit activations
-  // (PackInt8Weights), where that kernel runs and the copy costs at most the
+  // layout of the AVX512-VNNI and AVX-VNNI kernels of 8-bit activations
+  // (PackInt8Weights), where one of them runs and the copy costs at most the
   // integers' own size again (Int8PackingCostsLittle); each group's
   // QuantizedMatrix then points at its part. The row-major integers stay
   // (the portable build and the memory accounting read them). Returns

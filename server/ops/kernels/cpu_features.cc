@@ -48,6 +48,13 @@ CpuFeatures DetectCpuFeatures() {
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
   f.avx512_vnni = __builtin_cpu_supports("avx512vnni");
+  // AVX-VNNI from CPUID leaf 7 subleaf 1 (EAX bit 4), where the leaf has that
+  // subleaf: clang 14's __builtin_cpu_supports does not know "avxvnni". Its
+  // registers are AVX's, whose state the OS saves where AVX2 is reported.
+  unsigned max_subleaf = 0;
+  f.avx_vnni = f.avx2 && __get_cpuid_count(7, 0, &max_subleaf, &ebx, &ecx, &edx) &&
+               max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) &&
+               (eax & (1u << 4)) != 0;
   return f;
 }
 
@@ -56,7 +63,7 @@ CpuFeatures CapCpuFeatures(CpuFeatures f, CpuIsa cap) {
   if (cap < CpuIsa::kAvx512) {
     f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512_vnni = false;
   }
-  if (cap < CpuIsa::kAvx2) f.avx2 = f.fma = f.f16c = false;
+  if (cap < CpuIsa::kAvx2) f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
   return f;
 }
 

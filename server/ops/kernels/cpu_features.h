@@ -9,7 +9,7 @@
 //   GEMMSERVE_MAX_CPU_ISA   the kernels use at most
 //   avx512_bf16 (or unset)  everything the CPU has
 //   avx512                  AVX-512 F/BW/VL/DQ, not AVX512-BF16
-//   avx2                    AVX2, FMA and F16C; no AVX-512
+//   avx2                    AVX2, FMA, F16C (and AVX-VNNI); no AVX-512
 //   generic                 portable C++ (and BLIS's reference kernels)
 //
 // A cap never adds a feature the CPU lacks. The variable is read when the
@@ -38,6 +38,7 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512_bf16 = false;
   bool avx512_vnni = false;  // vpdpbusd: 8-bit integer dot products (int8_dot.h)
+  bool avx_vnni = false;     // its VEX form on 256 bits (AVX-VNNI; no AVX-512 needed)
 
   // What the AVX2 builds need: AVX2, FMA, F16C.
   bool Avx2Build() const { return avx2 && fma && f16c; }

@@ -18,8 +18,8 @@ constexpr CpuIsa kLevels[] = {CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx512,
 
 CpuFeatures All() {
   CpuFeatures f;
-  f.avx2 = f.fma = f.f16c = true;
-  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512_bf16 = true;
+  f.avx2 = f.fma = f.f16c = f.avx_vnni = true;
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512_bf16 = f.avx512_vnni = true;
   return f;
 }
 
@@ -27,7 +27,8 @@ CpuFeatures All() {
 bool Within(const CpuFeatures& a, const CpuFeatures& b) {
   return (!a.avx2 || b.avx2) && (!a.fma || b.fma) && (!a.f16c || b.f16c) &&
          (!a.avx512f || b.avx512f) && (!a.avx512bw || b.avx512bw) && (!a.avx512vl || b.avx512vl) &&
-         (!a.avx512dq || b.avx512dq) && (!a.avx512_bf16 || b.avx512_bf16);
+         (!a.avx512dq || b.avx512dq) && (!a.avx512_bf16 || b.avx512_bf16) &&
+         (!a.avx512_vnni || b.avx512_vnni) && (!a.avx_vnni || b.avx_vnni);
 }
 
 TEST(CpuFeaturesTest, ACapClearsEverythingAboveItsLevel) {
@@ -40,6 +41,8 @@ TEST(CpuFeaturesTest, ACapClearsEverythingAboveItsLevel) {
     EXPECT_EQ(f.avx512f || f.avx512bw || f.avx512vl || f.avx512dq, cap >= CpuIsa::kAvx512);
     EXPECT_EQ(f.Avx2Build(), cap >= CpuIsa::kAvx2);
     EXPECT_EQ(f.avx2 || f.fma || f.f16c, cap >= CpuIsa::kAvx2);
+    EXPECT_EQ(f.avx512_vnni, cap >= CpuIsa::kAvx512);
+    EXPECT_EQ(f.avx_vnni, cap >= CpuIsa::kAvx2);  // AVX-VNNI is VEX: the AVX2 level keeps it
   }
 }
 
@@ -145,11 +148,40 @@ TEST(KernelSetTest, EachFamilyTakesTheBestBuildItsFeaturesAllow) {
   EXPECT_FALSE(KernelsFor(bf16_without_avx512).avx512_bf16);
 }
 
+// The kernel of 8-bit activations: AVX512-VNNI, else AVX-VNNI (never picked
+// by vendor: by the features alone), else AVX2, else portable.
+TEST(KernelSetTest, TheInt8DotBuildIsTheBestVnniTheFeaturesAllow) {
+  CpuFeatures f;
+  f.avx_vnni = true;  // without the AVX2 build's set: not usable
+  EXPECT_STREQ(KernelsFor(f).int8_dot_isa, "generic");
+  EXPECT_EQ(KernelsFor(f).int8_dot, int8_dot_internal::Int8DotGeneric);
+  f.avx2 = f.fma = f.f16c = true;
+  f.avx_vnni = false;
+  EXPECT_STREQ(KernelsFor(f).int8_dot_isa, "avx2");
+  EXPECT_EQ(KernelsFor(f).int8_dot, int8_dot_internal::Int8DotAvx2);
+  f.avx_vnni = true;
+  EXPECT_STREQ(KernelsFor(f).int8_dot_isa, "avx_vnni");
+  EXPECT_EQ(KernelsFor(f).int8_dot, int8_dot_internal::Int8DotAvxVnni);
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = true;  // AVX-512 without its VNNI
+  EXPECT_STREQ(KernelsFor(f).int8_dot_isa, "avx_vnni");
+  f.avx512_vnni = true;
+  EXPECT_STREQ(KernelsFor(f).int8_dot_isa, "avx512_vnni");
+  EXPECT_EQ(KernelsFor(f).int8_dot, int8_dot_internal::Int8DotAvx512Vnni);
+  f.avx_vnni = false;
+  EXPECT_STREQ(KernelsFor(f).int8_dot_isa, "avx512_vnni");
+  // Capped to AVX2, a CPU with both keeps the 256-bit form.
+  f.avx_vnni = true;
+  EXPECT_STREQ(KernelsFor(CapCpuFeatures(f, CpuIsa::kAvx2)).int8_dot_isa, "avx_vnni");
+  EXPECT_STREQ(KernelsFor(CapCpuFeatures(f, CpuIsa::kGeneric)).int8_dot_isa, "generic");
+}
+
 // The process's set is the one for its (capped) features.
 TEST(KernelSetTest, TheProcessSetIsTheCpusSet) {
   const KernelSet expected = KernelsFor(Cpu());
   EXPECT_STREQ(Kernels().streaming_isa, expected.streaming_isa);
   EXPECT_STREQ(Kernels().int_isa, expected.int_isa);
+  EXPECT_STREQ(Kernels().int8_dot_isa, expected.int8_dot_isa);
+  EXPECT_EQ(Kernels().int8_dot, expected.int8_dot);
   EXPECT_EQ(Kernels().stream_f32, expected.stream_f32);
   EXPECT_EQ(Kernels().quantized, expected.quantized);
   EXPECT_EQ(Kernels().avx512_bf16, expected.avx512_bf16);

@@ -74,16 +74,18 @@ void QuantizeInt8Rows(DataType type, const void* a, int64_t lda, int64_t rows, i
 void Int8DotAccumulate(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
                        int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc);
 
-// The weights repacked once at load for the AVX512-VNNI kernel, so that a
-// call reads each byte once in address order and does no shuffling: per
-// activation block, per 64-column chunk, per four K rows (a quad; for 4-bit
-// weights a pair of quads, the second in the high nibbles), 256 bytes
-// holding the four registers vpdpbusd takes, sixteen columns each in order,
-// a column's four rows in its 32-bit lane, made unsigned (+128 for INT8, +8
-// for INT4). Columns past N and rows past a block's end are zero.
-// INT4 stays 4 bits a weight; a block padded to whole quads (pairs) and N to
-// whole chunks costs padding, so packing is done only where it adds at most
-// the integers' own size (Int8PackingCostsLittle).
+// The weights repacked once at load for the AVX512-VNNI and AVX-VNNI
+// kernels, so that a call reads each byte once in address order and does no
+// shuffling: per activation block, per 64-column chunk, per four K rows (a
+// quad; for 4-bit weights a pair of quads, the second in the high nibbles),
+// 256 bytes holding the four registers vpdpbusd takes, sixteen columns each
+// in order, a column's four rows in its 32-bit lane, made unsigned (+128 for
+// INT8, +8 for INT4). Columns past N and rows past a block's end are zero.
+// The AVX-VNNI kernel reads each 64-byte register q as two of its own
+// (columns 16q .. 16q + 7 and 16q + 8 .. 16q + 15 of the chunk): one copy
+// serves both builds. INT4 stays 4 bits a weight; a block padded to whole
+// quads (pairs) and N to whole chunks costs padding, so packing is done only
+// where it adds at most the integers' own size (Int8PackingCostsLittle).
 int64_t Int8PackedBytes(const QuantizedMatrix& w, int64_t block);
 bool Int8PackingCostsLittle(const QuantizedMatrix& w, int64_t block);
 // `out` holds Int8PackedBytes(w, block) bytes.
@@ -100,7 +102,14 @@ void Int8DotGeneric(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int6
                     int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc);
 void Int8DotAvx512Vnni(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
                        int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc);
-// The AVX2 build (CPUs without AVX512-VNNI): two K rows widened to int16 and
+// The AVX-VNNI build (CPUs with the VEX-encoded 256-bit vpdpbusd but not
+// AVX512-VNNI): the AVX512-VNNI build's arithmetic on eight columns a
+// register, on row-major weights or the same packed layout, bit for bit the
+// portable build's results; 4-bit row-major rows that start mid-byte take
+// the portable path.
+void Int8DotAvxVnni(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
+                    int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc);
+// The AVX2 build (CPUs without either VNNI): two K rows widened to int16 and
 // vpmaddwd, exact in int32 (vpmaddubsw's int16 sums would saturate on 8-bit
 // weights); row-major weights only.
 void Int8DotAvx2(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,

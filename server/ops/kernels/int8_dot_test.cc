@@ -2,12 +2,17 @@
 // of activations (round half to even, symmetric, zero and non-finite
 // blocks), the kernel against a float64 evaluation of the same arithmetic
 // over every weight type and layout, K slices and gathered rows, the int32
-// bound at its edge, and the accuracy against DequantizeLinear-then-op.
+// bound at its edge, the accuracy against DequantizeLinear-then-op, and each
+// faster build (AVX512-VNNI, AVX-VNNI, AVX2) bit for bit against the portable
+// one.
 #include "server/ops/kernels/int8_dot.h"
 
+#include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -49,6 +54,11 @@ TEST(QuantizeInt8RowsTest, NonFiniteBlocksGetANanScaleAndHalfTypesAreRead) {
   EXPECT_EQ(rows.q[0], -127);
   EXPECT_EQ(rows.q[1], 64);  // 63.5 to even
 }
+
+// How the scales (and zero points) are addressed: [blocks, N] as held,
+// [N, blocks] (a column's scales apart: gathered), or one per block for
+// every column (column stride 0).
+enum class Scales { kRowMajor, kTransposed, kShared };
 
 // Weights of one type and layout with their integers, scales and zero points.
 struct Weights {
@@ -95,6 +105,17 @@ struct Weights {
     m.scale_col_stride = 1;
   }
   int64_t ScaleIndex(int64_t t, int64_t j) const { return (block > 0 ? t / block : 0) * n + j; }
+  // The same scales read through other strides (ScaleIndex no longer holds;
+  // for tests of one build against another).
+  void LayOutScales(Scales s) {
+    const int64_t rows_of_scales = static_cast<int64_t>(scale.size()) / n;
+    if (s == Scales::kTransposed) {
+      m.scale_row_stride = 1;
+      m.scale_col_stride = rows_of_scales;
+    } else if (s == Scales::kShared) {
+      m.scale_col_stride = 0;
+    }
+  }
 };
 
 // The kernel's arithmetic in float64: integer sums exact, then the scales;
@@ -128,6 +149,7 @@ struct Layout {
   QuantizedType type;
   int64_t block;
   bool zero_point;
+  Scales scales = Scales::kRowMajor;
 };
 
 TEST(Int8DotTest, EveryTypeAndLayoutIsTheSameArithmetic) {
@@ -217,67 +239,102 @@ TEST(Int8DotTest, CloseToDequantizeThenMatMul) {
   EXPECT_GT(max_err, 0.0);  // not the exact path by accident
 }
 
-// Every build this CPU runs against the portable one, bit for bit: the
-// integer sums are exact and each block is folded with the same FP32
-// operations in the same order. Types, layouts (per column, blocked with a
-// block of 5 and of 16, zero points), N not a multiple of the 16 lanes,
-// rows in groups of four and a remainder, K slices on block boundaries.
-TEST(Int8DotTest, EveryBuildEqualsThePortableOneBitForBit) {
-  const CpuFeatures& cpu = Cpu();
-  using Build = void (*)(int64_t, const int64_t*, const Int8Rows&, int64_t, int64_t,
-                         const QuantizedMatrix&, float*, int64_t);
-  std::vector<std::pair<const char*, Build>> builds;  // each build this CPU (under its cap) runs
-  if (cpu.Avx512Build() && cpu.avx512_vnni) {
-    builds.push_back({"avx512_vnni", int8_dot_internal::Int8DotAvx512Vnni});
+// The faster builds of the kernel (KernelSet::int8_dot), each with the
+// features it needs and whether it reads the packed copy (PackInt8Weights).
+using Int8DotBuild = void (*)(int64_t, const int64_t*, const Int8Rows&, int64_t, int64_t,
+                              const QuantizedMatrix&, float*, int64_t);
+struct FastBuild {
+  const char* name;
+  Int8DotBuild run;
+  bool reads_packed;
+  bool (*runs_on)(const CpuFeatures&);
+  const char* needs;
+};
+
+const FastBuild kFastBuilds[] = {
+    {"avx512_vnni", int8_dot_internal::Int8DotAvx512Vnni, true,
+     [](const CpuFeatures& f) { return f.Avx512Build() && f.avx512_vnni; },
+     "AVX-512 (F, BW, VL, DQ) and AVX512-VNNI"},
+    {"avx_vnni", int8_dot_internal::Int8DotAvxVnni, true,
+     [](const CpuFeatures& f) { return f.Avx2Build() && f.avx_vnni; },
+     "AVX2, FMA, F16C and AVX-VNNI"},
+    {"avx2", int8_dot_internal::Int8DotAvx2, false,
+     [](const CpuFeatures& f) { return f.Avx2Build(); }, "AVX2, FMA and F16C"},
+};
+
+// A build by its name in gtest's messages.
+void PrintTo(const FastBuild& build, std::ostream* os) { *os << build.name; }
+
+class Int8DotBuildTest : public ::testing::TestWithParam<FastBuild> {};
+
+// Each build against the portable one, bit for bit: the integer sums are
+// exact and each block is folded with the same FP32 operations in the same
+// order. Every weight type with and without zero points, per column and
+// blocked (5: blocks ending mid-quad, 16, 32), scales row-major, transposed
+// (gathered) and shared by every column (stride 0); N not a multiple of the
+// lanes, lines or chunks; 1 to 9 rows (each row group, and remainders);
+// K ending in a partial block, in two slices on a block boundary; row-major
+// weights, and the packed copy for the builds that read it.
+TEST_P(Int8DotBuildTest, EqualsThePortableOneBitForBit) {
+  const FastBuild& build = GetParam();
+  if (!build.runs_on(Cpu())) {
+    GTEST_SKIP() << build.name << " needs " << build.needs
+                 << ", which this CPU (under GEMMSERVE_MAX_CPU_ISA, if set) does not have";
   }
-  if (cpu.Avx2Build()) builds.push_back({"avx2", int8_dot_internal::Int8DotAvx2});
-  if (builds.empty()) GTEST_SKIP() << "this CPU runs only the portable build (no AVX2)";
-  const bool vnni = builds[0].first == std::string("avx512_vnni");
   std::mt19937_64 rng(31);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (const Layout& l : std::vector<Layout>{{QuantizedType::kInt8, 0, false},
+                                             {QuantizedType::kInt8, 5, true, Scales::kTransposed},
                                              {QuantizedType::kUint8, 16, true},
+                                             {QuantizedType::kUint8, 32, false, Scales::kShared},
                                              {QuantizedType::kInt4, 16, false},
-                                             {QuantizedType::kUint4, 0, true},
-                                             {QuantizedType::kInt8, 5, true},
-                                             {QuantizedType::kInt4, 32, true}}) {
-    for (int64_t n : {1, 16, 37, 64}) {
+                                             {QuantizedType::kInt4, 32, true, Scales::kTransposed},
+                                             {QuantizedType::kUint4, 0, true, Scales::kShared},
+                                             {QuantizedType::kUint4, 5, false}}) {
+    for (int64_t n : {1, 7, 38, 65, 130}) {
       const int64_t k = 131, m = 7;
-      SCOPED_TRACE(absl::StrCat("type ", static_cast<int>(l.type), " block ", l.block, " n ", n));
+      SCOPED_TRACE(absl::StrCat(build.name, ": type ", static_cast<int>(l.type), " block ", l.block,
+                                l.zero_point ? " zero points" : "", " scales ",
+                                static_cast<int>(l.scales), " n ", n));
       std::vector<float> x(m * k);
       for (float& v : x) v = dist(rng);
       Weights w(l.type, k, n, l.block, l.zero_point, 13 + n);
+      w.LayOutScales(l.scales);
       Int8Rows a;
       QuantizeInt8Rows(DataType::kFP32, x.data(), k, m, k, Int8ActivationBlock(w.m), &a);
-      const std::vector<int64_t> gather = {6, 1, 1, 3, 0, 5, 2, 4, 6};
-      const int64_t rows = static_cast<int64_t>(gather.size());
       const int64_t cut = a.block * std::max<int64_t>(1, (k / a.block) / 2);
-      std::vector<float> portable(rows * n, 0.5f);
-      for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, cut}, {cut, k}}) {
-        int8_dot_internal::Int8DotGeneric(rows, gather.data(), a, k0, k1, w.m, portable.data(), n);
-      }
-      // Each build on row-major weights, and the VNNI build also on the
-      // weights repacked at load (PackInt8Weights).
       std::vector<uint8_t> repacked(static_cast<size_t>(Int8PackedBytes(w.m, a.block)));
       PackInt8Weights(w.m, a.block, repacked.data());
       QuantizedMatrix on_packed = w.m;
       on_packed.int8_packed = repacked.data();
-      std::vector<std::pair<std::string, std::pair<Build, const QuantizedMatrix*>>> runs;
-      for (const auto& [name, build] : builds) runs.push_back({name, {build, &w.m}});
-      if (vnni) runs.push_back({"avx512_vnni packed", {builds[0].second, &on_packed}});
-      for (const auto& [name, run] : runs) {
-        std::vector<float> fast(rows * n, 0.5f);
+      std::vector<const QuantizedMatrix*> weights = {&w.m};
+      if (build.reads_packed) weights.push_back(&on_packed);
+      const int64_t gather[] = {6, 1, 1, 3, 0, 5, 2, 4, 6};  // rows gathered, some twice
+      for (int64_t rows = 1; rows <= 9; ++rows) {
+        std::vector<float> portable(rows * n, 0.5f);
         for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, cut}, {cut, k}}) {
-          run.first(rows, gather.data(), a, k0, k1, *run.second, fast.data(), n);
+          int8_dot_internal::Int8DotGeneric(rows, gather, a, k0, k1, w.m, portable.data(), n);
         }
-        for (size_t e = 0; e < portable.size(); ++e) {
-          ASSERT_EQ(FloatBits(fast[e]), FloatBits(portable[e]))
-              << name << ", " << e << ": " << fast[e] << " vs " << portable[e];
+        for (const QuantizedMatrix* on : weights) {
+          std::vector<float> fast(rows * n, 0.5f);
+          for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, cut}, {cut, k}}) {
+            build.run(rows, gather, a, k0, k1, *on, fast.data(), n);
+          }
+          for (size_t e = 0; e < portable.size(); ++e) {
+            ASSERT_EQ(FloatBits(fast[e]), FloatBits(portable[e]))
+                << (on == &w.m ? "row-major" : "packed") << ", " << rows << " rows, " << e << ": "
+                << fast[e] << " vs " << portable[e];
+          }
         }
       }
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(EveryBuild, Int8DotBuildTest, ::testing::ValuesIn(kFastBuilds),
+                         [](const ::testing::TestParamInfo<FastBuild>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // Problems with int8_activations through the scheduler: rows gathered from
 // one A (quantized once), scattered to their rows of C with a bias, K cut into

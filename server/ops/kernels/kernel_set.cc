@@ -33,10 +33,14 @@ KernelSet KernelsFor(const CpuFeatures& f) {
     k.quantized = QuantizedGeneric;
     k.dequantize_bf16_panels = DequantizeBf16PanelsGeneric;
   }
-  // vpdpbusd needs AVX512-VNNI beside the AVX-512 build's set.
+  // vpdpbusd needs AVX512-VNNI beside the AVX-512 build's set, or AVX-VNNI
+  // (its VEX form on 256 bits) beside the AVX2 build's.
   if (k.avx512 && f.avx512_vnni) {
     k.int8_dot_isa = "avx512_vnni";
     k.int8_dot = int8_dot_internal::Int8DotAvx512Vnni;
+  } else if (k.avx2 && f.avx_vnni) {
+    k.int8_dot_isa = "avx_vnni";
+    k.int8_dot = int8_dot_internal::Int8DotAvxVnni;
   } else if (k.avx2) {
     k.int8_dot_isa = "avx2";
     k.int8_dot = int8_dot_internal::Int8DotAvx2;

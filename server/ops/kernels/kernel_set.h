@@ -31,7 +31,9 @@ struct KernelSet {
   // Names of the builds chosen, for logs and tests.
   const char* streaming_isa = "generic";  // "avx512", "avx2", "generic"
   const char* int_isa = "generic";
-  const char* int8_dot_isa = "generic";  // "avx512_vnni", "avx2", "generic"
+  // "avx512_vnni", "avx_vnni" (the 256-bit VEX vpdpbusd), "avx2", "generic";
+  // the two VNNI builds read the weights' packed copy (int8_packed).
+  const char* int8_dot_isa = "generic";
 
   // Streaming decode (streaming_gemm.h): C[rows, n] += A[rows, k_begin:k_end]
   // B[k_begin:k_end, n], B of `b_type` widened in registers; and FP64.

@@ -57,9 +57,9 @@ struct QuantizedMatrix {
   // a subnormal, when unknown): a lower bound of the exponents of W's
   // nonzero values, since |q - z| >= 1 and rounding never lowers one.
   int scales_min_exponent = 0;
-  // The integers again in the layout the AVX512-VNNI kernel of 8-bit
-  // activations reads (PackInt8Weights in int8_dot.h), for weights of models
-  // with accuracy_level 4 where that kernel runs; null otherwise.
+  // The integers again in the layout the AVX512-VNNI and AVX-VNNI kernels of
+  // 8-bit activations read (PackInt8Weights in int8_dot.h), for weights of
+  // models with accuracy_level 4 where one of them runs; null otherwise.
   const uint8_t* int8_packed = nullptr;
 };
 
