@@ -72,7 +72,10 @@ def read_float_tensor(tensor):
 
 def pack_integers(q, onnx_type):
     """Integers to the bytes ONNX stores: one per byte, or two per byte low nibble first."""
-    flat = np.asarray(q, np.int64).reshape(-1)
+    flat = np.asarray(q)
+    if flat.dtype.kind not in "iu":  # integers stay as they are (no int64 copy of int8)
+        flat = flat.astype(np.int64)
+    flat = flat.reshape(-1)
     if onnx_type in (TensorProto.INT8, TensorProto.UINT8):
         return flat.astype(np.int8 if onnx_type == TensorProto.INT8 else np.uint8).tobytes()
     nibbles = (flat & 15).astype(np.uint8)
@@ -129,6 +132,26 @@ def quantize(w, value_type, bits, symmetric, block_size):
     return q.astype(np.int64), scale, zero_point, dequantized, axis, onnx_type
 
 
+def dequantize_linear(name, q_type, shape, packed, scale, value_type, zero_point=None, axis=0,
+                      block_size=0):
+    """Weights `name` kept quantized: the initializers `name`_quantized (q_type, `shape`, the
+    bytes `packed` as pack_integers writes them), `name`_scale (value_type) and, given a
+    zero point, `name`_zero_point (q_type), and the DequantizeLinear node writing `name`
+    (attribute block_size only when above 0)."""
+    inits = [raw_tensor(name + "_quantized", q_type, shape, packed),
+             raw_tensor(name + "_scale", value_type, scale.shape, value_bytes(scale, value_type))]
+    inputs = [name + "_quantized", name + "_scale"]
+    if zero_point is not None:
+        inits.append(raw_tensor(name + "_zero_point", q_type, zero_point.shape,
+                                pack_integers(zero_point, q_type)))
+        inputs.append(name + "_zero_point")
+    attrs = {"axis": axis}
+    if block_size > 0:
+        attrs["block_size"] = block_size
+    return inits, helper.make_node("DequantizeLinear", inputs, [name], name=name + "_dequantize",
+                                   **attrs)
+
+
 def quantize_model(model, bits=4, symmetric=True, block_size=32):
     """The quantized model and (original, dequantized) weights as float64."""
     graph = model.graph
@@ -147,19 +170,8 @@ def quantize_model(model, bits=4, symmetric=True, block_size=32):
     q, scale, zero_point, dequantized, axis, q_type = quantize(
         w, weights.data_type, bits, symmetric, block_size)
     name = weights.name
-    new_inits = [raw_tensor(name + "_quantized", q_type, w.shape, pack_integers(q, q_type)),
-                 raw_tensor(name + "_scale", weights.data_type, scale.shape,
-                            value_bytes(scale, weights.data_type))]
-    dq_inputs = [name + "_quantized", name + "_scale"]
-    if zero_point is not None:
-        new_inits.append(raw_tensor(name + "_zero_point", q_type, zero_point.shape,
-                                    pack_integers(zero_point, q_type)))
-        dq_inputs.append(name + "_zero_point")
-    attrs = {"axis": axis}
-    if block_size > 0:
-        attrs["block_size"] = block_size
-    dq = helper.make_node("DequantizeLinear", dq_inputs, [name], name=name + "_dequantize",
-                          **attrs)
+    new_inits, dq = dequantize_linear(name, q_type, w.shape, pack_integers(q, q_type), scale,
+                                      weights.data_type, zero_point, axis, block_size)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.initializer[:]
@@ -230,6 +242,20 @@ def accuracy_level_config(level):
     return f'parameters {{ key: "accuracy_level" value {{ string_value: "{level}" }} }}\n'
 
 
+def save_model(model, output, accuracy_level=None):
+    """Writes `model` to `output` (a repository's NAME/VERSION/model.onnx) with its
+    initializers in weights.bin beside it and, given accuracy_level, config.pbtxt with that
+    setting in the model's folder (output's grandparent)."""
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    onnx.save_model(model, output, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="weights.bin", size_threshold=0)
+    if accuracy_level is not None:
+        config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(output))),
+                              "config.pbtxt")
+        with open(config, "w") as f:
+            f.write(accuracy_level_config(accuracy_level))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -255,14 +281,7 @@ def main():
     except ValueError as e:
         print(f"quantize_model: {e}", file=sys.stderr)
         return 2
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    onnx.save_model(quantized, args.output, save_as_external_data=True,
-                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
-    if args.accuracy_level is not None:
-        config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.output))),
-                              "config.pbtxt")
-        with open(config, "w") as f:
-            f.write(accuracy_level_config(args.accuracy_level))
+    save_model(quantized, args.output, args.accuracy_level)
     rel, worst = report_error(quantized, w, dequantized, np.random.default_rng(args.seed))
     kind = ("UINT" if args.asymmetric else "INT") + str(args.bits)
     grain = f"blocks of {args.block_size}" if args.block_size else "per column"
