@@ -77,6 +77,23 @@ for _name in ("moe", "moe_int4", "moe_int4_a8"):
 shutil.rmtree(_EXAMPLE)
 
 
+# llama.cpp's Q8_0 and Q4_0 experts from a GGUF file (scripts/gguf_to_onnx.py), the file
+# written by its test's writer, by the format's spec; exact and with accuracy_level 4.
+sys.path.insert(0, os.path.join(_ROOT, "scripts"))
+import gguf_to_onnx_test as gguf  # noqa: E402
+
+_GGUF = os.path.join(_REPO, "experts.gguf")
+_GGUF_BYTES, GGUF_TENSORS, _, _ = gguf.sample_file(np.random.default_rng(175))
+with open(_GGUF, "wb") as _f:
+    _f.write(_GGUF_BYTES)
+for _name in GGUF_TENSORS:
+    for _level in ("0", "4"):
+        subprocess.run([sys.executable, os.path.join(_ROOT, "scripts", "gguf_to_onnx.py"), _GGUF,
+                        "--tensor", _name, "--out", _REPO, "--top_k", "2", "--accuracy_level",
+                        _level, "--model_name", f"gguf_{_name.split('.')[2]}_a{_level}"],
+                       check=True, stdout=subprocess.DEVNULL)
+
+
 def tearDownModule():
     shutil.rmtree(_REPO, ignore_errors=True)
 
@@ -142,6 +159,26 @@ class QuantizedModelsTest(GemmServeTestCase):
         rel = np.abs(approx - exact).max() / np.abs(exact).max()
         self.assertLess(rel, 3e-2)
         self.assertGreater(rel, 0.0)
+
+    def test_gguf_experts_serve_llama_cpp_s_weights(self):
+        """A converted Q8_0 or Q4_0 expert tensor answers x @ W[idx] with W dequantized as
+        llama.cpp dequantizes it (exactly, at level 0), and within 3e-2 with accuracy_level 4."""
+        rng = np.random.default_rng(176)
+        for name, (ggml_type, data, dims) in GGUF_TENSORS.items():
+            w = gguf.dequantize_gguf(data, ggml_type, dims).transpose(0, 2, 1)  # [G, K, N]
+            x = rng.standard_normal((5, dims[0])).astype(np.float32)
+            idx = np.stack([rng.permutation(dims[2])[:2] for _ in range(5)]).astype(np.int64)
+            for level in ("0", "4"):
+                model = f"gguf_{name.split('.')[2]}_a{level}"
+                with self.subTest(model=model):
+                    got = decode_outputs(self.infer(make_infer_request(
+                        model, [("X", x), ("indices", idx)])))["Y"]
+                    if level == "0":
+                        assert_grouped_matmul_result(got, x, w.astype(np.float32), idx, None,
+                                                     "FP32", model)
+                        continue
+                    want = np.einsum("mk,mskn->msn", x.astype(np.float64), w[idx])
+                    self.assertLess(np.abs(got - want).max() / np.abs(want).max(), 3e-2)
 
     def test_http_answers_equal_grpc_byte_for_byte(self):
         rng = np.random.default_rng(171)
