@@ -259,7 +259,7 @@ def plot(results, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.6))
     fp32 = [c for c in results["cases"] if c["values"] == "FP32" and "floor_ratio" in c]
     ax = axes[0]
     ax.bar([c["bits"] for c in fp32], [c["floor_ratio"] for c in fp32], color="tab:blue")
@@ -279,6 +279,16 @@ def plot(results, path):
     ax.set_xticklabels([c["bits"] for c in bf16])
     ax.set_title("BF16 values: BF16 resident time / this (higher is better)", fontsize=10)
     ax.legend(fontsize=8)
+    ax = axes[2]
+    rows = results.get("ggml", [])
+    for j, (_, _, label) in enumerate(GGML_PAIRS):
+        ax.bar([i + (j - 0.5) * width for i in range(len(rows))],
+               [r.get(label, 0) for r in rows], width, label=label)
+    ax.axhline(GGML_TARGET, color="red", linestyle="--", linewidth=0.8, label="target")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([f"M = {r['m']}" for r in rows])
+    ax.set_title("beside llama.cpp: ggml time / ours (higher is better)", fontsize=10)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
