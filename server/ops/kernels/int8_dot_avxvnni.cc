@@ -26,14 +26,13 @@
 #include <cstring>
 
 #include "server/ops/kernels/int8_dot.h"
+#include "server/ops/kernels/int8_dot_walk.h"
 
 namespace gemmserve {
 namespace int8_dot_internal {
 namespace {
 
-constexpr int64_t kColumns = 64;  // a chunk of the packed layout: four lines
-constexpr int64_t kLine = 16;     // a line: one 64-byte register of the packed layout, two here
-constexpr int64_t kRowGroup = 4;  // rows accumulated together: the weights loaded once
+constexpr int64_t kLine = 16;  // a line: one 64-byte register of the packed layout, two here
 // Software prefetch this far ahead in the packed stream, as the AVX512-VNNI
 // build does (eight units ahead).
 constexpr int64_t kPrefetchBytes = 2048;
@@ -223,7 +222,7 @@ void FoldEight(const QuantizedMatrix& w, int64_t row_base, int64_t j, int64_t he
   }
 }
 
-// Rows i0 .. i0 + kCount (kCount <= kRowGroup) of one 64-column chunk over one
+// Rows i0 .. i0 + kCount (kCount <= kInt8WalkRowGroup) of one 64-column chunk over one
 // activation block [t0, t1): their sums, a pass of LinesFor(kCount) lines at
 // a time, folded into C.
 template <int kCount>
@@ -268,36 +267,13 @@ void BlockRows(const Int8Rows& a, const int64_t* a_rows, int64_t i0, int64_t t0,
 
 void Int8DotAvxVnni(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
                     int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc) {
-  // Unpacked 4-bit rows must start on a byte: every row (first and n even).
-  if (w.int8_packed == nullptr && IsFour(w.type) && (w.first % 2 != 0 || w.n % 2 != 0)) {
-    return Int8DotGeneric(rows, a_rows, a, k_begin, k_end, w, c, ldc);
-  }
-  // The packed layout (PackInt8Weights): blocks of `units` 256-byte units
-  // per 64-column chunk, every block but the last whole.
-  const int64_t unit_rows = IsFour(w.type) ? 8 : 4;
-  const int64_t chunks = (w.n + kColumns - 1) / kColumns;
-  const int64_t whole_units = (a.block + unit_rows - 1) / unit_rows;
-  // A block of K rows at a time, across every column, as the AVX512-VNNI
-  // build goes: the weights read in address order.
-  for (int64_t t0 = k_begin; t0 < k_end; t0 += a.block) {
-    const int64_t t1 = std::min(t0 + a.block, k_end);
-    const int64_t units = (std::min(t0 + a.block, w.k) - t0 + unit_rows - 1) / unit_rows;
-    const uint8_t* block = w.int8_packed == nullptr
-                               ? nullptr
-                               : w.int8_packed + (t0 / a.block) * whole_units * chunks * 256;
-    for (int64_t j0 = 0; j0 < w.n; j0 += kColumns) {
-      const int64_t cols = std::min(kColumns, w.n - j0);
-      const uint8_t* packed = block == nullptr ? nullptr : block + (j0 / kColumns) * units * 256;
-      for (int64_t i0 = 0; i0 < rows; i0 += kRowGroup) {
-        switch (std::min(kRowGroup, rows - i0)) {  // the row count fixed: accumulators in registers
-          case 1: BlockRows<1>(a, a_rows, i0, t0, t1, w, j0, cols, packed, units, c, ldc); break;
-          case 2: BlockRows<2>(a, a_rows, i0, t0, t1, w, j0, cols, packed, units, c, ldc); break;
-          case 3: BlockRows<3>(a, a_rows, i0, t0, t1, w, j0, cols, packed, units, c, ldc); break;
-          default: BlockRows<4>(a, a_rows, i0, t0, t1, w, j0, cols, packed, units, c, ldc); break;
-        }
-      }
-    }
-  }
+  if (Int8RowsStartMidByte(w)) return Int8DotGeneric(rows, a_rows, a, k_begin, k_end, w, c, ldc);
+  WalkInt8Blocks(rows, a, k_begin, k_end, w,
+                 [&](auto count, int64_t i0, int64_t t0, int64_t t1, int64_t j0, int64_t cols,
+                     const uint8_t* packed, int64_t units) {
+                   BlockRows<decltype(count)::value>(a, a_rows, i0, t0, t1, w, j0, cols, packed,
+                                                     units, c, ldc);
+                 });
 }
 
 }  // namespace int8_dot_internal
