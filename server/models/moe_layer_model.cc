@@ -427,14 +427,8 @@ absl::StatusOr<std::unique_ptr<Model>> MoeLayerModel::Make(MoeLayerSpec spec) {
     spec.router.reset();
     l.router = &m->router_;
   }
+  static_cast<MoeLayerForm&>(l) = spec;
   l.type = spec.x.datatypes[0];
-  l.k = spec.k;
-  l.i = spec.i;
-  l.g = spec.g;
-  l.s = spec.s;
-  l.activation = spec.activation;
-  l.routing = spec.routing;
-  l.normalise = spec.normalise;
   l.int8_activations = spec.accuracy_level == 4;
   m->accuracy_level_ = spec.accuracy_level;
   if (m->gate_up_) l.gate_up = m->gate_up_->View();

@@ -35,15 +35,11 @@ struct MoeWeightsSpec {
   DataType type() const { return quantized ? quantized->value_type() : dense.type(); }
 };
 
-struct MoeLayerSpec {
+struct MoeLayerSpec : MoeLayerForm {
   std::string name, version;
   TensorSpec x;                      // [M, K] of T
   std::optional<TensorSpec> ids, w;  // given routing: [M, S], INT32/INT64 and T
   std::string output_name;           // [M, K] of T
-  MoeActivation activation = MoeActivation::kSilu;
-  MoeRouting routing = MoeRouting::kGiven;
-  bool normalise = false;
-  int64_t k = 0, i = 0, g = 0, s = 0;
   // gate/up fused [G, K, 2I], or gate and up [G, K, I]; down [G, I, K].
   std::optional<MoeWeightsSpec> gate_up, gate, up;
   MoeWeightsSpec down;

@@ -50,13 +50,19 @@ struct MoeProjection {
   const Tensor* bias = nullptr;
 };
 
-// Views of a layer's resident weights; the model owns them.
-struct MoeLayer {
-  DataType type = DataType::kFP32;  // T: FP32, FP16 or BF16
+// What a layer computes, apart from its weights: its dimensions and form.
+// The graph reader (repository/moe_layer_graph.h), the model's spec and the
+// op's view each hold one, copied whole from one to the next.
+struct MoeLayerForm {
   int64_t k = 0, i = 0, g = 0, s = 0;
   MoeActivation activation = MoeActivation::kSilu;
   MoeRouting routing = MoeRouting::kGiven;
   bool normalise = false;  // softmax_topk: the top-S weights divided by their sum
+};
+
+// Views of a layer's resident weights; the model owns them.
+struct MoeLayer : MoeLayerForm {
+  DataType type = DataType::kFP32;  // T: FP32, FP16 or BF16
   // gate/up: gate_up [G, K, 2I] (g the first I columns), or gate and up [G, K, I].
   std::optional<MoeProjection> gate_up, gate, up;
   std::optional<MoeProjection> down;  // [G, I, K]

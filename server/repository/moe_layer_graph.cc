@@ -38,12 +38,10 @@ struct WeightSource {
 };
 
 // What the walk back from the output found.
-struct LayerGraph {
+// The walk's findings: the form (G from the weights' shapes, by CheckShapes)
+// and where each piece comes from.
+struct LayerGraph : MoeLayerForm {
   std::string x, ids, w, output;
-  MoeActivation activation = MoeActivation::kSilu;
-  MoeRouting routing = MoeRouting::kGiven;
-  bool normalise = false;
-  int64_t k = 0, i = 0, s = 0;
   std::optional<WeightSource> gate_up, gate, up, shared_gate, shared_up, shared_down;
   WeightSource down;
   const onnx::TensorProto* router = nullptr;
@@ -680,14 +678,9 @@ absl::StatusOr<MoeLayerSpec> ReadMoeLayerGraph(const onnx::ModelProto& model,
   }
   const DataType t = spec.x.datatypes[0];
   int64_t shared_i = 0;
-  GEMMSERVE_RETURN_IF_ERROR(CheckShapes(l, t, &spec.g, &shared_i, ctx));
+  GEMMSERVE_RETURN_IF_ERROR(CheckShapes(l, t, &l.g, &shared_i, ctx));
+  static_cast<MoeLayerForm&>(spec) = l;
   spec.output_name = l.output;
-  spec.activation = l.activation;
-  spec.routing = l.routing;
-  spec.normalise = l.normalise;
-  spec.k = l.k;
-  spec.i = l.i;
-  spec.s = l.s;
   std::map<std::string, const onnx::TensorProto*> inits;
   for (const auto& init : graph.initializer()) inits[init.name()] = &init;
   auto read = [&](const std::optional<WeightSource>& from,

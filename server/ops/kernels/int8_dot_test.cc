@@ -336,6 +336,23 @@ INSTANTIATE_TEST_SUITE_P(EveryBuild, Int8DotBuildTest, ::testing::ValuesIn(kFast
                            return std::string(info.param.name);
                          });
 
+// A level-4 problem: rows of A (`type`, [m, k]) times `w` into C ([m, n]).
+GemmProblem Level4Problem(DataType type, int64_t m, int64_t k, int64_t n, const void* a, void* c,
+                          const QuantizedMatrix& w) {
+  GemmProblem p;
+  p.type = type;
+  p.m = m;
+  p.k = k;
+  p.n = n;
+  p.a = a;
+  p.lda = k;
+  p.c = c;
+  p.ldc = n;
+  p.b_quantized = &w;
+  p.int8_activations = true;
+  return p;
+}
+
 // Problems with int8_activations through the scheduler: rows gathered from
 // one A (quantized once), scattered to their rows of C with a bias, K cut into
 // slices across threads, more than one block of rows: each output as the
@@ -356,17 +373,7 @@ TEST(Int8DotTest, ThroughTheSchedulerEachProblemGetsItsRows) {
     out2.push_back(2 * i + 1);
   }
   std::vector<float> c(2 * m * n, NAN);
-  GemmProblem p;
-  p.type = DataType::kFP32;
-  p.m = m;
-  p.k = k;
-  p.n = n;
-  p.a = a.data();
-  p.lda = k;
-  p.c = c.data();
-  p.ldc = n;
-  p.b_quantized = &w.m;
-  p.int8_activations = true;
+  const GemmProblem p = Level4Problem(DataType::kFP32, m, k, n, a.data(), c.data(), w.m);
   GemmProblem p1 = p, p2 = p;
   p1.a_rows = rows1.data();
   p1.c_rows = out1.data();
@@ -402,18 +409,7 @@ TEST(Int8DotTest, HalfTypesReadTheirActivationsAndRoundTheResultOnce) {
       v = type == DataType::kFP16 ? FloatToHalf(f) : FloatToBFloat16(f);
     }
     w.m.value_type = type;
-    GemmProblem p;
-    p.type = type;
-    p.m = m;
-    p.k = k;
-    p.n = n;
-    p.a = a.data();
-    p.lda = k;
-    p.c = c.data();
-    p.ldc = n;
-    p.b_quantized = &w.m;
-    p.int8_activations = true;
-    ASSERT_TRUE(RunGemmProblems({p}, 2).ok());
+    ASSERT_TRUE(RunGemmProblems({Level4Problem(type, m, k, n, a.data(), c.data(), w.m)}, 2).ok());
     Int8Rows q;
     QuantizeInt8Rows(type, a.data(), k, m, k, Int8ActivationBlock(w.m), &q);
     std::vector<float> want(m * n, 0.0f);
