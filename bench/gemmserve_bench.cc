@@ -739,7 +739,7 @@ absl::StatusOr<GroupedCall> GgmlCall(const GroupedSpec& spec, Cache& cache, cons
                              }));
   GEMMSERVE_RETURN_IF_ERROR(ggml->Prepare(c.plan, c.indices));
   GroupedCall g;
-  g.call = [&c, ggml] { return ggml->Run(c.plan, c.input, c.indices, &c.output); };
+  g.call = [&c, ggml] { return ggml->Run(c.input, &c.output); };
   g.check = [&c, &w, ggml, type] { return CheckGgml(c, w, *ggml, type); };
   g.group_weights = [ggml](int64_t group) { return ggml->group_weights(group); };
   g.group_bytes = g.expert_bytes = ggml->group_bytes();  // its blocks' FP16 scales included

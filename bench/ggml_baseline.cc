@@ -276,9 +276,7 @@ absl::Status GgmlGroupedMatMul::Prepare(const GroupedMatMulPlan& plan, const Ten
   return absl::OkStatus();
 }
 
-absl::Status GgmlGroupedMatMul::Run(const GroupedMatMulPlan& plan, const Tensor& input,
-                                    const Tensor& indices, Tensor* output) {
-  (void)plan, (void)indices;  // Prepare's
+absl::Status GgmlGroupedMatMul::Run(const Tensor& input, Tensor* output) {
   State& s = *state_;
   const GgmlApi& api = *s.api;
   const bool bf16 = s.value_type == DataType::kBF16;

@@ -24,7 +24,7 @@
 //   GEMMSERVE_ASSIGN_OR_RETURN(GgmlGroupedMatMul g,
 //                              GgmlGroupedMatMul::Create(*lib, w, GgmlWeights::kQ4_0, 2));
 //   GEMMSERVE_RETURN_IF_ERROR(g.Prepare(plan, idx));
-//   GEMMSERVE_RETURN_IF_ERROR(g.Run(plan, x, idx, &out));
+//   GEMMSERVE_RETURN_IF_ERROR(g.Run(x, &out));
 #ifndef GEMMSERVE_BENCH_GGML_BASELINE_H_
 #define GEMMSERVE_BENCH_GGML_BASELINE_H_
 
@@ -84,9 +84,8 @@ class GgmlGroupedMatMul {
   absl::Status Prepare(const GroupedMatMulPlan& plan, const Tensor& indices);
 
   // output = GroupedMatMul(input, weights as ggml holds them, indices) for the
-  // plan and indices Prepare saw; input and output of the weights' value type.
-  absl::Status Run(const GroupedMatMulPlan& plan, const Tensor& input, const Tensor& indices,
-                   Tensor* output);
+  // routing Prepare saw; input and output of the weights' value type.
+  absl::Status Run(const Tensor& input, Tensor* output);
 
   // What Run reads of group g (for the cold-weights eviction) and its bytes.
   const void* group_weights(int64_t group) const;
