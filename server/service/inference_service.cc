@@ -4,6 +4,8 @@
 #include <optional>
 #include <utility>
 
+#include <google/protobuf/descriptor.h>
+
 #include "absl/time/time.h"
 #include "server/service/infer_codec.h"
 #include "server/service/status_util.h"
@@ -36,7 +38,26 @@ std::optional<absl::string_view> Authorization(const grpc::CallbackServerContext
   return MetadataValue(context, "authorization");
 }
 
+// The index of `method` among the service's methods, as the generated code
+// numbers them (their order in grpc_service.proto).
+int MethodIndex(const char* method) {
+  const google::protobuf::ServiceDescriptor* service =
+      inference::ModelInferRequest::descriptor()->file()->FindServiceByName("GRPCInferenceService");
+  return service->FindMethodByName(method)->index();
+}
+
 }  // namespace
+
+InferenceService::InferenceService(Serving* serving, int max_stream_inflight)
+    : serving_(serving), max_stream_inflight_(max_stream_inflight) {
+  // Triton's bidirectional stream of inferences, on raw messages.
+  MarkMethodRawCallback(MethodIndex("ModelStreamInfer"),
+                        new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+                            [this](grpc::CallbackServerContext* context) {
+                              return StartStreamInfer(serving_, &streams_, context,
+                                                      max_stream_inflight_);
+                            }));
+}
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest*,
@@ -94,11 +115,6 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     return status;
   });
   return reactor;
-}
-
-grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  return StartStreamInfer(serving_, &streams_, context, max_stream_inflight_);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(

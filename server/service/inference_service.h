@@ -22,8 +22,9 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
  public:
   // `serving` must outlive the service. A stream has at most
   // `max_stream_inflight` (>= 1) requests between read and written answer.
-  InferenceService(Serving* serving, int max_stream_inflight)
-      : serving_(serving), max_stream_inflight_(max_stream_inflight) {}
+  // ModelStreamInfer is served raw (stream_infer.h): its handler replaces
+  // the generated typed one.
+  InferenceService(Serving* serving, int max_stream_inflight);
 
   // Shutdown: every open stream answers what it accepted, then ends with
   // UNAVAILABLE; new streams end at once (stream_infer.h).
@@ -47,9 +48,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
-  // Triton's bidirectional stream of inferences (stream_infer.h).
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) override;

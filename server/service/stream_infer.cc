@@ -8,6 +8,10 @@
 #include <utility>
 #include <vector>
 
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/common/public_status.h"
 #include "server/service/infer_codec.h"
@@ -55,15 +59,29 @@ class StreamInferReactor final : public StreamReactorBase {
     return TakeFinishLocked();
   }
 
+  // A message read is parsed here, outside the lock (only one read is ever
+  // outstanding, so `reading_` is this thread's). One that does not parse
+  // ends the reading: the requests accepted before it are answered, then the
+  // stream ends with INVALID_ARGUMENT naming it (TakeFinishLocked).
   void OnReadDone(bool ok) override {
     std::unique_ptr<inference::ModelInferRequest> request;
+    bool parsed = false;
+    if (ok) {
+      request = std::make_unique<inference::ModelInferRequest>();
+      parsed = Parse(reading_, *request);
+      reading_.Clear();
+    }
     {
       absl::MutexLock lock(&mu_);
       read_pending_ = false;
       if (!ok) {
         reads_done_ = true;  // half-closed by the client, or cancelled
+      } else if (!parsed) {
+        reads_done_ = true;
+        unparsed_message_ = read_count_ + 1;
+        request.reset();
       } else {
-        request = std::move(reading_);
+        ++read_count_;
         ++inflight_;
       }
     }
@@ -99,9 +117,16 @@ class StreamInferReactor final : public StreamReactorBase {
  private:
   struct Answer {
     std::unique_ptr<inference::ModelInferRequest> request;
-    inference::ModelStreamInferResponse response;
-    Reservation held;  // the answer's bytes, counted until written
+    grpc::ByteBuffer response;  // a serialized ModelStreamInferResponse
+    Reservation held;           // the answer's bytes, counted until written
   };
+
+  // `bytes` as a ModelInferRequest: false for a message that is not one
+  // (truncated, garbage, a string field that is not UTF-8).
+  static bool Parse(grpc::ByteBuffer& bytes, inference::ModelInferRequest& request) {
+    grpc::ProtoBufferReader reader(&bytes);
+    return request.ParseFromZeroCopyStream(&reader);
+  }
 
   void Unref() {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
@@ -127,29 +152,36 @@ class StreamInferReactor final : public StreamReactorBase {
     });
   }
 
-  // The answer to `answer->request`: its response, or its error with its id.
+  // The answer to `answer->request`: its response, or its error with its
+  // id, serialized here (on the worker) so that the writer only sends it.
   static absl::Status Encode(absl::StatusOr<InferResult> result, Answer& answer) {
     const std::string& id = answer.request->id();
+    inference::ModelStreamInferResponse response;
     absl::Status status = result.status();
     if (result.ok()) {
-      status = EncodeInferResponse(*result, id, answer.response.mutable_infer_response());
+      status = EncodeInferResponse(*result, id, response.mutable_infer_response());
       answer.held = std::move(result->held);
     }
     if (!status.ok()) {
-      answer.response.Clear();
-      answer.response.set_error_message(std::string(PublicStatus(status).message()));
-      answer.response.mutable_infer_response()->set_id(id);
-      answer.response.mutable_infer_response()->set_model_name(answer.request->model_name());
+      response.Clear();
+      response.set_error_message(std::string(PublicStatus(status).message()));
+      response.mutable_infer_response()->set_id(id);
+      response.mutable_infer_response()->set_model_name(answer.request->model_name());
     }
     answer.request.reset();  // its views are no longer needed
+    bool own_buffer = false;
+    grpc::Status serialized =
+        grpc::SerializationTraits<inference::ModelStreamInferResponse>::Serialize(
+            response, &answer.response, &own_buffer);
+    if (!serialized.ok() && status.ok()) status = absl::InternalError(serialized.error_message());
     return status;
   }
 
   // Queues `answer` (if any), then starts whatever the state allows: the
   // next write, the next read, or the end of the stream.
   void Step(std::unique_ptr<Answer> answer = nullptr) {
-    inference::ModelStreamInferResponse* write = nullptr;
-    inference::ModelInferRequest* read = nullptr;
+    grpc::ByteBuffer* write = nullptr;
+    bool read = false;
     std::optional<grpc::Status> finish;
     {
       absl::MutexLock lock(&mu_);
@@ -168,18 +200,17 @@ class StreamInferReactor final : public StreamReactorBase {
       if (!read_pending_ && !reads_done_ && !draining_ && !cancelled_ &&
           inflight_ < max_inflight_) {
         read_pending_ = true;
-        reading_ = std::make_unique<inference::ModelInferRequest>();
-        read = reading_.get();
+        read = true;
       }
-      if (write != nullptr || read != nullptr) {
+      if (write != nullptr || read) {
         ++starting_;
       } else {
         finish = TakeFinishLocked();
       }
     }
     if (write != nullptr) StartWrite(write);
-    if (read != nullptr) StartRead(read);
-    if (write != nullptr || read != nullptr) {
+    if (read) StartRead(&reading_);
+    if (write != nullptr || read) {
       absl::MutexLock lock(&mu_);
       --starting_;
       finish = TakeFinishLocked();
@@ -190,12 +221,21 @@ class StreamInferReactor final : public StreamReactorBase {
   // The stream's final status, once, when it may end: every accepted
   // request answered and written (or dropped, if cancelled), no operation
   // being started, and the client done sending (or the server draining, or
-  // the stream cancelled).
+  // the stream cancelled, or a message that did not parse).
   std::optional<grpc::Status> TakeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_ || write_pending_ || inflight_ > 0 || starting_ > 0) return std::nullopt;
     if (!reads_done_ && !draining_ && !cancelled_) return std::nullopt;
     finished_ = true;
     if (cancelled_) return grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled");
+    if (unparsed_message_ > 0) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("message ", unparsed_message_,
+                       " of the stream is not an inference.ModelInferRequest (truncated, not "
+                       "protobuf, or a string that is not UTF-8); the ",
+                       unparsed_message_ - 1,
+                       " requests before it were answered, and nothing after it was read"));
+    }
     if (draining_ && !reads_done_) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "server is shutting down; retry on another replica");
@@ -214,7 +254,9 @@ class StreamInferReactor final : public StreamReactorBase {
   std::atomic<int> refs_{1};                 // gRPC's, until OnDone
 
   absl::Mutex mu_;
-  std::unique_ptr<inference::ModelInferRequest> reading_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer reading_;                     // the read outstanding's message (one at a time)
+  int64_t read_count_ ABSL_GUARDED_BY(mu_) = 0;  // messages parsed and accepted
+  int64_t unparsed_message_ ABSL_GUARDED_BY(mu_) = 0;  // 1-based, of the one that failed
   std::deque<std::unique_ptr<Answer>> writes_ ABSL_GUARDED_BY(mu_);  // front: being written
   int inflight_ ABSL_GUARDED_BY(mu_) = 0;  // read, not yet written (or dropped)
   int starting_ ABSL_GUARDED_BY(mu_) = 0;  // threads between deciding an op and starting it

@@ -15,6 +15,10 @@
 //     queued are never computed.
 //   * StreamRegistry::DrainAll (SIGTERM): a stream reads no more, answers
 //     what it had accepted, then ends with UNAVAILABLE.
+//   * A message that is not a ModelInferRequest (truncated, garbage, a
+//     string that is not UTF-8): nothing after it is read, the requests
+//     before it are answered, then the stream ends with INVALID_ARGUMENT
+//     naming it (its 1-based number); never OK with requests lost.
 #ifndef GEMMSERVE_SERVER_SERVICE_STREAM_INFER_H_
 #define GEMMSERVE_SERVER_SERVICE_STREAM_INFER_H_
 
@@ -49,8 +53,10 @@ class StreamRegistry {
   std::set<StreamInferReactor*> streams_ ABSL_GUARDED_BY(mu_);
 };
 
-using StreamReactorBase =
-    grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>;
+// Raw messages: the reactor parses each request itself, so that one that
+// does not parse is told from the client closing its side (gRPC's typed
+// reads report both as a failed read).
+using StreamReactorBase = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
 
 // Starts serving one stream; gRPC owns the reactor, which deletes itself
 // when the stream is done. `serving` and `registry` must outlive it.

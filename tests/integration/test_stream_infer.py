@@ -109,6 +109,43 @@ class StreamInferTest(GemmServeTestCase):
         np.testing.assert_array_equal(answers["good"].outputs["Y"], [[1.0]])
         self.server.assert_alive()
 
+    def test_a_message_that_does_not_parse_ends_the_stream_with_an_error_naming_it(self):
+        # Sent as raw bytes, so that the client can write what is not a request.
+        raw = self.channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer",
+            request_serializer=lambda b: b,
+            response_deserializer=pb2.ModelStreamInferResponse.FromString)
+
+        def request(i, request_id):
+            a = np.full((1, 2), float(i), np.float32)
+            r = make_infer_request("matmul", [("A", a), ("B", np.ones((2, 1), np.float32))])
+            r.id = request_id
+            return r.SerializeToString()
+
+        not_utf8 = request(2, "ZZ").replace(b"\x1a\x02ZZ", b"\x1a\x02\xff\xfe")
+        self.assertNotEqual(not_utf8, request(2, "ZZ"))
+        bad_messages = {"a string that is not UTF-8": not_utf8,
+                        "truncated": request(2, "two")[:-3],
+                        "garbage": b"\xff\xff\xff\xff\xff\xff"}
+        for kind, bad in bad_messages.items():
+            with self.subTest(kind):
+                answers, error = [], None
+                try:
+                    for answer in raw(iter([request(1, "one"), bad, request(3, "three"),
+                                            request(4, "four")]), timeout=30):
+                        answers.append(answer)
+                except grpc.RpcError as e:
+                    error = e
+                self.assertIsNotNone(error, "the stream ended OK with requests 3 and 4 lost")
+                self.assertEqual(error.code(), grpc.StatusCode.INVALID_ARGUMENT, error.details())
+                self.assertIn("message 2 of the stream", error.details())
+                # Request 1, accepted before, is answered; nothing after the bad one is read.
+                self.assertEqual([a.infer_response.id for a in answers], ["one"])
+                self.assertEqual(answers[0].error_message, "")
+                self.assertEqual(answers[0].infer_response.raw_output_contents[0],
+                                 np.array([[2.0]], np.float32).tobytes())
+        self.assert_server_still_serves()
+
     def test_property_random_mixes_of_good_and_bad_requests(self):
         """Seeded random streams of valid requests (random shapes, zeros and ones among
         them) and invalid ones of every kind a stream may carry: each valid one gets its
