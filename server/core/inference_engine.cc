@@ -200,27 +200,38 @@ InferenceEngine::~InferenceEngine() {
   for (auto& model : served) CloseQueue(model.get());
 }
 
+namespace {
+
+absl::Status WarmupStopped() {
+  return absl::UnavailableError(
+      "the server is shutting down: the model's warmup was stopped and the model was not "
+      "loaded; retry on another replica");
+}
+
+// What a warmup sample's failure is reported as: the model refusing the
+// sample is the config's fault; the server's own troubles keep their codes.
+absl::Status WarmupFailed(const WarmupSample& sample, const absl::Status& s) {
+  const std::string message =
+      absl::StrCat("model_warmup '", ClientText(sample.name), "': ", s.message());
+  switch (s.code()) {
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kDeadlineExceeded: return absl::Status(s.code(), message);
+    default: return absl::InvalidArgumentError(message);
+  }
+}
+
+}  // namespace
+
 absl::Status InferenceEngine::Warm(const std::shared_ptr<ServedModel>& served,
-                                   const std::vector<WarmupSample>& samples) {
-  const ModelMetadata& metadata = served->metadata();
+                                   const std::vector<WarmupSample>& samples,
+                                   const std::function<bool()>& stopped) {
   const absl::Time deadline = clock_->Now() + kWarmupDeadline;
   // Every resident byte first: the samples' data may leave weights unread
   // (a group index of 0 reads one expert).
   served->model().TouchResident();
   for (const WarmupSample& sample : samples) {
-    auto failed = [&](const absl::Status& s) {
-      const std::string message =
-          absl::StrCat("model_warmup '", ClientText(sample.name), "': ", s.message());
-      // The model refusing the sample is the config's fault; the server's
-      // own troubles keep their codes.
-      switch (s.code()) {
-        case absl::StatusCode::kResourceExhausted:
-        case absl::StatusCode::kUnavailable:
-        case absl::StatusCode::kInternal:
-        case absl::StatusCode::kDeadlineExceeded: return absl::Status(s.code(), message);
-        default: return absl::InvalidArgumentError(message);
-      }
-    };
     std::vector<InputTensorView> inputs;
     for (const WarmupInput& input : sample.inputs) {
       InputTensorView view;
@@ -233,46 +244,59 @@ absl::Status InferenceEngine::Warm(const std::shared_ptr<ServedModel>& served,
       inputs.push_back(view);
     }
     for (uint32_t run = 0; run < std::max<uint32_t>(1, sample.count); ++run) {
-      absl::Status status;
-      absl::StatusOr<InferResult> result;
-      absl::Notification answered;
-      // Client traffic may hold --max_inflight_bytes for a while: a full
-      // server is waited out (until the deadline), not failed at once.
-      for (absl::Duration pause = absl::Milliseconds(1);;
-           pause = std::min(2 * pause, absl::Milliseconds(100))) {
-        auto request = std::make_unique<InferRequestView>();
-        request->model_name = metadata.name;
-        request->inputs = inputs;
-        request->deadline = deadline;
-        request->timeout_us = uint64_t{1} << 62;  // the deadline bounds it, not the queue's
-        DoneCallback done = [&](absl::StatusOr<InferResult> r) {
-          result = std::move(r);
-          answered.Notify();
-        };
-        std::shared_ptr<ServedModel> admitted;
-        std::unique_ptr<Pending> pending;
-        status = CatchAllocationFailure("a warmup request", [&] {
-          return AdmitTo(served, clock_->Now(), std::move(request), nullptr, done,
-                         /*reserved=*/nullptr, &admitted, &pending);
-        });
-        if (status.ok()) {
-          try {
-            status = Dispatch(served, pending);
-          } catch (const std::exception& e) {
-            // Whatever held the request was destroyed, and so answered it.
-            GEMMSERVE_LOG(ERROR) << "a warmup request failed: " << e.what();
-          }
-          if (!status.ok()) pending->Disarm();
-        }
-        if (!absl::IsUnavailable(status) || clock_->Now() + pause >= deadline) break;
-        absl::SleepFor(pause);
-      }
-      if (!status.ok()) return failed(status);
-      answered.WaitForNotification();
-      if (!result.ok()) return failed(result.status());
+      if (stopped && stopped()) return WarmupStopped();
+      absl::Status status = WarmOnce(served, inputs, deadline, stopped);
+      // A run cut short by the stop fails as the stop, not as the sample.
+      if (stopped && stopped()) return WarmupStopped();
+      if (!status.ok()) return WarmupFailed(sample, status);
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status InferenceEngine::WarmOnce(const std::shared_ptr<ServedModel>& served,
+                                       const std::vector<InputTensorView>& inputs,
+                                       absl::Time deadline, const std::function<bool()>& stopped) {
+  absl::Status status;
+  absl::StatusOr<InferResult> result;
+  absl::Notification answered;
+  // Client traffic may hold --max_inflight_bytes for a while: a full server
+  // is waited out (until the deadline or the stop), not failed at once.
+  for (absl::Duration pause = absl::Milliseconds(1);;
+       pause = std::min(2 * pause, absl::Milliseconds(100))) {
+    auto request = std::make_unique<InferRequestView>();
+    request->model_name = served->metadata().name;
+    request->inputs = inputs;
+    request->deadline = deadline;
+    request->timeout_us = uint64_t{1} << 62;  // the deadline bounds it, not the queue's
+    DoneCallback done = [&](absl::StatusOr<InferResult> r) {
+      result = std::move(r);
+      answered.Notify();
+    };
+    std::shared_ptr<ServedModel> admitted;
+    std::unique_ptr<Pending> pending;
+    // A stop cancels the request as a client's cancel does: if still
+    // queued, it is never computed.
+    status = CatchAllocationFailure("a warmup request", [&] {
+      return AdmitTo(served, clock_->Now(), std::move(request), stopped, done,
+                     /*reserved=*/nullptr, &admitted, &pending);
+    });
+    if (status.ok()) {
+      try {
+        status = Dispatch(served, pending);
+      } catch (const std::exception& e) {
+        // Whatever held the request was destroyed, and so answered it.
+        GEMMSERVE_LOG(ERROR) << "a warmup request failed: " << e.what();
+      }
+      if (!status.ok()) pending->Disarm();
+    }
+    if (!absl::IsUnavailable(status) || clock_->Now() + pause >= deadline) break;
+    if (stopped && stopped()) break;
+    absl::SleepFor(pause);
+  }
+  if (!status.ok()) return status;
+  answered.WaitForNotification();
+  return result.status();
 }
 
 absl::StatusOr<InferenceEngine::Reservation> InferenceEngine::Reserve(int64_t bytes,

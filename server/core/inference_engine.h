@@ -113,9 +113,11 @@ class InferenceEngine {
   // already served serves on). A sample the model answers with an error is
   // not served: the error, naming the sample, is returned (INVALID_ARGUMENT,
   // or RESOURCE_EXHAUSTED / UNAVAILABLE when the server lacked the memory),
-  // and nothing is installed.
+  // and nothing is installed. Once `stopped` (may be empty: never) answers
+  // true, no further warmup request is run or computed and nothing is
+  // installed: UNAVAILABLE (the server is shutting down).
   absl::Status Install(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching,
-                       std::vector<WarmupSample> warmup);
+                       std::vector<WarmupSample> warmup, std::function<bool()> stopped = {});
   // The name stays known but serves no more (kUnloaded). NOT_FOUND for a
   // name not known.
   absl::Status Remove(absl::string_view name);
@@ -180,7 +182,11 @@ class InferenceEngine {
                        std::unique_ptr<Pending>* pending);
   // Runs the warmup samples on `served`, not yet published; the first error.
   absl::Status Warm(const std::shared_ptr<ServedModel>& served,
-                    const std::vector<WarmupSample>& samples);
+                    const std::vector<WarmupSample>& samples, const std::function<bool()>& stopped);
+  // One run of a warmup sample's `inputs`: OK, or why it failed.
+  absl::Status WarmOnce(const std::shared_ptr<ServedModel>& served,
+                        const std::vector<InputTensorView>& inputs, absl::Time deadline,
+                        const std::function<bool()>& stopped);
   // Runs it inline, queues it or schedules it, taking `pending`; an error
   // only when the batcher refused it, which leaves `pending` with the caller.
   absl::Status Dispatch(const std::shared_ptr<ServedModel>& served,

@@ -35,7 +35,8 @@ void InferenceEngine::Install(std::unique_ptr<Model> model,
 
 absl::Status InferenceEngine::Install(std::unique_ptr<Model> model,
                                       std::optional<BatchingOptions> batching,
-                                      std::vector<WarmupSample> warmup) {
+                                      std::vector<WarmupSample> warmup,
+                                      std::function<bool()> stopped) {
   std::shared_ptr<ModelMetrics> metrics =
       options_.metrics ? options_.metrics->ForModel(model->metadata().name) : nullptr;
   auto served = std::make_shared<ServedModel>(std::move(model), batching, std::move(metrics));
@@ -50,7 +51,7 @@ absl::Status InferenceEngine::Install(std::unique_ptr<Model> model,
     served->set_batcher(std::move(batcher));
   }
   if (!warmup.empty()) {
-    if (absl::Status warmed = Warm(served, warmup); !warmed.ok()) {
+    if (absl::Status warmed = Warm(served, warmup, stopped); !warmed.ok()) {
       CloseQueue(served.get());
       return warmed;
     }

@@ -234,7 +234,8 @@ absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles
   GEMMSERVE_RETURN_IF_ERROR(CheckParameters(config, *model));
   // READY only once every warmup sample ran (the previous version serves
   // meanwhile); a sample the model refuses fails the load.
-  return engine_->Install(std::move(model), batching, std::move(warmup));
+  return engine_->Install(std::move(model), batching, std::move(warmup),
+                          [this] { return loads_stopped(); });
 }
 
 absl::Status ModelRepository::LoadOrThrow(const std::string& name,
@@ -265,6 +266,7 @@ absl::Status ModelRepository::Load(const std::string& name, const ModelLoadReque
     return absl::NotFoundError(absl::StrCat("no model '", name, "' in the model repository"));
   }
   absl::MutexLock serial(&load_mu_);
+  if (loads_stopped()) return Stopped();  // the model stays as it was
   engine_->MarkLoading(name);  // a model being served keeps serving meanwhile
   absl::Status status;
   try {
@@ -276,6 +278,7 @@ absl::Status ModelRepository::Load(const std::string& name, const ModelLoadReque
   }
   // A model that was serving keeps serving its previous version.
   if (!status.ok()) engine_->MarkFailed(name, status.message());
+  if (!status.ok() && loads_stopped()) return Stopped();
   return status;
 }
 
@@ -286,6 +289,18 @@ bool ModelRepository::TryEnqueue(absl::AnyInvocable<void() &&>& job) {
   return true;
 }
 
+absl::Status ModelRepository::Stopped() {
+  return absl::UnavailableError(
+      "the server is shutting down: no model is loaded or unloaded any more; retry on another "
+      "replica");
+}
+
+void ModelRepository::StopLoads() { loads_stopped_.store(true, std::memory_order_relaxed); }
+
+bool ModelRepository::loads_stopped() const {
+  return loads_stopped_.load(std::memory_order_relaxed);
+}
+
 absl::Status ModelRepository::TooManyWaiting() {
   return absl::UnavailableError(absl::StrCat("too many model loads and unloads waiting (",
                                              kMaxQueuedLoads, "); retry later"));
@@ -293,6 +308,7 @@ absl::Status ModelRepository::TooManyWaiting() {
 
 void ModelRepository::LoadAsync(std::string name, ModelLoadRequest request,
                                 absl::AnyInvocable<void(absl::Status) &&> done) {
+  if (loads_stopped()) return std::move(done)(Stopped());
   auto shared = std::make_shared<absl::AnyInvocable<void(absl::Status) &&>>(std::move(done));
   absl::AnyInvocable<void()&&> job = [this, name = std::move(name), request = std::move(request),
                                       shared]() mutable {
@@ -316,6 +332,7 @@ absl::Status ModelRepository::CheckUnloadable(const std::string& name) const {
 void ModelRepository::UnloadAsync(std::string name,
                                   absl::AnyInvocable<void(absl::Status) &&> done) {
   if (absl::Status s = CheckUnloadable(name); !s.ok()) return std::move(done)(s);
+  if (loads_stopped()) return std::move(done)(Stopped());
   auto shared = std::make_shared<absl::AnyInvocable<void(absl::Status) &&>>(std::move(done));
   absl::AnyInvocable<void()&&> job = [this, name = std::move(name), shared]() mutable {
     std::move (*shared)(Unload(name));
@@ -326,6 +343,7 @@ void ModelRepository::UnloadAsync(std::string name,
 absl::Status ModelRepository::Unload(const std::string& name) {
   GEMMSERVE_RETURN_IF_ERROR(CheckUnloadable(name));
   absl::MutexLock serial(&load_mu_);
+  if (loads_stopped()) return Stopped();
   // A model of the repository's directory stays known (UNAVAILABLE,
   // "unloaded"); an uploaded one, or a failed load's name, leaves nothing.
   std::error_code ec;

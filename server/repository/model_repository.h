@@ -22,6 +22,7 @@
 #ifndef GEMMSERVE_SERVER_REPOSITORY_MODEL_REPOSITORY_H_
 #define GEMMSERVE_SERVER_REPOSITORY_MODEL_REPOSITORY_H_
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <optional>
@@ -84,6 +85,12 @@ class ModelRepository {
   absl::Status Unload(const std::string& name);
   void UnloadAsync(std::string name, absl::AnyInvocable<void(absl::Status) &&> done);
 
+  // Shutdown: from now on no load or unload runs. The one running stops its
+  // warmup between runs (InferenceEngine::Install) and fails; those queued,
+  // and any asked for later, fail at once. Each fails with UNAVAILABLE, and
+  // every model stays as it was. Idempotent; any thread.
+  void StopLoads();
+
   // Every model known: built in, in the repository, or loaded by request,
   // by name. Where each stands is the engine's (InferenceEngine::States);
   // directories of the repository it does not know are kUnloaded, "not
@@ -95,6 +102,8 @@ class ModelRepository {
   // Queues `job` (taking it) unless kMaxQueuedLoads jobs wait already.
   bool TryEnqueue(absl::AnyInvocable<void() &&>& job);
   static absl::Status TooManyWaiting();
+  static absl::Status Stopped();
+  bool loads_stopped() const;
   absl::Status CheckUnloadable(const std::string& name) const;
   absl::Status LoadOrThrow(const std::string& name, const ModelLoadRequest& request);
   absl::Status LoadFrom(const std::string& name, const ModelFiles& files,
@@ -108,6 +117,7 @@ class ModelRepository {
   mutable absl::Mutex mu_;
   std::deque<absl::AnyInvocable<void() &&>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> loads_stopped_{false};  // StopLoads
   std::thread worker_;
 };
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -796,6 +797,80 @@ TEST(ModelWarmupTest, ASampleTheModelRefusesFailsTheLoadAndTheServedVersionServe
   // A model not yet served is not served when its warmup fails.
   EXPECT_FALSE(repo.Load("n", GroupedUpload(kTwoSamples, WarmupFiles(2))).ok());
   EXPECT_EQ(engine.FindModel("n", "").status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(ModelWarmupTest, StopLoadsEndsAWarmupAndTheQueuedLoadsWithUnavailable) {
+  TempDir dir;
+  InferenceEngine engine(EngineOptions{});
+  ModelRepository repo(dir.path().string(), &engine, {});
+  ASSERT_TRUE(repo.Load("m", GroupedUpload("")).ok());
+  // Seconds of warmup: 1000 runs of 2^18 rows.
+  const std::string long_warmup = R"pb(model_warmup {
+                                         name: "long"
+                                         count: 1000
+                                         inputs {
+                                           key: "x"
+                                           value {
+                                             data_type: TYPE_FP32
+                                             dims: [ 262144, 3 ]
+                                             random_data: true
+                                           }
+                                         }
+                                         inputs {
+                                           key: "route"
+                                           value {
+                                             data_type: TYPE_INT64
+                                             dims: [ 262144, 1 ]
+                                             zero_data: true
+                                           }
+                                         }
+                                       })pb";
+  absl::Mutex mu;
+  std::vector<absl::Status> answers;
+  auto record = [&](absl::Status s) {
+    absl::MutexLock lock(&mu);
+    answers.push_back(s);
+  };
+  const absl::Time start = absl::Now();
+  // A new model, so that the engine lists it as loading; a reload and an
+  // unload of the served one queued behind it.
+  repo.LoadAsync("n", GroupedUpload(long_warmup), record);
+  repo.LoadAsync("m", GroupedUpload(""), record);
+  repo.UnloadAsync("m", record);
+  // The first load runs once the engine lists the name as loading.
+  auto loading = [&] {
+    std::vector<ModelStatus> states = engine.States();
+    return std::any_of(states.begin(), states.end(),
+                       [](const ModelStatus& s) { return s.state == ModelState::kLoading; });
+  };
+  for (absl::Time end = absl::Now() + absl::Seconds(30); !loading() && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  absl::SleepFor(absl::Milliseconds(50));  // into the warmup
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(answers.empty()) << answers.front();
+  }
+  ASSERT_TRUE(loading());
+  repo.StopLoads();
+  repo.LoadAsync("m", GroupedUpload(""), record);  // asked for after the stop
+  {
+    absl::MutexLock lock(&mu);
+    auto all = [&] { return answers.size() == 4; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all), absl::Seconds(60)));
+    for (const absl::Status& s : answers) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+      EXPECT_THAT(std::string(s.message()), HasSubstr("shutting down"));
+    }
+  }
+  // The warmup was cut short, not run to its end; the new model is not
+  // served and the served one serves on, as it was.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_EQ(engine.FindModel("n", "").status().code(), absl::StatusCode::kUnavailable);
+  auto m = engine.FindModel("m", "");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE((*m)->warmup().empty());
+  EXPECT_EQ((*m)->statistics().execution_count, 0u);
 }
 
 TEST(ModelWarmupTest, EveryFieldIsCheckedBeforeAnythingIsAllocated) {

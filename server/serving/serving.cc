@@ -338,8 +338,12 @@ absl::Status Serving::TraceSetting(std::optional<absl::string_view> authorizatio
 }
 
 void Serving::StartDraining() {
-  absl::MutexLock lock(&drain_mu_);
-  draining_ = true;
+  {
+    absl::MutexLock lock(&drain_mu_);
+    draining_ = true;
+  }
+  // A load's warmup could hold the shutdown for minutes: loads stop now.
+  repository_->StopLoads();
 }
 
 bool Serving::draining() const {

@@ -222,7 +222,9 @@ class Serving {
   // call's views must stay valid until then.
   void Infer(InferCall call, InferDone done);
 
-  // Graceful shutdown: from StartDraining on, Infer refuses new calls;
+  // Graceful shutdown: from StartDraining on, Infer refuses new calls and
+  // model loads and unloads stop (ModelRepository::StopLoads: the one
+  // running and those queued fail with UNAVAILABLE, the models as they were);
   // WaitUntilIdle returns true once every call accepted before is answered,
   // false if `deadline` came first.
   void StartDraining();

@@ -8,8 +8,10 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -364,6 +366,77 @@ class HealthStaysFastTest(unittest.TestCase):
         finally:
             server.proc.kill()
             server.proc.wait(timeout=10)
+
+
+# A warmup of minutes on this model: 1000 runs of 16384 tokens (the issue's attack used
+# 400 runs of [16384, 512]).
+_LONG_WARMUP_CONFIG = _SLOW_CONFIG.replace("[4096, ", "[16384, ").replace("[4096, 2]",
+                                                                          "[16384, 2]")
+
+
+def grpc_slow_load(name, config):
+    return pb2.RepositoryModelLoadRequest(model_name=name, parameters={
+        "config": pb2.ModelRepositoryParameter(string_param=config),
+        "file:1/model.onnx": pb2.ModelRepositoryParameter(
+            bytes_param=_SLOW_MODEL.SerializeToString())})
+
+
+class ShutdownDuringLoadsTest(unittest.TestCase):
+    """SIGTERM while a load's warmup runs, with more loads and unloads queued behind it
+    over both front ends: the warmup stops between runs, every load and unload fails
+    with UNAVAILABLE ("shutting down"), and the process exits 0 within the grace."""
+
+    GRACE_SECONDS = 2
+
+    def test_sigterm_stops_a_warmup_and_the_loads_queued_behind_it(self):
+        self.assertIn("[16384, 2]", _LONG_WARMUP_CONFIG)
+        server = ServerProcess("--max_message_bytes=536870912",
+                               f"--shutdown_grace_seconds={self.GRACE_SECONDS}").start()
+        self.addCleanup(lambda: server.proc.poll() is None and server.proc.kill())
+        channel = open_channel(server.address)
+        self.addCleanup(channel.close)
+        stub = pb2_grpc.GRPCInferenceServiceStub(channel)
+        port = server.http_port
+        warming = stub.RepositoryModelLoad.future(grpc_slow_load("slow", _LONG_WARMUP_CONFIG),
+                                                  timeout=900)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not is_loading(port, "slow"):
+            time.sleep(0.01)
+        self.assertTrue(is_loading(port, "slow"), "the slow load never began")
+        queued = [stub.RepositoryModelLoad.future(grpc_slow_load("other", _SLOW_CONFIG),
+                                                  timeout=900),
+                  stub.RepositoryModelUnload.future(
+                      pb2.RepositoryModelUnloadRequest(model_name="slow"), timeout=900)]
+        http_answers = []
+        http_load = threading.Thread(daemon=True, target=lambda: http_answers.append(
+            http_request(port, "POST", "/v2/repository/models/slow2/load", SLOW_LOAD_BODY)))
+        http_load.start()
+        # A second for the queued calls to reach the server (one that had not would be
+        # refused as draining, with the same answer) and the warmup to be into its runs.
+        time.sleep(1.0)
+        self.assertTrue(is_loading(port, "slow"), "the warmup ended before the signal")
+        start = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            code = server.proc.wait(timeout=self.GRACE_SECONDS + 15)
+        except subprocess.TimeoutExpired:
+            self.fail(f"still running {self.GRACE_SECONDS + 15} s after SIGTERM with "
+                      f"--shutdown_grace_seconds={self.GRACE_SECONDS}")
+        elapsed = time.monotonic() - start
+        self.assertEqual(code, 0, server.stderr_text())
+        slack = 5 if server_is_sanitized() else 1
+        self.assertLess(elapsed, self.GRACE_SECONDS + 2 * slack, "exit within the grace period")
+        for future in [warming] + queued:
+            with self.assertRaises(grpc.RpcError) as raised:
+                future.result(timeout=30)
+            self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAVAILABLE,
+                             raised.exception.details())
+            self.assertIn("shutting down", raised.exception.details())
+        http_load.join(timeout=30)
+        if http_answers:  # answered before the listener closed (else its connection was cut)
+            self.assertEqual(http_answers[0][0], 503, http_answers[0])
+        print(f"shutdown during a warmup: exited {elapsed:.2f} s after SIGTERM "
+              f"(grace {self.GRACE_SECONDS} s)", file=sys.stderr)
 
 
 def http_request(port, method, path, body=b"", headers=None):
