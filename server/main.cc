@@ -126,6 +126,12 @@ ABSL_FLAG(int64_t, trace_count, *kDefaults.serving.trace.count,
 ABSL_FLAG(int64_t, trace_log_frequency, *kDefaults.serving.trace.log_frequency,
           "Write every N traces to a file of their own (FILE.0, FILE.1, ...); 0: all to FILE "
           "when the server stops.");
+ABSL_FLAG(int64_t, trace_max_files, kDefaults.serving.trace_bounds.max_files,
+          "Trace files kept at most (FILE and FILE.<k>): a new one removes the oldest this "
+          "server wrote, as a log rotates.");
+ABSL_FLAG(int64_t, trace_max_bytes, kDefaults.serving.trace_bounds.max_bytes,
+          "Bytes of trace files kept at most, all together; one file holds at most this over "
+          "--trace_max_files (at least 64 KiB), then the next is started.");
 ABSL_FLAG(int64_t, max_client_shm_bytes, kDefaults.serving.shm.max_registered_bytes,
           "Most bytes of client shared memory registered at once, all clients together.");
 
@@ -190,6 +196,8 @@ absl::StatusOr<gemmserve::ServingOptions> ServingFromFlags() {
   }
   serving.trace = {level == "TIMESTAMPS", absl::GetFlag(FLAGS_trace_rate),
                    absl::GetFlag(FLAGS_trace_count), absl::GetFlag(FLAGS_trace_log_frequency)};
+  serving.trace_bounds = {absl::GetFlag(FLAGS_trace_max_files),
+                          absl::GetFlag(FLAGS_trace_max_bytes)};
   GEMMSERVE_ASSIGN_OR_RETURN(serving.metrics.latency_buckets,
                              gemmserve::Metrics::ParseBuckets(absl::GetFlag(FLAGS_latency_buckets)));
   serving.builtin_batching.max_queue_delay =

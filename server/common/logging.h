@@ -35,8 +35,13 @@ struct LogConfig {
 // The settings in effect.
 LogConfig CurrentLogConfig();
 // Applies `config` at once. A new `file` is opened for appending (created
-// 0640) before anything changes, without blocking; INVALID_ARGUMENT naming it
-// when it cannot be opened or is not a regular file (a FIFO, a device).
+// 0640) before anything changes, without blocking, and only as a file that
+// stores a log: an absolute path of printable characters, each directory on
+// it reached without a symbolic link and none on a kernel pseudo file system
+// (procfs, sysfs, debugfs, cgroup, ...: their files act when written), ending
+// at a regular file (or at no file: created) that is not a link. Anything
+// else (a FIFO, a device, /proc/self/comm) is INVALID_ARGUMENT, naming the
+// path escaped (ClientText), with nothing written and the log unchanged.
 absl::Status SetLogConfig(const LogConfig& config);
 
 class LogMessage {

@@ -164,7 +164,8 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(ServingOptions options) 
     GEMMSERVE_ASSIGN_OR_RETURN(s->auth_, TokenAuthenticator::FromFile(options.auth_token_file));
   }
   s->shm_ = std::make_unique<SharedMemoryManager>(options.shm);
-  GEMMSERVE_ASSIGN_OR_RETURN(s->tracer_, Tracer::Create(options.trace_file, options.trace));
+  GEMMSERVE_ASSIGN_OR_RETURN(
+      s->tracer_, Tracer::Create(options.trace_file, options.trace, options.trace_bounds));
   s->max_message_bytes_ = options.engine.max_message_bytes;
   s->allow_log_file_setting_ = options.allow_log_file_setting;
   options.engine.metrics = s->metrics_.get();

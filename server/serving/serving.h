@@ -78,6 +78,7 @@ struct ServingOptions {
   // --trace_log_frequency); Triton's defaults.
   std::string trace_file;
   TraceSettings trace = {false, 1000, -1, 0};
+  TraceFileBounds trace_bounds;  // --trace_max_files, --trace_max_bytes
 };
 
 class Serving {

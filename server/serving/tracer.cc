@@ -1,10 +1,12 @@
 #include "server/serving/tracer.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
@@ -100,35 +102,109 @@ absl::Status Apply(const std::string& key,
   return absl::OkStatus();
 }
 
-// Writes `traces` to `path` as a JSON array; false (logged) on failure.
-bool WriteTraces(const std::string& path, const std::vector<std::string>& traces) {
+absl::Status CheckBounds(const TraceFileBounds& b) {
+  if (b.max_files < 1 || b.max_files > kMaxTraceFiles) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--trace_max_files must be 1 to ", kMaxTraceFiles, ", got ", b.max_files));
+  }
+  if (b.max_bytes / b.max_files < kMinTraceFileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--trace_max_bytes must be at least ", kMinTraceFileBytes, " bytes a file (",
+                     b.max_files * kMinTraceFileBytes, " for --trace_max_files=", b.max_files,
+                     "), got ", b.max_bytes));
+  }
+  return absl::OkStatus();
+}
+
+// The directory of --trace_file (the operator's), opened once: the files
+// are made in it by name, without following a link. Sets `base`, the
+// file's name in it.
+absl::StatusOr<int> OpenDirectory(const std::string& trace_file, std::string* base) {
+  const size_t slash = trace_file.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : trace_file.substr(0, slash);
+  *base = slash == std::string::npos ? trace_file : trace_file.substr(slash + 1);
+  if (base->empty() || *base == "." || *base == "..") {
+    return absl::InvalidArgumentError("--trace_file must name a file");
+  }
+  const int fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--trace_file's directory ", dir,
+                                                   " cannot be opened: ", std::strerror(errno)));
+  }
+  return fd;
+}
+
+// `traces` as a trace file holds them: one JSON array.
+std::string TraceFileText(const std::vector<std::string>& traces) {
   std::string text = "[";
   for (size_t i = 0; i < traces.size(); ++i) absl::StrAppend(&text, i ? ",\n" : "", traces[i]);
-  text += "]\n";
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0;
-  for (size_t done = 0; ok && done < text.size();) {
+  return text + "]\n";
+}
+
+// Whether `name` in `dir` may give way to a new trace file: a regular file
+// of the server's user with no other name (an earlier run's trace file, or
+// the one being rewritten). A link, another user's file or one with other
+// names is someone else's, and stays.
+bool Replaceable(int dir, const std::string& name) {
+  struct stat st;
+  return ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+         st.st_uid == ::geteuid() && st.st_nlink == 1;
+}
+
+// Creates `name` in `dir` as a new file: O_EXCL and O_NOFOLLOW, so never
+// through a link nor into a file that exists (a replaceable one is unlinked
+// first: unlinking removes a name, never writes a file). -1 with errno set
+// (EEXIST: the name is someone else's).
+int CreateNew(int dir, const std::string& name) {
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = ::openat(dir, name.c_str(), kFlags, 0644);
+  if (fd < 0 && errno == EEXIST && Replaceable(dir, name)) {
+    ::unlinkat(dir, name.c_str(), 0);
+    fd = ::openat(dir, name.c_str(), kFlags, 0644);
+  }
+  return fd;
+}
+
+// What tells the file written from one put at its name since: its inode
+// (which a new file may reuse), size and time of its last change.
+std::array<int64_t, 5> Identity(const struct stat& st) {
+  return {static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino),
+          static_cast<int64_t>(st.st_size), st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
+}
+
+bool WriteAll(int fd, const std::string& text) {
+  for (size_t done = 0; done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<size_t>(n);
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
   }
-  const int error = errno;
-  if (fd >= 0) ::close(fd);
-  if (!ok) GEMMSERVE_LOG(ERROR) << "cannot write traces to " << path << ": " << strerror(error);
-  return ok;
+  return true;
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tracer>> Tracer::Create(std::string trace_file,
-                                                       TraceSettings initial) {
+                                                       TraceSettings initial,
+                                                       TraceFileBounds bounds) {
   GEMMSERVE_RETURN_IF_ERROR(CheckSettings(initial, trace_file));
+  GEMMSERVE_RETURN_IF_ERROR(CheckBounds(bounds));
   if (!initial.timestamps || !initial.rate || !initial.count || !initial.log_frequency) {
     return absl::InvalidArgumentError("every initial trace setting must be given");
   }
+  std::string base;
+  int dir = -1;
+  if (!trace_file.empty()) {
+    GEMMSERVE_ASSIGN_OR_RETURN(dir, OpenDirectory(trace_file, &base));
+  }
   std::unique_ptr<Tracer> t(new Tracer);
+  t->dir_ = dir;
+  t->base_ = std::move(base);
   t->file_ = std::move(trace_file);
+  t->bounds_ = bounds;
+  t->file_bytes_ = bounds.max_bytes / bounds.max_files;
   t->start_ = initial;
   {
     absl::MutexLock lock(&t->mu_);
@@ -147,6 +223,7 @@ Tracer::~Tracer() {
   }
   writer_cv_.notify_all();
   writer_.join();
+  if (dir_ >= 0) ::close(dir_);
 }
 
 bool Tracer::ValidTraceparent(absl::string_view v) {
@@ -238,8 +315,12 @@ uint64_t Tracer::SampleSlow(absl::string_view model_name) {
 
 void Tracer::Record(const RequestTrace& trace) {
   std::string json = TraceJson(trace);
+  const int64_t entry = static_cast<int64_t>(json.size()) + 2;  // with its ",\n" or "]\n"
   absl::MutexLock lock(&mu_);
-  if (pending_bytes_ + static_cast<int64_t>(json.size()) > kMaxPendingTraceBytes) {
+  // A trace longer than a file may hold (64 KiB at least) cannot be made;
+  // it would be dropped too.
+  if (pending_bytes_ + static_cast<int64_t>(json.size()) > kMaxPendingTraceBytes ||
+      1 + entry > file_bytes_) {
     ++dropped_;
     if ((dropped_ & (dropped_ - 1)) == 0) {  // 1, 2, 4, ...: logged, not flooded
       GEMMSERVE_LOG(WARNING) << dropped_ << " traces dropped: more than "
@@ -248,7 +329,9 @@ void Tracer::Record(const RequestTrace& trace) {
     }
     return;
   }
+  if (1 + collected_bytes_ + entry > file_bytes_) HandOffLocked(/*numbered=*/true);  // full
   pending_bytes_ += static_cast<int64_t>(json.size());
+  collected_bytes_ += entry;
   collected_.push_back(std::move(json));
   const int64_t frequency = global_.log_frequency.value_or(0);
   if (frequency > 0 && static_cast<int64_t>(collected_.size()) >= frequency) {
@@ -258,12 +341,13 @@ void Tracer::Record(const RequestTrace& trace) {
 
 void Tracer::HandOffLocked(bool numbered) {
   if (collected_.empty()) return;
-  std::pair<std::string, std::vector<std::string>> job;
+  std::pair<bool, std::vector<std::string>> job;
   if (numbered) {
-    job = {absl::StrCat(file_, ".", next_file_++), std::move(collected_)};
+    job = {true, std::move(collected_)};
     collected_.clear();
+    collected_bytes_ = 0;
   } else {
-    job = {file_, collected_};  // the whole file again: its traces stay collected
+    job = {false, collected_};  // the whole file again: its traces stay collected
   }
   {
     std::lock_guard<std::mutex> lock(writer_mu_);
@@ -277,15 +361,14 @@ void Tracer::WriterLoop() {
   while (true) {
     writer_cv_.wait(lock, [&] { return stop_ || !to_write_.empty(); });
     if (to_write_.empty()) return;  // stopped, and everything written
-    auto [path, traces] = std::move(to_write_.front());
+    auto [numbered, traces] = std::move(to_write_.front());
     to_write_.pop_front();
     writing_ = true;
     lock.unlock();
-    WriteTraces(path, traces);
-    const bool rotated = path != file_;
+    WriteFile(numbered, traces);
     int64_t bytes = 0;
     for (const std::string& t : traces) bytes += static_cast<int64_t>(t.size());
-    if (rotated) {
+    if (numbered) {
       absl::MutexLock traces_lock(&mu_);
       pending_bytes_ -= bytes;  // those of a whole-file job stay collected
     }
@@ -293,6 +376,75 @@ void Tracer::WriterLoop() {
     writing_ = false;
     writer_cv_.notify_all();
   }
+}
+
+void Tracer::WriteFile(bool numbered, const std::vector<std::string>& traces) {
+  const std::string text = TraceFileText(traces);
+  if (!numbered) Forget(base_, /*remove=*/false);  // rewritten: replaced below
+  MakeRoom(static_cast<int64_t>(text.size()));
+  int fd = -1;
+  const std::string name = CreateNextFile(numbered, &fd);
+  if (name.empty()) return;
+  const bool ok = WriteAll(fd, text);
+  const int error = errno;
+  struct stat st = {};
+  ::fstat(fd, &st);
+  ::close(fd);
+  if (!ok) {
+    GEMMSERVE_LOG(ERROR) << "cannot write traces to " << PathOf(name) << ": "
+                         << std::strerror(error);
+  }
+  kept_.push_back({name, Identity(st), static_cast<int64_t>(text.size())});
+  kept_bytes_ += static_cast<int64_t>(text.size());
+}
+
+std::string Tracer::CreateNextFile(bool numbered, int* fd) {
+  // A name planted ahead of the writer costs it one open: after 64 in a
+  // row, the file's traces are dropped rather than more names tried.
+  constexpr int kTries = 64;
+  for (int i = 0; i < (numbered ? kTries : 1); ++i) {
+    const std::string name = numbered ? absl::StrCat(base_, ".", next_file_++) : base_;
+    *fd = CreateNew(dir_, name);
+    if (*fd >= 0) return name;
+    if (errno != EEXIST) {
+      GEMMSERVE_LOG(ERROR) << "cannot create trace file " << PathOf(name) << ": "
+                           << std::strerror(errno);
+      return "";
+    }
+    ++names_passed_;
+    if ((names_passed_ & (names_passed_ - 1)) == 0) {  // 1, 2, 4, ...: logged, not flooded
+      GEMMSERVE_LOG(WARNING) << "trace file " << PathOf(name) << " is not the server's to "
+                             << "replace (a link, another user's file, a file with other "
+                             << "names): left as it is, "
+                             << (numbered ? "the traces take the next number"
+                                          : "the traces are not written")
+                             << " (names passed over so far: " << names_passed_ << ")";
+    }
+  }
+  if (numbered) GEMMSERVE_LOG(ERROR) << "traces dropped: " << kTries << " names taken in a row";
+  return "";
+}
+
+void Tracer::MakeRoom(int64_t bytes) {
+  while (!kept_.empty() && (static_cast<int64_t>(kept_.size()) >= bounds_.max_files ||
+                            bytes > bounds_.max_bytes - kept_bytes_)) {
+    Forget(kept_.front().name, /*remove=*/true);
+  }
+}
+
+void Tracer::Forget(const std::string& name, bool remove) {
+  auto it =
+      std::find_if(kept_.begin(), kept_.end(), [&](const KeptFile& f) { return f.name == name; });
+  if (it == kept_.end()) return;
+  struct stat st;
+  // Only the file written, as it was written: a name someone else put there
+  // since stays (unlinkat removes a name, never follows it).
+  if (remove && ::fstatat(dir_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      Identity(st) == it->identity) {
+    ::unlinkat(dir_, name.c_str(), 0);
+  }
+  kept_bytes_ -= it->bytes;
+  kept_.erase(it);
 }
 
 void Tracer::Flush() {

@@ -18,10 +18,19 @@
 // at most kMaxPendingTraceBytes wait to be written, beyond which traces are
 // dropped (and counted in the log).
 //
+// The files are bounded (TraceFileBounds) and never written through a link:
+// each is created anew in the trace file's directory (opened at start) with
+// O_EXCL and O_NOFOLLOW. A name that holds an earlier run's trace file (a
+// regular file of the server's user with no other name) is replaced, as
+// Triton replaces it; anything else at the name (a symbolic link, another
+// user's file, a file with other names) is left as it is: a numbered file
+// takes the next free number, `<trace_file>` is not written (both logged).
+//
 // Cost when no scope traces: one relaxed atomic load per request.
 #ifndef GEMMSERVE_SERVER_SERVING_TRACER_H_
 #define GEMMSERVE_SERVER_SERVING_TRACER_H_
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -47,6 +56,20 @@ namespace gemmserve {
 
 inline constexpr int64_t kMaxPendingTraceBytes = int64_t{64} << 20;
 
+// The trace files kept (--trace_max_files, --trace_max_bytes, `<trace_file>`
+// included): before a file is written, the oldest this tracer wrote are
+// removed until both hold with it, as a log rotates (a name someone else has
+// since put there is not removed, and no longer counted). One file holds at
+// most max_bytes / max_files bytes: traces that would pass it go to the next
+// numbered file, before log_frequency of them are collected (with
+// log_frequency 0 too: `<trace_file>` then holds the traces since).
+struct TraceFileBounds {
+  int64_t max_files = 16;                  // 1 to kMaxTraceFiles
+  int64_t max_bytes = int64_t{256} << 20;  // at least max_files * kMinTraceFileBytes
+};
+inline constexpr int64_t kMaxTraceFiles = int64_t{1} << 20;
+inline constexpr int64_t kMinTraceFileBytes = int64_t{64} << 10;
+
 // What one traced request went through, filled as it goes.
 struct RequestTrace {
   uint64_t id = 0;
@@ -69,9 +92,11 @@ class Tracer {
  public:
   // `trace_file` empty: tracing cannot be turned on. `initial` is the global
   // scope at start (each field set; --trace_* flags); INVALID_ARGUMENT for a
-  // value out of range, or a level on without a file.
+  // value or a bound out of range, a level on without a file, or a
+  // `trace_file` whose directory cannot be opened.
   static absl::StatusOr<std::unique_ptr<Tracer>> Create(std::string trace_file,
-                                                        TraceSettings initial);
+                                                        TraceSettings initial,
+                                                        TraceFileBounds bounds = {});
   ~Tracer();  // writes what was collected, then stops the writer
 
   // Whether this request of `model` is traced: its id (> 0), else 0.
@@ -113,8 +138,27 @@ class Tracer {
   // collected, as the file is rewritten with every flush).
   void HandOffLocked(bool numbered) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WriterLoop();
+  // The writer's, on its thread: writes one file (numbered: the next free
+  // `<trace_file>.<k>`; else `<trace_file>`), within the bounds. Logged on
+  // failure.
+  void WriteFile(bool numbered, const std::vector<std::string>& traces);
+  // Creates the file `numbered` names (CreateNew), passing over names that
+  // are someone else's; its name in dir_, or "" (logged).
+  std::string CreateNextFile(bool numbered, int* fd);
+  std::string PathOf(const std::string& name) const {  // a name in dir_, as logged
+    return file_ + name.substr(base_.size());
+  }
+  // Removes the oldest kept files until one of `bytes` more fits the bounds.
+  void MakeRoom(int64_t bytes);
+  // Stops counting `name` (removing it too when `remove` and it is still
+  // the file written).
+  void Forget(const std::string& name, bool remove);
 
   std::string file_;
+  int dir_ = -1;      // file_'s directory, opened at start (O_PATH)
+  std::string base_;  // file_'s name in it
+  TraceFileBounds bounds_;
+  int64_t file_bytes_ = 0;  // one file's bound: bounds_.max_bytes / bounds_.max_files
   TraceSettings start_;  // the global scope at start, every field set
   std::atomic<bool> any_on_{false};
 
@@ -124,17 +168,28 @@ class Tracer {
   std::map<std::string, int64_t> seen_ ABSL_GUARDED_BY(mu_);  // per scope ("" global)
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> collected_ ABSL_GUARDED_BY(mu_);  // not yet handed to the writer
+  int64_t collected_bytes_ ABSL_GUARDED_BY(mu_) = 0;         // their file's size, less its "["
   int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;           // collected and handed, unwritten
   int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t next_file_ ABSL_GUARDED_BY(mu_) = 0;  // k of `<trace_file>.<k>`
 
-  // The writer: (path, traces) to write, in order.
+  // The writer: (numbered, traces) to write, in order.
   std::mutex writer_mu_;
   std::condition_variable writer_cv_;
-  std::deque<std::pair<std::string, std::vector<std::string>>> to_write_;
+  std::deque<std::pair<bool, std::vector<std::string>>> to_write_;
   bool writing_ = false;
   bool stop_ = false;
   std::thread writer_;
+
+  // The writer thread's own: the files it wrote and keeps, oldest first.
+  struct KeptFile {
+    std::string name;                 // in dir_
+    std::array<int64_t, 5> identity;  // device, inode, size, mtime (s, ns) once written
+    int64_t bytes = 0;
+  };
+  std::deque<KeptFile> kept_;
+  int64_t kept_bytes_ = 0;
+  int64_t next_file_ = 0;     // k of the next `<trace_file>.<k>`
+  int64_t names_passed_ = 0;  // names someone else's, logged 1, 2, 4, ...
 };
 
 }  // namespace gemmserve

@@ -1,5 +1,7 @@
 #include "server/serving/tracer.h"
 
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,6 +53,27 @@ class TracerTest : public ::testing::Test {
     std::stringstream s;
     s << in.rdbuf();
     return s.str();
+  }
+
+  static void Write(const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+  }
+
+  static bool IsLink(const std::string& path) {
+    struct stat st;
+    return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+  }
+
+  // The names in the test's directory that start with "trace.json.".
+  std::vector<std::string> NumberedFiles() const {
+    std::vector<std::string> names;
+    DIR* dir = ::opendir(dir_.c_str());
+    while (const dirent* entry = dir != nullptr ? ::readdir(dir) : nullptr) {
+      if (std::string(entry->d_name).rfind("trace.json.", 0) == 0) names.push_back(entry->d_name);
+    }
+    if (dir != nullptr) ::closedir(dir);
+    std::sort(names.begin(), names.end());
+    return names;
   }
 
   std::string dir_, file_;
@@ -215,6 +238,136 @@ TEST_F(TracerTest, ChangingLogFrequencyWritesWhatWasCollectedFirst) {
   t->Flush();
   const std::string all = Read(file_);
   EXPECT_THAT(all, HasSubstr("\"id\":1003"));
+}
+
+// Issue 50, finding 4: a name someone else put where the next trace file
+// goes (a symbolic link, a hard link to another file) is left as it is, and
+// what it leads to is never written; the traces take the next free name.
+TEST_F(TracerTest, ALinkAtTheNextFilesNameIsLeftAndItsTargetKept) {
+  const std::string target = dir_ + "/precious";
+  Write(target, "precious\n");
+  ASSERT_EQ(::symlink(target.c_str(), (file_ + ".0").c_str()), 0);
+  ASSERT_EQ(::link(target.c_str(), (file_ + ".1").c_str()), 0);
+  {
+    auto t = Make({true, 1, -1, 1});
+    t->Record(Computed(1));
+    t->Flush();
+  }
+  EXPECT_EQ(Read(target), "precious\n");
+  EXPECT_TRUE(IsLink(file_ + ".0"));
+  EXPECT_THAT(Read(file_ + ".2"), HasSubstr("\"id\":1"));
+}
+
+TEST_F(TracerTest, ALinkAtTheFileOfFrequencyZeroIsLeftAndItsTargetKept) {
+  const std::string target = dir_ + "/precious";
+  Write(target, "precious\n");
+  ASSERT_EQ(::symlink(target.c_str(), file_.c_str()), 0);
+  {
+    auto t = Make({true, 1, -1, 0});
+    t->Record(Computed(1));
+  }  // the destructor writes what was collected: not through the link
+  EXPECT_EQ(Read(target), "precious\n");
+  EXPECT_TRUE(IsLink(file_));
+}
+
+// A trace file of an earlier run (a regular file of the server's user, with
+// no other name) is replaced, as Triton replaces it.
+TEST_F(TracerTest, AnEarlierRunsTraceFilesAreReplaced) {
+  Write(file_ + ".0", "an earlier run's traces");
+  Write(file_, "an earlier run's traces");
+  {
+    auto t = Make({true, 1, -1, 1});
+    t->Record(Computed(1));
+  }
+  {
+    auto t = Make({true, 1, -1, 0});
+    t->Record(Computed(2));
+  }
+  EXPECT_THAT(Read(file_ + ".0"), HasSubstr("\"id\":1"));
+  EXPECT_THAT(Read(file_), HasSubstr("\"id\":2"));
+  EXPECT_EQ(Read(file_).find("earlier"), std::string::npos);
+}
+
+TEST_F(TracerTest, TheDefaultBoundKeepsTheNewestSixteenFiles) {
+  const int kept = 16;
+  ASSERT_EQ(TraceFileBounds().max_files, kept);
+  auto t = Make({true, 1, -1, 1});
+  for (uint64_t id = 1; id <= 40; ++id) t->Record(Computed(id));
+  t->Flush();
+  std::vector<std::string> expected;
+  for (int k = 40 - kept; k < 40; ++k) expected.push_back("trace.json." + std::to_string(k));
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(NumberedFiles(), expected);
+}
+
+// A file of 64 KiB holds some 150 of Computed's traces (of ids 1000 to 1999,
+// all as long).
+TEST_F(TracerTest, FilesAndBytesStayWithinTheBoundsTheOldestRemoved) {
+  const int64_t one = static_cast<int64_t>(Tracer::TraceJson(Computed(1000)).size()) + 2;
+  const int64_t bytes = kMinTraceFileBytes;
+  {
+    auto t = Tracer::Create(file_, {true, 1, -1, 1000}, {3, 3 * bytes});
+    ASSERT_TRUE(t.ok()) << t.status();
+    for (uint64_t id = 1000; id < 2000; ++id) (*t)->Record(Computed(id));  // cut at `bytes`
+  }
+  // 1000 traces, at most (bytes - 1) / one a file ("[" and each with ",\n"):
+  // the newest three files are kept.
+  const int64_t per_file = (bytes - 1) / one;
+  const int64_t files = (1000 + per_file - 1) / per_file;
+  EXPECT_EQ(NumberedFiles().size(), 3u);
+  int64_t total = 0;
+  for (int64_t k = files - 3; k < files; ++k) {
+    const std::string text = Read(file_ + "." + std::to_string(k));
+    EXPECT_LE(static_cast<int64_t>(text.size()), bytes);
+    EXPECT_EQ(text.front(), '[');
+    total += static_cast<int64_t>(text.size());
+  }
+  EXPECT_LE(total, 3 * bytes);
+  EXPECT_THAT(Read(file_ + "." + std::to_string(files - 1)), HasSubstr("\"id\":1999"));
+  EXPECT_EQ(access((file_ + "." + std::to_string(files - 4)).c_str(), F_OK), -1);
+}
+
+TEST_F(TracerTest, TheFileOfFrequencyZeroIsCutAtItsBoundAndCounted) {
+  const int64_t bytes = kMinTraceFileBytes;
+  {
+    auto t = Tracer::Create(file_, {true, 1, -1, 0}, {2, 2 * bytes});
+    ASSERT_TRUE(t.ok()) << t.status();
+    // What is left after the last cut goes to FILE at the end.
+    for (uint64_t id = 1000; id < 2000; ++id) (*t)->Record(Computed(id));
+  }
+  EXPECT_EQ(NumberedFiles().size(), 1u);  // FILE counts as one of the two
+  EXPECT_THAT(Read(file_), HasSubstr("\"id\":1999"));
+  EXPECT_LE(static_cast<int64_t>(Read(file_).size()), bytes);
+}
+
+TEST_F(TracerTest, OnlyTheFilesItWroteAreRemoved) {
+  auto t = Tracer::Create(file_, {true, 1, -1, 1}, {2, 2 * kMinTraceFileBytes});
+  ASSERT_TRUE(t.ok()) << t.status();
+  (*t)->Record(Computed(1));
+  (*t)->Flush();
+  // Someone replaces FILE.0 with a file of their own (a new file, though it
+  // may reuse the inode number).
+  ASSERT_EQ(::unlink((file_ + ".0").c_str()), 0);
+  Write(file_ + ".0", "someone else's");
+  for (uint64_t id = 2; id <= 4; ++id) (*t)->Record(Computed(id));
+  (*t)->Flush();
+  EXPECT_EQ(Read(file_ + ".0"), "someone else's");
+  EXPECT_EQ(NumberedFiles(),
+            (std::vector<std::string>{"trace.json.0", "trace.json.2", "trace.json.3"}));
+}
+
+TEST_F(TracerTest, BoundsOutOfRangeAreRefusedAtStart) {
+  for (const TraceFileBounds& bounds :
+       {TraceFileBounds{0, kMinTraceFileBytes}, TraceFileBounds{-1, kMinTraceFileBytes},
+        TraceFileBounds{kMaxTraceFiles + 1, int64_t{1} << 62},
+        TraceFileBounds{2, 2 * kMinTraceFileBytes - 1}, TraceFileBounds{1, 0}}) {
+    absl::Status s = Tracer::Create(file_, {false, 1, -1, 0}, bounds).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bounds.max_files;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("--trace_max_"));
+  }
+  EXPECT_TRUE(Tracer::Create(file_, {false, 1, -1, 0}, {1, kMinTraceFileBytes}).ok());
+  EXPECT_EQ(Tracer::Create(dir_ + "/none/trace.json", {false, 1, -1, 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -192,7 +192,7 @@ class LogFileTest(HttpTestCase):
     server_flags = ("--allow_log_file_setting",)
 
     def test_log_file_when_allowed(self):
-        tmp = tempfile.mkdtemp(prefix="gemmserve-log-")
+        tmp = os.path.realpath(tempfile.mkdtemp(prefix="gemmserve-log-"))
         self.addCleanup(shutil.rmtree, tmp, True)
         path = os.path.join(tmp, "server.log")
         body = json.dumps({"log_file": path}).encode()
@@ -213,6 +213,49 @@ class LogFileTest(HttpTestCase):
             self.assertEqual(status, 400, data)
         self.assertEqual(self.http.request("GET", "/v2/health/live")[0], 200)
         status, _, data = self.http.request("POST", "/v2/logging", b'{"log_file": ""}')
+        self.assertEqual((status, json.loads(data)["log_file"]), (200, ""))
+
+    def test_log_file_takes_only_a_regular_file_reached_without_links(self):
+        """Issue 50, finding 5: a kernel pseudo-file (procfs, sysfs), a device, a path
+        through a symbolic link (at its end or on the way), a relative path and one with
+        control characters are refused over both protocols, before anything is written or
+        the log is switched, and the path is echoed escaped."""
+        tmp = os.path.realpath(tempfile.mkdtemp(prefix="gemmserve-log-"))
+        self.addCleanup(shutil.rmtree, tmp, True)
+        self.addCleanup(self.http.request, "POST", "/v2/logging", b'{"log_file": ""}')
+        real = os.path.join(tmp, "real.log")
+        open(real, "w").close()
+        os.symlink(real, os.path.join(tmp, "link.log"))
+        os.symlink(tmp, os.path.join(tmp, "dir"))
+        comm = f"/proc/{self.server.proc.pid}/comm"
+        with open(comm) as f:
+            name = f.read()
+        cases = [("/proc/self/comm", "procfs"),
+                 ("/sys/kernel/uevent_seqnum", "sysfs"),
+                 ("/dev/null", "not a regular file"),
+                 (os.path.join(tmp, "link.log"), "symbolic link"),
+                 (os.path.join(tmp, "dir", "real.log"), "symbolic link"),
+                 ("relative.log", "absolute"),
+                 ("/nonexistent/\x1b[2J\n.log", "control character"),
+                 (os.path.join(tmp, "new\nline\x1b[31m.log"), "control character")]
+        for path, reason in cases:
+            with self.subTest(path=path):
+                request = pb2.LogSettingsRequest()
+                request.settings["log_file"].string_param = path
+                error = self.rpc_error(self.stub.LogSettings, request)
+                self.assertEqual(error.code(), grpc.StatusCode.INVALID_ARGUMENT, error.details())
+                status, _, data = self.http.request("POST", "/v2/logging",
+                                                    json.dumps({"log_file": path}).encode())
+                self.assertEqual(status, 400, data)
+                for message in (error.details(), json.loads(data)["error"]):
+                    self.assertIn(reason, message)
+                    self.assertNotIn("\n", message)
+                    self.assertNotIn("\x1b", message)
+        with open(comm) as f:
+            self.assertEqual(f.read(), name, "the server's main thread was renamed")
+        self.assertEqual(os.path.getsize(real), 0)
+        self.assertFalse(os.path.exists(cases[-1][0]))
+        status, _, data = self.http.request("GET", "/v2/logging")
         self.assertEqual((status, json.loads(data)["log_file"]), (200, ""))
 
 

@@ -1,11 +1,13 @@
 """TraceSetting (Triton's trace mode) through a real server: the settings over gRPC and
 HTTP (global and per model, cleared back to the global ones), what is refused, the trace
 files as Triton names and rotates them, Triton's trace JSON with our batch_size and the
-W3C traceparent a request carried, trace_count, and tokens."""
+W3C traceparent a request carried, trace_count, tokens, and the trace files' safety and bound
+(never written through a link; at most --trace_max_files and --trace_max_bytes kept)."""
 import glob
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 import unittest
@@ -16,6 +18,7 @@ import numpy as np
 from gemmserve_client import GemmServeClient, make_infer_request, pb2
 from gemmserve_client.http import HttpClient
 from gemmserve_testing.base import GemmServeTestCase, serve_with_tokens
+from gemmserve_testing.server import server_binary
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 STAMPS = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
@@ -80,8 +83,9 @@ class TracedServerTest(GemmServeTestCase):
         self.stub.ModelInfer(request, timeout=30)
 
     def trace_files(self):
-        """The numbered trace files (the index goes on across this class's tests)."""
-        return sorted(glob.glob(self.trace_file + ".*"), key=lambda p: int(p.rsplit(".", 1)[1]))
+        """The numbered trace files (the index goes on across this class's tests); not a
+        link a test planted among them."""
+        return numbered_files(self.trace_file)
 
     def read_traces(self, count, timeout=20):
         """The traces in the numbered files once there are `count` of them, in file order."""
@@ -186,6 +190,134 @@ class TracedServerTest(GemmServeTestCase):
         self.assertEqual(len(answers), 3)
         traces = self.read_traces(3)
         self.assertEqual([t["traceparent"] for t in traces], [TRACEPARENT] * 3)
+
+
+    def test_a_link_at_the_next_trace_files_name_keeps_its_target(self):
+        """Issue 50, finding 4: a symbolic link planted where the next trace file goes is
+        left as it is and its target is not written; the trace takes the next free name."""
+        self.post_settings({"trace_level": ["TIMESTAMPS"], "trace_rate": "1",
+                            "log_frequency": "1"})
+        self.matmul_grpc()
+        self.read_traces(1)
+        [first] = self.trace_files()
+        planted = f"{self.trace_file}.{int(first.rsplit('.', 1)[1]) + 1}"
+        elsewhere = tempfile.mkdtemp(prefix="gemmserve-elsewhere-")
+        self.addCleanup(shutil.rmtree, elsewhere, True)
+        target = os.path.join(elsewhere, "precious")
+        with open(target, "w") as f:
+            f.write("precious\n")
+        os.symlink(target, planted)
+        self.matmul_grpc()
+        wait_until(lambda: len(self.trace_files()) == 2 or read_text(target) != "precious\n")
+        self.assertEqual(read_text(target), "precious\n", "a trace was written through the link")
+        self.assertTrue(os.path.islink(planted))
+        self.assertEqual(len(self.read_traces(2)), 2)
+
+    def test_many_traces_keep_the_newest_files_within_the_default_bound(self):
+        """Issue 50, finding 4: with log_frequency 1 and trace_rate 1, a file per request,
+        at most 16 files (--trace_max_files' default) stay: the oldest are removed."""
+        self.post_settings({"trace_level": ["TIMESTAMPS"], "trace_rate": "1",
+                            "log_frequency": "1"})
+        self.matmul_grpc()
+        [first] = self.read_traces(1)
+        for _ in range(40):
+            self.matmul_grpc()
+        last = first["id"] + 40
+        wait_until(lambda: last in trace_ids(self.trace_files()))
+        self.assertEqual(len(self.trace_files()), 16)
+        ids = trace_ids(self.trace_files())
+        self.assertEqual(len(ids), 16)
+        # The newest (a trace is recorded once its answer is handed over: two neighbours
+        # may swap places).
+        self.assertGreaterEqual(min(ids), last - 16)
+
+
+def numbered_files(trace_file):
+    """FILE.<k> in the order of k, links left out."""
+    paths = [p for p in glob.glob(trace_file + ".*")
+             if p.rsplit(".", 1)[1].isdigit() and not os.path.islink(p)]
+    return sorted(paths, key=lambda p: int(p.rsplit(".", 1)[1]))
+
+
+def read_text(path):
+    with open(path) as f:
+        return f.read()
+
+
+def trace_ids(paths):
+    """The ids of the traces in `paths`; a file removed or half written while read is
+    left out."""
+    ids = []
+    for path in paths:
+        try:
+            ids.extend(t["id"] for t in json.loads(read_text(path)))
+        except (OSError, json.JSONDecodeError):
+            pass
+    return ids
+
+
+def wait_until(condition, timeout=20):
+    deadline = time.time() + timeout
+    while not condition():
+        if time.time() > deadline:
+            raise AssertionError(f"not so after {timeout} s")
+        time.sleep(0.05)
+
+
+class TraceFileBoundTest(GemmServeTestCase):
+    """--trace_max_files and --trace_max_bytes (issue 50, finding 4): the trace files this
+    server keeps, at most 4 here, of 256 KiB in all, so of 64 KiB each."""
+    trace_dir = tempfile.mkdtemp(prefix="gemmserve-trace-bound-")
+    trace_file = os.path.join(trace_dir, "trace.json")
+    server_flags = (f"--trace_file={trace_file}", "--trace_max_files=4",
+                    "--trace_max_bytes=262144")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.addClassCleanup(shutil.rmtree, cls.trace_dir, True)
+        super().setUpClass()
+
+    def test_files_and_bytes_stay_within_the_bound_and_the_oldest_go(self):
+        requests = 1500  # about 400 bytes of trace each: some 10 files of 64 KiB
+        with HttpClient(self.server.http_url) as http:
+            status, _, data = http.request("POST", "/v2/trace/setting", json.dumps(
+                {"trace_level": ["TIMESTAMPS"], "trace_rate": "1",
+                 "log_frequency": "100000"}).encode())
+            self.assertEqual(status, 200, data)
+            request = make_infer_request("matmul", [("A", np.ones((2, 2), np.float32)),
+                                                    ("B", np.ones((2, 2), np.float32))])
+            for _ in range(requests):
+                self.stub.ModelInfer(request, timeout=30)
+            # What was collected goes to the next file when log_frequency changes.
+            status, _, data = http.request("POST", "/v2/trace/setting",
+                                           b'{"log_frequency": "1"}')
+            self.assertEqual(status, 200, data)
+        wait_until(lambda: requests in trace_ids(numbered_files(self.trace_file)))
+        files = numbered_files(self.trace_file)
+        sizes = [os.path.getsize(p) for p in files]
+        self.assertLessEqual(len(files), 4, files)
+        self.assertLessEqual(sum(sizes), 262144, sizes)
+        self.assertLessEqual(max(sizes), 65536, sizes)
+        indices = [int(p.rsplit(".", 1)[1]) for p in files]
+        self.assertGreater(indices[0], 0, "the oldest files were removed")
+        self.assertEqual(indices, list(range(indices[0], indices[0] + len(files))))
+        ids = sorted(trace_ids(files))
+        self.assertEqual(len(ids), len(set(ids)))
+        self.assertEqual(ids[-1], requests)
+        self.assertGreater(ids[0], 1, "the oldest traces were removed")
+        # The newest are kept, all but two neighbours swapped at the cut at most.
+        self.assertGreaterEqual(len(ids), requests - ids[0])
+
+    def test_bounds_out_of_range_refuse_to_start(self):
+        for flag in ("--trace_max_files=0", "--trace_max_files=-3", "--trace_max_bytes=0",
+                     "--trace_max_bytes=65535"):
+            with self.subTest(flag=flag):
+                done = subprocess.run(
+                    [server_binary(), "--grpc_port=0", "--http_port=-1", "--metrics_port=-1",
+                     "--host=127.0.0.1", f"--trace_file={self.trace_file}", flag],
+                    stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+                self.assertNotEqual(done.returncode, 0)
+                self.assertIn(flag.split("=")[0], done.stderr.decode(errors="replace"))
 
 
 class UntracedServerTest(GemmServeTestCase):
