@@ -186,8 +186,8 @@ void RepositoryModelLoad(Serving& serving, Routed& r) {
   if (!request.ok()) return SendEmpty(std::move(r.reply), request.status());
   r.call.body = std::string();
   request->set_model_name(r.args[0]);
-  serving.RepositoryModelLoad(r.authorization(), *std::move(request),
-                              Later(std::move(r.reply), std::move(r.call.reserved)));
+  serving.RepositoryModelLoad(r.authorization(), *std::move(request), std::move(r.call.reserved),
+                              Later(std::move(r.reply)));
 }
 
 void RepositoryModelUnload(Serving& serving, Routed& r) {

@@ -67,10 +67,14 @@ void SetLimits(const GrpcOptions& g, int64_t max_message_bytes, int64_t max_infl
                                static_cast<int>(g.max_connection_age_grace_ms));
   }
   // gRPC's own buffers (messages being received, replies being sent) come
-  // from a quota of the same size as the engine's: a client cannot make
-  // gRPC hold more than the limits promise, beside what the engine counts.
+  // from a quota of half the engine's limit, and every message is counted
+  // by the engine from its parse on (ModelInfer, RepositoryModelLoad,
+  // ModelStreamInfer): what clients make the server hold is at most the
+  // limit plus this half. Past the quota gRPC resets streams
+  // (RESOURCE_EXHAUSTED); half the limit still takes any one message the
+  // engine could accept, whose cost is at least twice its size.
   grpc::ResourceQuota quota("gemmserve");
-  quota.Resize(static_cast<size_t>(max_inflight_bytes));
+  quota.Resize(static_cast<size_t>(max_inflight_bytes / 2));
   builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));

@@ -32,8 +32,8 @@
 namespace gemmserve {
 
 // What only gRPC needs; the rest is ServingOptions. gRPC takes Serving's
-// --max_message_bytes as its message limit and --max_inflight_bytes as its
-// buffers' quota.
+// --max_message_bytes as its message limit and half of --max_inflight_bytes
+// as its buffers' quota.
 struct GrpcOptions {
   int port = 8001;  // 0 picks a free one
   TlsOptions tls;   // no certificate: plaintext

@@ -4,10 +4,9 @@
 #include <optional>
 #include <utility>
 
-#include <google/protobuf/descriptor.h>
-
 #include "absl/time/time.h"
 #include "server/service/infer_codec.h"
+#include "server/service/raw_messages.h"
 #include "server/service/status_util.h"
 
 namespace gemmserve {
@@ -24,12 +23,14 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const abs
   return FinishNow(context, ToGrpcStatus(status));
 }
 
-// A unary reactor that keeps an answer's bytes counted against
-// --max_inflight_bytes (InferResult::held) until gRPC is done sending it, or
-// the call ended otherwise.
-class HoldingReactor final : public grpc::ServerUnaryReactor {
+// ModelInfer's reactor: the parsed request (the engine reads its tensors in
+// place), and the answer's bytes counted against --max_inflight_bytes
+// (InferResult::held) until gRPC is done sending it, or the call ended
+// otherwise.
+class InferReactor final : public grpc::ServerUnaryReactor {
  public:
   void OnDone() override { delete this; }
+  inference::ModelInferRequest request;
   Reservation held;
 };
 
@@ -38,20 +39,26 @@ std::optional<absl::string_view> Authorization(const grpc::CallbackServerContext
   return MetadataValue(context, "authorization");
 }
 
-// The index of `method` among the service's methods, as the generated code
-// numbers them (their order in grpc_service.proto).
-int MethodIndex(const char* method) {
-  const google::protobuf::ServiceDescriptor* service =
-      inference::ModelInferRequest::descriptor()->file()->FindServiceByName("GRPCInferenceService");
-  return service->FindMethodByName(method)->index();
-}
-
 }  // namespace
 
 InferenceService::InferenceService(Serving* serving, int max_stream_inflight)
     : serving_(serving), max_stream_inflight_(max_stream_inflight) {
-  // Triton's bidirectional stream of inferences, on raw messages.
-  MarkMethodRawCallback(MethodIndex("ModelStreamInfer"),
+  MarkMethodRawCallback(
+      InferenceMethodIndex("ModelInfer"),
+      new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+          [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* message,
+                 grpc::ByteBuffer* response) {
+            return RawModelInfer(context, message, response);
+          }));
+  MarkMethodRawCallback(
+      InferenceMethodIndex("RepositoryModelLoad"),
+      new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+          [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* message,
+                 grpc::ByteBuffer* response) {
+            return RawRepositoryModelLoad(context, message, response);
+          }));
+  // Triton's bidirectional stream of inferences (stream_infer.h).
+  MarkMethodRawCallback(InferenceMethodIndex("ModelStreamInfer"),
                         new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
                             [this](grpc::CallbackServerContext* context) {
                               return StartStreamInfer(serving_, &streams_, context,
@@ -92,25 +99,46 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
   return Finish(context, serving_->ModelMetadata(Authorization(*context), *request, response));
 }
 
-grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
-                                                       const inference::ModelInferRequest* request,
-                                                       inference::ModelInferResponse* response) {
+grpc::ServerUnaryReactor* InferenceService::RawModelInfer(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* message,
+                                                          grpc::ByteBuffer* response) {
+  auto* reactor = new InferReactor;
+  // gRPC's until the call is done, and emptied here once read.
+  auto* bytes = const_cast<grpc::ByteBuffer*>(message);
+  const int64_t size = static_cast<int64_t>(bytes->Length());
   Serving::InferCall call;
-  call.model_name = request->model_name();
   call.authorization = Authorization(*context);
   call.traceparent = MetadataValue(*context, "traceparent");
-  call.request = DecodeInferRequest(*request);
+  // The parsed copy, counted before it is made (and taken over by the
+  // engine's admission as the request's message); gRPC's own (in its quota,
+  // grpc_server.h) is freed as soon as it is parsed.
+  absl::StatusOr<Reservation> held = serving_->Reserve(size, "the request message");
+  if (held.ok()) {
+    const bool parsed = ParseRawMessage(*bytes, reactor->request);
+    bytes->Clear();
+    call.reserved = *std::move(held);
+    call.request = parsed ? DecodeInferRequest(reactor->request)
+                          : absl::InvalidArgumentError(
+                                "the message is not an inference.ModelInferRequest (truncated, "
+                                "not protobuf, or a string that is not UTF-8)");
+  } else {
+    bytes->Clear();
+    call.request = held.status();  // refused (and counted) by Serving::Infer
+  }
+  call.model_name = reactor->request.model_name();
   if (call.request.ok() && context->deadline() != std::chrono::system_clock::time_point::max()) {
     call.request->deadline = absl::FromChrono(context->deadline());
   }
   call.is_cancelled = [context] { return context->IsCancelled(); };
-  auto* reactor = new HoldingReactor;
-  // gRPC owns `request` and `response` until the reactor is done, so a
-  // worker may read the one and fill the other.
-  serving_->Infer(std::move(call), [reactor, request, response](absl::StatusOr<InferResult> r) {
-    const absl::Status status =
-        r.ok() ? EncodeInferResponse(*r, request->id(), response) : r.status();
-    if (r.ok()) reactor->held = std::move(r->held);
+  // gRPC owns `response` until the reactor is done, so a worker may fill it.
+  serving_->Infer(std::move(call), [reactor, response](absl::StatusOr<InferResult> r) {
+    absl::Status status = r.status();
+    if (r.ok()) {
+      inference::ModelInferResponse encoded;
+      status = EncodeInferResponse(*r, reactor->request.id(), &encoded);
+      if (status.ok()) status = FromGrpcStatus(SerializeRawMessage(encoded, response));
+      reactor->held = std::move(r->held);
+    }
     reactor->Finish(ToGrpcStatus(status));
     return status;
   });
@@ -135,13 +163,33 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
   return Finish(context, serving_->RepositoryIndex(Authorization(*context), *request, response));
 }
 
-grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
-    grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
-    inference::RepositoryModelLoadResponse*) {
-  // Answered from the repository's thread once the load is done.
+grpc::ServerUnaryReactor* InferenceService::RawRepositoryModelLoad(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* message,
+    grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  serving_->RepositoryModelLoad(Authorization(*context), *request,
-                                [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
+  auto finish = [reactor, response](absl::Status s) {
+    if (s.ok())
+      s = FromGrpcStatus(SerializeRawMessage(inference::RepositoryModelLoadResponse(), response));
+    reactor->Finish(ToGrpcStatus(s));
+  };
+  auto* bytes = const_cast<grpc::ByteBuffer*>(message);  // gRPC's; emptied here
+  const int64_t size = static_cast<int64_t>(bytes->Length());
+  // The parsed copy, counted before it is made; gRPC's own (in its quota,
+  // grpc_server.h) is freed as soon as it is parsed.
+  absl::StatusOr<Reservation> held = serving_->ReserveLoad(size);
+  inference::RepositoryModelLoadRequest request;
+  const bool parsed = held.ok() && ParseRawMessage(*bytes, request);
+  bytes->Clear();
+  if (!held.ok()) {
+    finish(held.status());
+  } else if (!parsed) {
+    finish(absl::InvalidArgumentError(
+        "the message is not an inference.RepositoryModelLoadRequest (truncated, not protobuf, "
+        "or a string that is not UTF-8)"));
+  } else {
+    serving_->RepositoryModelLoad(Authorization(*context), std::move(request), *std::move(held),
+                                  std::move(finish));
+  }
   return reactor;
 }
 

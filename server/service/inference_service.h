@@ -1,7 +1,7 @@
 // The KServe v2 GRPCInferenceService on gRPC's callback API. Each handler is a
-// thin adapter: decode, ask Serving (server/serving), encode. ModelInfer hands
-// its decoded request to Serving::Infer, which validates it on the gRPC
-// thread (cheap checks, no allocation of tensor data) and runs it on the
+// thin adapter: decode, ask Serving (server/serving), encode. ModelInfer (on
+// raw messages, counted before they are parsed) hands its decoded request to Serving::Infer, which
+// validates it on the gRPC thread (cheap checks, no allocation of tensor data) and runs it on the
 // engine's workers; the reactor is finished from there. Only the tiniest
 // requests to an idle model (--inline_max_flops) are computed on the gRPC
 // thread itself, where a hand-off would cost more than they do. With a token
@@ -22,8 +22,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
  public:
   // `serving` must outlive the service. A stream has at most
   // `max_stream_inflight` (>= 1) requests between read and written answer.
-  // ModelStreamInfer is served raw (stream_infer.h): its handler replaces
-  // the generated typed one.
+  // ModelInfer, ModelStreamInfer and RepositoryModelLoad are served raw
+  // (raw_messages.h): their handlers replace the generated typed ones.
   InferenceService(Serving* serving, int max_stream_inflight);
 
   // Shutdown: every open stream answers what it accepted, then ends with
@@ -45,9 +45,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
-  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const inference::ModelInferRequest* request,
-                                       inference::ModelInferResponse* response) override;
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) override;
@@ -58,9 +55,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                             const inference::RepositoryIndexRequest* request,
                                             inference::RepositoryIndexResponse* response) override;
   // The load runs on the repository's thread; the reactor finishes from there.
-  grpc::ServerUnaryReactor* RepositoryModelLoad(
-      grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
-      inference::RepositoryModelLoadResponse* response) override;
   grpc::ServerUnaryReactor* RepositoryModelUnload(
       grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
       inference::RepositoryModelUnloadResponse* response) override;
@@ -86,6 +80,23 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                          inference::TraceSettingResponse* response) override;
 
  private:
+  // ModelInfer on the message's bytes: the parsed copy is held against
+  // --max_inflight_bytes before it is made (a message with no room is
+  // refused unparsed, as the queue-full UNAVAILABLE or RESOURCE_EXHAUSTED)
+  // and taken over by the engine's admission; gRPC's own copy, counted in
+  // gRPC's quota (grpc_server.h), is freed as soon as it is parsed.
+  grpc::ServerUnaryReactor* RawModelInfer(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* message,
+                                          grpc::ByteBuffer* response);
+
+  // RepositoryModelLoad on the message's bytes, counted as ModelInfer's
+  // (Serving::ReserveLoad) before they are parsed; the parsed request is
+  // moved into the load, its files never copied. Answered from the
+  // repository's thread once the load is done.
+  grpc::ServerUnaryReactor* RawRepositoryModelLoad(grpc::CallbackServerContext* context,
+                                                   const grpc::ByteBuffer* message,
+                                                   grpc::ByteBuffer* response);
+
   Serving* const serving_;
   const int max_stream_inflight_;
   StreamRegistry streams_;

@@ -8,13 +8,11 @@
 #include <utility>
 #include <vector>
 
-#include <grpcpp/impl/codegen/proto_utils.h>
-#include <grpcpp/support/proto_buffer_reader.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/common/public_status.h"
 #include "server/service/infer_codec.h"
+#include "server/service/raw_messages.h"
 #include "server/service/status_util.h"
 
 namespace gemmserve {
@@ -68,7 +66,7 @@ class StreamInferReactor final : public StreamReactorBase {
     bool parsed = false;
     if (ok) {
       request = std::make_unique<inference::ModelInferRequest>();
-      parsed = Parse(reading_, *request);
+      parsed = ParseRawMessage(reading_, *request);
       reading_.Clear();
     }
     {
@@ -121,13 +119,6 @@ class StreamInferReactor final : public StreamReactorBase {
     Reservation held;           // the answer's bytes, counted until written
   };
 
-  // `bytes` as a ModelInferRequest: false for a message that is not one
-  // (truncated, garbage, a string field that is not UTF-8).
-  static bool Parse(grpc::ByteBuffer& bytes, inference::ModelInferRequest& request) {
-    grpc::ProtoBufferReader reader(&bytes);
-    return request.ParseFromZeroCopyStream(&reader);
-  }
-
   void Unref() {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
@@ -169,10 +160,7 @@ class StreamInferReactor final : public StreamReactorBase {
       response.mutable_infer_response()->set_model_name(answer.request->model_name());
     }
     answer.request.reset();  // its views are no longer needed
-    bool own_buffer = false;
-    grpc::Status serialized =
-        grpc::SerializationTraits<inference::ModelStreamInferResponse>::Serialize(
-            response, &answer.response, &own_buffer);
+    const grpc::Status serialized = SerializeRawMessage(response, &answer.response);
     if (!serialized.ok() && status.ok()) status = absl::InternalError(serialized.error_message());
     return status;
   }

@@ -187,7 +187,7 @@ TEST(ServingTest, EveryMethodButHealthNeedsTheToken) {
       absl::Status seen;
       auto done = [&seen](absl::Status status) { seen = status; };
       if (load) {
-        s.RepositoryModelLoad(token, {}, done);
+        s.RepositoryModelLoad(token, {}, Reservation(), done);
       } else {
         s.RepositoryModelUnload(token, {}, done);
       }

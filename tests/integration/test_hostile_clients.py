@@ -21,7 +21,7 @@ import unittest
 import grpc
 import numpy as np
 
-from gemmserve_client import pb2, pb2_grpc
+from gemmserve_client import make_infer_request, pb2, pb2_grpc
 from gemmserve_client.http import HttpClient, encode_infer_request
 from gemmserve_testing.base import GemmServeTestCase, open_channel, serve_with_tokens
 from gemmserve_testing.onnx_models import grouped_graph, model_bytes
@@ -437,6 +437,110 @@ class ShutdownDuringLoadsTest(unittest.TestCase):
             self.assertEqual(http_answers[0][0], 503, http_answers[0])
         print(f"shutdown during a warmup: exited {elapsed:.2f} s after SIGTERM "
               f"(grace {self.GRACE_SECONDS} s)", file=sys.stderr)
+
+
+LIMIT_256_MIB = 256 << 20
+LARGE_CHANNEL = [("grpc.max_send_message_length", 1 << 30),
+                 ("grpc.max_receive_message_length", 1 << 30)]
+
+
+def grpc_call(address, method, request, codes, lock):
+    """One call on a channel of its own; counts its status code in `codes`."""
+    with grpc.insecure_channel(address, options=LARGE_CHANNEL) as channel:
+        stub = pb2_grpc.GRPCInferenceServiceStub(channel)
+        try:
+            getattr(stub, method)(request, timeout=120)
+            code = grpc.StatusCode.OK
+        except grpc.RpcError as e:
+            code = e.code()
+    with lock:
+        codes[code] = codes.get(code, 0) + 1
+
+
+class GrpcMessagesCountedTest(unittest.TestCase):
+    """gRPC messages are held against --max_inflight_bytes like HTTP bodies: a model load's
+    upload from the moment gRPC hands it over until the load is done (moved, not copied),
+    and an inference's message before it is parsed. What the server holds beyond the
+    count is gRPC's own receive buffers, from a quota of half the limit."""
+
+    def test_uploads_while_the_loader_is_busy_are_counted_and_refused_when_they_do_not_fit(self):
+        server = ServerProcess(f"--max_inflight_bytes={LIMIT_256_MIB}",
+                               "--max_message_bytes=536870912").start()
+        self.addCleanup(lambda: server.proc.poll() is None and server.proc.kill())
+        busy = threading.Thread(daemon=True, target=lambda: http_request(
+            server.http_port, "POST", "/v2/repository/models/slow/load", SLOW_LOAD_BODY))
+        busy.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not is_loading(server.http_port, "slow"):
+            time.sleep(0.01)
+        self.assertTrue(is_loading(server.http_port, "slow"), "the loader never got busy")
+        memory = ProcessMemory(server.proc.pid)
+        memory.reset_peak()
+        channel = grpc.insecure_channel(server.address, options=LARGE_CHANNEL)
+        self.addCleanup(channel.close)
+        stub = pb2_grpc.GRPCInferenceServiceStub(channel)
+        upload = pb2.RepositoryModelLoadRequest(model_name="big", parameters={
+            "config": pb2.ModelRepositoryParameter(string_param="{}"),
+            "file:1/model.onnx": pb2.ModelRepositoryParameter(bytes_param=os.urandom(100_000_000))})
+        gauge = lambda: metric_sum(server.metrics_url, "gemmserve_inflight_bytes")
+        queued, refusals = [], []
+        for _ in range(12):
+            before = gauge()
+            future = stub.RepositoryModelLoad.future(upload, timeout=900)
+            # Either queued (its bytes are now counted) or refused at once.
+            end = time.monotonic() + 60
+            while time.monotonic() < end and not future.done() and gauge() < before + 1e8:
+                time.sleep(0.01)
+            if future.done():
+                refusals.append(future.exception())
+            else:
+                self.assertGreaterEqual(gauge(), before + 1e8, "queued without being counted")
+                queued.append(future)
+        growth = memory.peak_growth()
+        print(f"12 gRPC uploads of 100 MB behind a busy loader: {len(queued)} queued, "
+              f"{len(refusals)} refused; peak RSS growth {growth >> 20} MiB = "
+              f"{growth / LIMIT_256_MIB:.2f} of --max_inflight_bytes", file=sys.stderr)
+        # As many as the limit holds are queued (the slow load holds some of it too).
+        self.assertGreaterEqual(len(queued), 1)
+        self.assertGreater(gauge() + 1e8, LIMIT_256_MIB, "room for another was refused")
+        # Refused by the count, or by gRPC's quota (a reset stream) while it received one.
+        for error in refusals:
+            self.assertEqual(error.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, error.details())
+            self.assertRegex(error.details(), "--max_inflight_bytes|RST_STREAM")
+        # The limit, and gRPC's quota of half of it with a 100 MB message in it and
+        # the next coming in: twice the limit (1.6-1.7 measured).
+        if not server_is_sanitized():  # ASan's quarantine holds what was freed
+            self.assertLess(growth, 2 * LIMIT_256_MIB)
+        server.assert_alive()
+
+    def test_inference_messages_from_many_clients_stay_within_the_bound(self):
+        server = ServerProcess(f"--max_inflight_bytes={LIMIT_256_MIB}").start()
+        self.addCleanup(lambda: server.proc.poll() is None and server.proc.kill())
+        # 58 MiB of A; each request is counted at about twice that (its message and
+        # the copy the model computes with), so two fit under the limit.
+        a = np.ones((15200, 1000), np.float32)
+        request = make_infer_request("matmul", [("A", a), ("B", np.ones((1000, 4), np.float32))])
+        memory = ProcessMemory(server.proc.pid)
+        memory.reset_peak()
+        codes, lock = {}, threading.Lock()
+        clients = [threading.Thread(target=grpc_call,
+                                    args=(server.address, "ModelInfer", request, codes, lock))
+                   for _ in range(12)]
+        for t in clients:
+            t.start()
+        for t in clients:
+            t.join(timeout=180)
+        growth = memory.peak_growth()
+        print(f"12 gRPC clients x 58 MiB: {dict((c.name, n) for c, n in codes.items())}; peak "
+              f"RSS growth {growth >> 20} MiB = {growth / LIMIT_256_MIB:.2f} of "
+              "--max_inflight_bytes", file=sys.stderr)
+        self.assertEqual(sum(codes.values()), 12)
+        self.assertLessEqual(set(codes), {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE,
+                                          grpc.StatusCode.RESOURCE_EXHAUSTED}, codes)
+        self.assertGreater(codes.get(grpc.StatusCode.OK, 0), 0, codes)
+        if not server_is_sanitized():  # ASan's quarantine holds what was freed
+            self.assertLess(growth, 1.75 * LIMIT_256_MIB)
+        server.assert_alive()
 
 
 def http_request(port, method, path, body=b"", headers=None):

@@ -473,14 +473,20 @@ class SharedMemoryBudgetTest(SharedMemoryCase):
 
         def attempt():
             """True once it decided while the blocker ran; the request it was refused."""
+            admitted_before = self.admitted_bytes()
             blocker = self.stub.ModelInfer.future(blocker_request, timeout=120)
             deadline = time.monotonic() + 60
-            while (held := int(self.inflight_bytes())) == 0:
+            # Admitted, so counted at its whole cost (its message is counted from
+            # before its parse, a moment earlier).
+            while self.admitted_bytes() == admitted_before:
                 if blocker.done():  # (exception() would wait for it)
                     self.assertIsNone(blocker.exception())
                     return False, None  # ended between two scrapes
                 self.assertLess(time.monotonic(), deadline, "the blocker never arrived")
                 time.sleep(0.002)
+            held = int(self.inflight_bytes())
+            if held == 0:
+                return False, None  # answered between two scrapes
             self.assertLess(held, self.LIMIT)
             # Room for the inputs alone, not beside what the blocker holds.
             rows = ((self.LIMIT - held) >> 12) + 16
