@@ -55,7 +55,7 @@ constexpr uint64_t kMaxQueueDelayUs = 10'000'000;  // 10 s
 constexpr uint64_t kMaxBatchRows = uint64_t{1} << 24;
 constexpr uint64_t kMaxQueueSize = 1'000'000;
 constexpr uint64_t kMaxDefaultTimeoutUs = 3'600'000'000;  // 1 h
-constexpr uint32_t kMaxConcurrentBatches = 64;
+constexpr uint32_t kMaxConcurrentBatches = kMaxInstanceCount;  // one limit, triton_config.h
 constexpr size_t kMaxModelFilenameLength = 255;
 
 absl::Status OverLimit(const char* field, uint64_t value, uint64_t limit) {

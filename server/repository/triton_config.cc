@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -19,9 +21,64 @@ namespace gemmserve {
 namespace {
 
 constexpr char kJsonForm[] = "config (Triton's JSON form, as it starts with '{'): ";
+constexpr char kPbtxtForm[] = "config.pbtxt: ";
 
+// CheckConfig's messages name the field; the form is added by the caller.
 absl::Status Refuse(absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(kJsonForm, field, ": ", why));
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+absl::Status InForm(const char* form, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(form, status.message()));
+}
+
+// A field set away from its default, asking what gemmserve cannot do, and why.
+struct Unhonoured {
+  bool set;
+  const char* field;
+  const char* why;
+};
+
+// INVALID_ARGUMENT for the first of `fields` that is set: "<owner><field> is
+// not supported: <why>".
+absl::Status RefuseFirstSet(absl::string_view owner, std::initializer_list<Unhonoured> fields) {
+  for (const Unhonoured& f : fields) {
+    if (f.set) {
+      return absl::InvalidArgumentError(absl::StrCat(owner, f.field, " is not supported: ", f.why));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Triton's tensor fields that change what the server does with a tensor:
+// gemmserve gives the model each tensor as the request sent it. (optional
+// depends on the model: CheckDeclaredTensors.)
+absl::Status CheckTensorFields(const inference::ModelConfig& t) {
+  for (const inference::ModelInput& in : t.input()) {
+    GEMMSERVE_RETURN_IF_ERROR(RefuseFirstSet(
+        absl::StrCat("input '", ClientText(in.name(), 64), "': "),
+        {{in.format() != inference::ModelInput::FORMAT_NONE, "format",
+          "a tensor is read in the layout its dims give (FORMAT_NONE)"},
+         {in.has_reshape(), "reshape",
+          "the model gets the shape the request sends; declare the model's dims"},
+         {in.is_shape_tensor(), "is_shape_tensor", "gemmserve's models have no shape tensors"},
+         {in.allow_ragged_batch(), "allow_ragged_batch",
+          "requests are batched along their rows (max_batch_rows), never as a ragged batch"},
+         {in.is_non_linear_format_io(), "is_non_linear_format_io",
+          "tensors are dense and row-major"}}));
+  }
+  for (const inference::ModelOutput& out : t.output()) {
+    GEMMSERVE_RETURN_IF_ERROR(RefuseFirstSet(
+        absl::StrCat("output '", ClientText(out.name(), 64), "': "),
+        {{!out.label_filename().empty(), "label_filename",
+          "gemmserve does not classify (Triton's classification extension)"},
+         {out.has_reshape(), "reshape",
+          "the answer has the model's shape; declare the model's dims"},
+         {out.is_shape_tensor(), "is_shape_tensor", "gemmserve's models have no shape tensors"},
+         {out.is_non_linear_format_io(), "is_non_linear_format_io",
+          "tensors are dense and row-major"}}));
+  }
+  return absl::OkStatus();
 }
 
 // Triton's dynamic batching, as far as gemmserve honours it: one queue
@@ -42,7 +99,7 @@ absl::Status CheckBatching(const inference::ModelConfig& t) {
   for (const char* key : {kMaxBatchRowsParameter, kMaxConcurrentBatchesParameter}) {
     if (t.parameters().count(key) == 0) continue;
     absl::StatusOr<uint64_t> n = SettingParameter(t, key);
-    if (!n.ok()) return absl::InvalidArgumentError(absl::StrCat(kJsonForm, n.status().message()));
+    if (!n.ok()) return n.status();
     if (!t.has_dynamic_batching()) {
       return Refuse(absl::StrCat("parameters['", key, "']"), "needs a dynamic_batching block");
     }
@@ -50,30 +107,109 @@ absl::Status CheckBatching(const inference::ModelConfig& t) {
   return absl::OkStatus();
 }
 
-absl::Status CheckPlacement(const inference::ModelConfig& t) {
-  static const char* const kPlatforms[] = {"", "gemmserve", "gemmserve_onnx", "onnxruntime_onnx"};
-  if (std::find(std::begin(kPlatforms), std::end(kPlatforms), t.platform()) ==
-      std::end(kPlatforms)) {
-    return Refuse("platform", absl::StrCat("'", ClientText(t.platform(), 64),
-                                           "' is not gemmserve's (gemmserve_onnx, or "
-                                           "onnxruntime_onnx for an ONNX model)"));
-  }
-  if (!t.backend().empty() && t.backend() != "gemmserve" && t.backend() != "onnxruntime") {
-    return Refuse("backend", absl::StrCat("'", ClientText(t.backend(), 64),
-                                          "' is not gemmserve's (gemmserve, or onnxruntime)"));
-  }
+// Instances: gemmserve runs one of each model on the CPU, whose batches share
+// the compute threads; a count up to kMaxInstanceCount is accepted and
+// changes nothing (max_concurrent_batches sets the batches run at once).
+absl::Status CheckInstanceGroups(const inference::ModelConfig& t) {
   for (const inference::ModelInstanceGroup& g : t.instance_group()) {
     if (g.kind() != inference::ModelInstanceGroup::KIND_AUTO &&
         g.kind() != inference::ModelInstanceGroup::KIND_CPU) {
       return Refuse("instance_group.kind", "gemmserve runs on the CPU (KIND_CPU or KIND_AUTO)");
     }
+    if (g.count() < 0 || g.count() > kMaxInstanceCount) {
+      return Refuse(
+          absl::StrCat("instance_group.count ", g.count()),
+          absl::StrCat("outside 0 to the limit of ", kMaxInstanceCount,
+                       ": gemmserve runs one instance of a model, and "
+                       "max_concurrent_batches sets how many of its batches run at once"));
+    }
+    GEMMSERVE_RETURN_IF_ERROR(RefuseFirstSet(
+        "instance_group.",
+        {{g.gpus_size() > 0, "gpus", "gemmserve runs on the CPU"},
+         {g.secondary_devices_size() > 0, "secondary_devices", "gemmserve runs on the CPU"},
+         {g.profile_size() > 0, "profile", "TensorRT's optimization profiles do not apply"},
+         {g.passive(), "passive", "every loaded model takes requests"},
+         {!g.host_policy().empty(), "host_policy",
+          "there are no host policies (--compute_threads sets the threads)"},
+         {g.rate_limiter().resources_size() > 0 || g.rate_limiter().priority() != 0, "rate_limiter",
+          "there is no rate limiter (requests are held against --max_inflight_bytes and "
+          "max_queue_size)"}}));
+  }
+  return absl::OkStatus();
+}
+
+bool IsOneOf(const std::string& value, std::initializer_list<const char*> accepted) {
+  return std::find(accepted.begin(), accepted.end(), value) != accepted.end();
+}
+
+absl::Status CheckPlacement(const inference::ModelConfig& t) {
+  if (!IsOneOf(t.platform(), {"", "gemmserve", "gemmserve_onnx", "onnxruntime_onnx"})) {
+    return Refuse("platform", absl::StrCat("'", ClientText(t.platform(), 64),
+                                           "' is not gemmserve's (gemmserve_onnx, or "
+                                           "onnxruntime_onnx for an ONNX model)"));
+  }
+  if (!IsOneOf(t.backend(), {"", "gemmserve", "onnxruntime"})) {
+    return Refuse("backend", absl::StrCat("'", ClientText(t.backend(), 64),
+                                          "' is not gemmserve's (gemmserve, or onnxruntime)"));
+  }
+  if (!IsOneOf(t.runtime(), {"", "gemmserve", "onnxruntime", "libtriton_onnxruntime.so"})) {
+    return Refuse("runtime", absl::StrCat("'", ClientText(t.runtime(), 64),
+                                          "' is not gemmserve's (libtriton_onnxruntime.so, "
+                                          "onnxruntime, gemmserve, or none)"));
   }
   if (t.model_transaction_policy().decoupled()) {
     return Refuse("model_transaction_policy.decoupled", "every request has exactly one answer");
   }
   const inference::ModelVersionPolicy& v = t.version_policy();
+  if (v.has_latest() && v.latest().num_versions() == 0) {
+    return Refuse("version_policy.latest.num_versions 0",
+                  "must be 1 (Triton requires at least 1; gemmserve serves the latest version)");
+  }
   if (v.has_all() || v.has_specific() || (v.has_latest() && v.latest().num_versions() > 1)) {
     return Refuse("version_policy", "gemmserve serves the latest version only");
+  }
+  return absl::OkStatus();
+}
+
+// Refuses JSON nested deeper than kMaxConfigNesting, or with an array directly
+// inside an array, before protobuf's parser sees it: that parser bounds
+// objects (at 100, "Message too deep") but held each level of arrays in
+// memory (a 1 MB text of '[' took 150 MiB), and flattens a list of lists into
+// one list, which no field of ModelConfig is. Strings are skipped in either
+// quote, escapes and all, as protobuf reads both; a closer that closes
+// nothing buys no depth. Allocates nothing.
+absl::Status CheckJsonNesting(absl::string_view json) {
+  static_assert(kMaxConfigNesting <= 64, "one bit of `arrays` per level");
+  uint64_t arrays = 0;  // bit d: the container at depth d + 1 is an array
+  int depth = 0;
+  char quote = 0;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (quote != 0) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == quote) {
+        quote = 0;
+      }
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '[' || c == '{') {
+      if (c == '[' && depth > 0 && ((arrays >> (depth - 1)) & 1) != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(kJsonForm, "an array directly inside an array at byte ", i,
+                         ": no field of ModelConfig is a list of lists"));
+      }
+      if (depth == kMaxConfigNesting) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            kJsonForm, "nested ", depth + 1, " levels deep at byte ", i, ", over the limit of ",
+            kMaxConfigNesting, " levels of arrays and objects"));
+      }
+      const uint64_t bit = uint64_t{1} << depth;
+      arrays = c == '[' ? arrays | bit : arrays & ~bit;
+      ++depth;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
   }
   return absl::OkStatus();
 }
@@ -103,6 +239,13 @@ absl::Status CheckTensor(absl::string_view what, const Declared& d,
     return absl::InvalidArgumentError(
         absl::StrCat("config: ", what, " '", ClientText(d.name(), 64), "' is not one of the model's (",
                      absl::StrJoin(names, ", "), ")"));
+  }
+  if constexpr (std::is_same_v<Declared, inference::ModelInput>) {
+    if (d.optional() && !it->optional) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: input '", ClientText(d.name()),
+                       "': optional is not supported: the model needs it in every request"));
+    }
   }
   if (d.data_type() != inference::TYPE_INVALID) {
     std::string type = inference::DataType_Name(d.data_type()).substr(5);  // "TYPE_"
@@ -149,11 +292,13 @@ absl::StatusOr<int> AccuracyLevel(const inference::ModelConfig& config) {
 
 absl::Status CheckConfig(const inference::ModelConfig& config) {
   GEMMSERVE_RETURN_IF_ERROR(CheckPlacement(config));
+  GEMMSERVE_RETURN_IF_ERROR(CheckInstanceGroups(config));
+  GEMMSERVE_RETURN_IF_ERROR(CheckTensorFields(config));
   GEMMSERVE_RETURN_IF_ERROR(AccuracyLevel(config).status());
   return CheckBatching(config);
 }
 
-inference::ModelConfig ConfigFromFile(const config::ModelConfigFile& file) {
+absl::StatusOr<inference::ModelConfig> ConfigFromFile(const config::ModelConfigFile& file) {
   inference::ModelConfig out;
   out.set_name(file.name());
   out.set_max_batch_size(file.max_batch_size());
@@ -180,10 +325,12 @@ inference::ModelConfig ConfigFromFile(const config::ModelConfigFile& file) {
   for (const config::ModelWarmup& w : file.model_warmup()) {
     out.add_model_warmup()->ParseFromString(w.SerializeAsString());
   }
+  if (absl::Status checked = CheckConfig(out); !checked.ok()) return InForm(kPbtxtForm, checked);
   return out;
 }
 
 absl::StatusOr<inference::ModelConfig> ConfigFromTritonJson(absl::string_view json) {
+  GEMMSERVE_RETURN_IF_ERROR(CheckJsonNesting(json));
   inference::ModelConfig triton;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;  // a misspelt field is an error, not a default
@@ -193,7 +340,7 @@ absl::StatusOr<inference::ModelConfig> ConfigFromTritonJson(absl::string_view js
     return absl::InvalidArgumentError(absl::StrCat(
         kJsonForm, ClientText(std::string(status.message().data(), status.message().size()), 200)));
   }
-  GEMMSERVE_RETURN_IF_ERROR(CheckConfig(triton));
+  if (absl::Status checked = CheckConfig(triton); !checked.ok()) return InForm(kJsonForm, checked);
   return triton;
 }
 

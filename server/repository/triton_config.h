@@ -12,7 +12,7 @@
 //    default_timeout_microseconds and max_concurrent_batches), turned into
 //    the same message by ConfigFromFile: the queue fields into
 //    default_queue_policy, the others into parameters, as Triton's form
-//    carries them.
+//    carries them, then held to the same CheckConfig.
 // What the server reports in ModelConfig loads back unchanged: the
 // parameters it reports (such as "weights_layout") are kept and checked
 // against the loaded model's (CheckParameters), so a misspelt one is
@@ -53,29 +53,49 @@ inline constexpr char kAccuracyLevelParameter[] = "accuracy_level";
 // other value.
 absl::StatusOr<int> AccuracyLevel(const inference::ModelConfig& config);
 
+// The deepest nesting of arrays and objects a JSON config may have. Triton's
+// ModelConfig needs 6 (a warmup input's dims); protobuf's JSON parser bounds
+// objects only, at 100.
+inline constexpr int kMaxConfigNesting = 64;
+
+// instance_group.count is accepted up to this (max_concurrent_batches' limit)
+// and changes nothing: gemmserve runs one instance of a model.
+inline constexpr int kMaxInstanceCount = 64;
+
 // A load's `config` text in either form: Triton's JSON when its first
 // non-blank character is '{', else config.pbtxt text. INVALID_ARGUMENT names
 // the form it was read as.
 absl::StatusOr<inference::ModelConfig> ParseLoadConfig(absl::string_view text);
 
-// Triton's JSON ModelConfig. INVALID_ARGUMENT for JSON protobuf cannot read
-// into a ModelConfig, and for a field gemmserve cannot honour (CheckConfig).
+// Triton's JSON ModelConfig. INVALID_ARGUMENT, before it is parsed, for JSON
+// nested deeper than kMaxConfigNesting or with an array directly inside an
+// array (which protobuf would flatten); for JSON protobuf cannot read into a
+// ModelConfig; and for a field gemmserve cannot honour (CheckConfig).
 absl::StatusOr<inference::ModelConfig> ConfigFromTritonJson(absl::string_view json);
 
 // OK when gemmserve can do what `config` asks; INVALID_ARGUMENT naming the
-// first field it cannot (another platform or backend, GPU instances,
-// decoupled, a version policy other than the latest, per-level queue
-// policies, the DELAY timeout action, a gemmserve parameter that is not a
-// non-negative integer or lacks a dynamic_batching block).
+// first field it cannot, without the form (the callers above add it):
+// another platform, backend or runtime; GPU instances, or an instance
+// group's count past kMaxInstanceCount, gpus, secondary devices, profiles,
+// passive, a host policy or a rate limiter; decoupled; a version policy
+// other than the latest version (num_versions 1); an input's format,
+// reshape, is_shape_tensor, allow_ragged_batch or is_non_linear_format_io;
+// an output's label_filename, reshape, is_shape_tensor or
+// is_non_linear_format_io; per-level queue policies; the DELAY timeout
+// action; an accuracy_level other than 0 and 4; a gemmserve parameter that is
+// not a non-negative integer or lacks a dynamic_batching block. A field at
+// its default value is accepted.
 absl::Status CheckConfig(const inference::ModelConfig& config);
 
-// config.pbtxt's form as Triton's message (above).
-inference::ModelConfig ConfigFromFile(const config::ModelConfigFile& file);
+// config.pbtxt's form as Triton's message (above), held to CheckConfig as the
+// JSON form is; INVALID_ARGUMENT starting "config.pbtxt: " naming the field.
+absl::StatusOr<inference::ModelConfig> ConfigFromFile(const config::ModelConfigFile& file);
 
 // OK when max_batch_size is 0 and every declared input and output is one of
 // the model's, with a datatype it accepts (TYPE_INVALID: any) and the same
-// dimensions (-1 on either side matches any); INVALID_ARGUMENT naming the
-// first that is not.
+// dimensions (-1 on either side matches any), and an input declared optional
+// is one the model can go without; INVALID_ARGUMENT naming the first that is
+// not.
 absl::Status CheckDeclaredTensors(const inference::ModelConfig& config,
                                   const ModelMetadata& metadata);
 

@@ -15,6 +15,7 @@ namespace gemmserve {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // What tritonclient users send: Triton's documented field names.
 constexpr char kTritonJson[] = R"({
@@ -123,8 +124,9 @@ TEST(TritonConfigTest, AccuracyLevelIsZeroOrFour) {
     EXPECT_THAT(config.status().message(), HasSubstr("accuracy_level")) << bad;
     auto text = ParseLoadConfig(absl::StrCat(
         R"(parameters { key: "accuracy_level" value { string_value: ")", bad, R"(" } })"));
-    ASSERT_TRUE(text.ok()) << bad;  // config.pbtxt is checked where it is used
-    EXPECT_EQ(AccuracyLevel(*text).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(text.status().message(), HasSubstr("config.pbtxt: parameters['accuracy_level']"))
+        << bad;
   }
 }
 
@@ -155,6 +157,188 @@ TEST(TritonConfigTest, WhatGemmserveCannotHonourIsRefusedByName) {
   }
 }
 
+// Triton's fields that ask for what gemmserve cannot do are refused by name
+// in both forms (config.pbtxt has Triton's input and output), never accepted
+// and ignored; the same fields at their defaults are accepted.
+TEST(TritonConfigTest, TensorFieldsGemmserveCannotHonourAreRefusedInBothForms) {
+  const struct {
+    const char* json;
+    const char* pbtxt;
+    const char* message;
+  } cases[] = {
+      {R"({"input": [{"name": "X", "reshape": {"shape": [64]}}]})",
+       R"(input { name: "X" reshape { shape: [64] } })", "input 'X': reshape is not supported"},
+      {R"({"input": [{"name": "X", "reshape": {}}]})", R"(input { name: "X" reshape {} })",
+       "input 'X': reshape is not supported"},
+      {R"({"input": [{"name": "X", "format": "FORMAT_NHWC"}]})",
+       R"(input { name: "X" format: FORMAT_NHWC })", "input 'X': format is not supported"},
+      {R"({"input": [{"name": "X", "is_shape_tensor": true}]})",
+       R"(input { name: "X" is_shape_tensor: true })", "input 'X': is_shape_tensor is not"},
+      {R"({"input": [{"name": "X", "allow_ragged_batch": true}]})",
+       R"(input { name: "X" allow_ragged_batch: true })", "input 'X': allow_ragged_batch is not"},
+      {R"({"input": [{"name": "X", "is_non_linear_format_io": true}]})",
+       R"(input { name: "X" is_non_linear_format_io: true })",
+       "input 'X': is_non_linear_format_io is not"},
+      {R"({"output": [{"name": "Y", "reshape": {"shape": [3, 32]}}]})",
+       R"(output { name: "Y" reshape { shape: [3, 32] } })", "output 'Y': reshape is not"},
+      {R"({"output": [{"name": "Y", "label_filename": "labels.txt"}]})",
+       R"(output { name: "Y" label_filename: "labels.txt" })", "output 'Y': label_filename is not"},
+      {R"({"output": [{"name": "Y", "is_shape_tensor": true}]})",
+       R"(output { name: "Y" is_shape_tensor: true })", "output 'Y': is_shape_tensor is not"},
+      {R"({"output": [{"name": "Y", "is_non_linear_format_io": true}]})",
+       R"(output { name: "Y" is_non_linear_format_io: true })",
+       "output 'Y': is_non_linear_format_io is not"},
+  };
+  for (const auto& c : cases) {
+    auto json = ParseLoadConfig(c.json);
+    EXPECT_EQ(json.status().code(), absl::StatusCode::kInvalidArgument) << c.json;
+    EXPECT_THAT(std::string(json.status().message()), HasSubstr(c.message)) << c.json;
+    auto text = ParseLoadConfig(c.pbtxt);
+    EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument) << c.pbtxt;
+    EXPECT_THAT(std::string(text.status().message()), HasSubstr(c.message)) << c.pbtxt;
+    EXPECT_THAT(std::string(text.status().message()), HasSubstr("config.pbtxt")) << c.pbtxt;
+  }
+  auto defaults = ParseLoadConfig(R"({
+    "input": [{"name": "X", "format": "FORMAT_NONE", "is_shape_tensor": false,
+               "allow_ragged_batch": false, "optional": false}],
+    "output": [{"name": "Y", "label_filename": "", "is_non_linear_format_io": false}]})");
+  EXPECT_TRUE(defaults.ok()) << defaults.status();
+  auto text_defaults = ParseLoadConfig(
+      R"(input { name: "X" format: FORMAT_NONE is_shape_tensor: false } output { name: "Y" })");
+  EXPECT_TRUE(text_defaults.ok()) << text_defaults.status();
+}
+
+TEST(TritonConfigTest, PlacementGemmserveCannotHonourIsRefusedByName) {
+  const struct {
+    const char* json;
+    const char* message;
+  } cases[] = {
+      {R"({"runtime": "libtorch"})", "runtime: 'libtorch'"},
+      {R"({"runtime": "model.py"})", "runtime"},
+      {R"({"instance_group": [{"kind": "KIND_CPU", "count": 100000}]})",
+       "instance_group.count 100000"},
+      {R"({"instance_group": [{"count": 65}]})", "limit of 64"},
+      {R"({"instance_group": [{"count": -1}]})", "instance_group.count -1"},
+      {R"({"instance_group": [{"kind": "KIND_CPU", "gpus": [0]}]})", "instance_group.gpus"},
+      {R"({"instance_group": [{"profile": ["0"]}]})", "instance_group.profile"},
+      {R"({"instance_group": [{"passive": true}]})", "instance_group.passive"},
+      {R"({"instance_group": [{"host_policy": "numa0"}]})", "instance_group.host_policy"},
+      {R"({"instance_group": [{"secondary_devices": [{"device_id": 1}]}]})",
+       "instance_group.secondary_devices"},
+      {R"({"instance_group": [{"rate_limiter": {"priority": 2}}]})", "instance_group.rate_limiter"},
+      {R"({"instance_group": [{"rate_limiter": {"resources": [{"name": "R", "count": 1}]}}]})",
+       "instance_group.rate_limiter"},
+      {R"({"version_policy": {"latest": {"num_versions": 0}}})",
+       "version_policy.latest.num_versions 0"},
+      {R"({"version_policy": {"latest": {}}})", "version_policy.latest.num_versions 0"},
+      {R"({"version_policy": {"latest": {"num_versions": 2}}})", "version_policy"},
+  };
+  for (const auto& c : cases) {
+    auto config = ParseLoadConfig(c.json);
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << c.json;
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(c.message)) << c.json;
+  }
+  const char* const kAccepted[] = {
+      R"({"runtime": ""})",
+      R"({"runtime": "onnxruntime"})",
+      R"({"runtime": "libtriton_onnxruntime.so"})",
+      R"({"instance_group": [{"name": "g", "kind": "KIND_CPU", "count": 64}]})",
+      R"({"instance_group": [{"count": 0, "gpus": [], "passive": false, "rate_limiter": {}}]})",
+      R"({"version_policy": {"latest": {"num_versions": 1}}})",
+  };
+  for (const char* fine : kAccepted) {
+    auto config = ParseLoadConfig(fine);
+    EXPECT_TRUE(config.ok()) << fine << ": " << config.status();
+  }
+}
+
+// A 1 MB text of '[' is refused by a scan that allocates nothing, before
+// protobuf's parser, which bounds objects ("Message too deep") but held each
+// level of arrays in memory (140 MB for 500,000 levels), and flattened a list
+// of lists into one list ("dims": [[1, 2], [3]] became dims [1, 2, 3]).
+TEST(TritonConfigTest, JsonNestingIsBoundedBeforeItIsParsed) {
+  constexpr int kDeep = 500'000;
+  const std::string arrays =
+      absl::StrCat(R"({"input": )", std::string(kDeep, '['), std::string(kDeep, ']'), "}");
+  for (const char* flattened : {R"({"input": [{"name": "X", "dims": [[1, 2], [3]]}]})",
+                                R"({"input": [[{"name": "X"}], {"name": "Z"}]})"}) {
+    auto config = ParseLoadConfig(flattened);
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << flattened;
+    EXPECT_THAT(std::string(config.status().message()),
+                HasSubstr("an array directly inside an array"))
+        << flattened;
+  }
+  auto literal = ParseLoadConfig(arrays);
+  EXPECT_THAT(std::string(literal.status().message()),
+              HasSubstr("an array directly inside an array at byte 11"));
+  // Arrays of objects, and objects: the depth bound.
+  std::string alternating = "{";
+  while (alternating.size() < (1 << 20) - 16) alternating += R"("a": [{)";
+  std::string objects;
+  for (int i = 0; i < 100; ++i) objects += R"({"a": )";
+  objects += "1" + std::string(100, '}');
+  // Brackets after a single-quoted '"' (protobuf reads both quotes) and after
+  // closers that close nothing are counted all the same.
+  std::string quoted = R"({'name': '"', 'input': )";
+  for (int i = 0; i < 64; ++i) quoted += R"([{"a": )";
+  std::string closers = R"({"name": "x"})" + std::string(kDeep, ']');
+  for (int i = 0; i < 65; ++i) closers += R"({"a": )";
+  for (const std::string& text : {alternating, objects, quoted, closers}) {
+    auto config = ParseLoadConfig(text);
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << text.substr(0, 40);
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr("nested 65 levels deep at byte "))
+        << text.substr(0, 40);
+    EXPECT_THAT(std::string(config.status().message()),
+                HasSubstr("over the limit of 64 levels of arrays and objects"));
+  }
+  EXPECT_EQ(ParseLoadConfig(objects).status().message(),
+            "config (Triton's JSON form, as it starts with '{'): nested 65 levels deep at byte "
+            "384, over the limit of 64 levels of arrays and objects");
+  // Brackets inside strings, escaped quotes and all, are not nesting.
+  auto in_string = ParseLoadConfig(
+      absl::StrCat(R"({"parameters": {"weights_layout": {"string_value": "\"[{)",
+                   std::string(100, '['), R"(\\"}}, "name": ")", std::string(100, '{'), R"("})"));
+  ASSERT_TRUE(in_string.ok()) << in_string.status();
+  EXPECT_EQ(in_string->parameters().at("weights_layout").string_value().size(), 104u);
+  // 64 levels are within the bound (protobuf's own message follows).
+  std::string at_limit = "{";
+  for (int i = 1; i < 64; ++i) at_limit += R"("a": {)";
+  auto deep = ParseLoadConfig(at_limit + std::string(64, '}'));
+  EXPECT_THAT(std::string(deep.status().message()), HasSubstr("Cannot find field"));
+}
+
+// config.pbtxt text is bounded by its schema: TextFormat refuses the first
+// '[' inside a list and the first unknown field, so 500,000 of either stop
+// at once.
+TEST(TritonConfigTest, ConfigPbtxtNestingStopsAtTheFirstLevelItCannotHave) {
+  constexpr int kDeep = 500'000;
+  std::string fields;
+  for (int i = 0; i < 50'000; ++i) fields += "dynamic_batching { ";
+  const std::string texts[] = {"input [" + std::string(kDeep, '['),
+                               "input { reshape { " + std::string(kDeep, '{'), fields,
+                               "input " + std::string(kDeep, '<')};
+  for (const std::string& text : texts) {
+    auto config = ParseLoadConfig(text);
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << text.substr(0, 40);
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr("line 1, column"))
+        << text.substr(0, 40);
+  }
+}
+
+// config.pbtxt becomes the same message and is held to the same CheckConfig:
+// gemmserve's settings among its parameters need a dynamic_batching block
+// there too (they were ignored).
+TEST(TritonConfigTest, ConfigPbtxtIsHeldToTheSameChecks) {
+  auto loose =
+      ParseLoadConfig(R"(parameters { key: "max_batch_rows" value { string_value: "8" } })");
+  EXPECT_EQ(loose.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(loose.status().message()),
+              HasSubstr("config.pbtxt: parameters['max_batch_rows']: needs a dynamic_batching"));
+  auto in_block = ParseLoadConfig("dynamic_batching { max_batch_rows: 8 }");
+  ASSERT_TRUE(in_block.ok()) << in_block.status();
+  EXPECT_EQ(*SettingParameter(*in_block, kMaxBatchRowsParameter), 8u);
+}
+
 ModelMetadata TwoTensorModel() {
   ModelMetadata m;
   m.name = "moe";
@@ -177,6 +361,8 @@ TEST(TritonConfigTest, DeclaredTensorsAreCheckedAgainstTheModel) {
       {R"({"input": [{"name": "X", "dims": [64]}]})", "declares dims [64]"},
       {R"({"output": [{"name": "Y", "dims": [1, 4, 32]}]})", "output 'Y'"},
       {R"({"max_batch_size": 8})", "max_batch_size 8"},
+      {R"({"input": [{"name": "X", "dims": [-1, 64], "optional": true}]})",
+       "input 'X': optional is not supported"},
   };
   for (const auto& c : cases) {
     auto declared = ConfigFromTritonJson(c.json);
@@ -187,6 +373,14 @@ TEST(TritonConfigTest, DeclaredTensorsAreCheckedAgainstTheModel) {
   }
   auto open = ConfigFromTritonJson(R"({"input": [{"name": "X", "dims": [8, -1]}]})");
   EXPECT_TRUE(CheckDeclaredTensors(*open, TwoTensorModel()).ok());
+  // An input the model can go without may say so (what ModelConfig reports
+  // loads back).
+  ModelMetadata with_optional = TwoTensorModel();
+  with_optional.inputs[0].optional = true;
+  auto optional =
+      ConfigFromTritonJson(R"({"input": [{"name": "X", "dims": [-1, 64], "optional": true}]})");
+  ASSERT_TRUE(optional.ok()) << optional.status();
+  EXPECT_TRUE(CheckDeclaredTensors(*optional, with_optional).ok());
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ from gemmserve_client import bf16_bits_to_float32, decode_outputs, make_infer_re
 from gemmserve_client.http import HttpClient
 from gemmserve_testing.base import GemmServeTestCase
 from gemmserve_testing.onnx_models import matmul_graph, model_bytes
+from gemmserve_testing.process import ProcessMemory, server_is_sanitized
 from gemmserve_testing.references import random_wire, small_int_wire
 
 import test_onnx_conformance as conformance
@@ -126,6 +127,91 @@ class TritonParityTest(HttpTestCase):
         self.assertIn("Triton's JSON form", error.details())
         self.stub.RepositoryModelUnload(pb2.RepositoryModelUnloadRequest(model_name="lin_json"),
                                         timeout=60)
+
+    # Issue 50: fields a config may carry that gemmserve cannot honour, in Triton's JSON
+    # form and (for tensors) in config.pbtxt, each with what its refusal must name.
+    UNHONOURED = [
+        ({"input": [{"name": "hidden", "dims": [-1, 2], "optional": True}]},
+         "input 'hidden': optional is not supported"),
+        ({"input": [{"name": "hidden", "dims": [-1, 2], "reshape": {"shape": [2]}}]},
+         "input 'hidden': reshape is not supported"),
+        ({"input": [{"name": "hidden", "dims": [-1, 2], "is_shape_tensor": True}]},
+         "input 'hidden': is_shape_tensor is not supported"),
+        ({"input": [{"name": "hidden", "dims": [-1, 2], "allow_ragged_batch": True}]},
+         "input 'hidden': allow_ragged_batch is not supported"),
+        ({"input": [{"name": "hidden", "dims": [-1, 2], "format": "FORMAT_NHWC"}]},
+         "input 'hidden': format is not supported"),
+        ({"output": [{"name": "projected", "dims": [-1, 3], "reshape": {"shape": [3]}}]},
+         "output 'projected': reshape is not supported"),
+        ({"output": [{"name": "projected", "dims": [-1, 3],
+                     "label_filename": "labels.txt"}]},
+         "output 'projected': label_filename is not supported"),
+        ({"runtime": "libtorch"}, "runtime: 'libtorch'"),
+        ({"instance_group": [{"kind": "KIND_CPU", "count": 100000}]},
+         "instance_group.count 100000"),
+        ({"instance_group": [{"kind": "KIND_CPU", "passive": True}]}, "instance_group.passive"),
+        ({"version_policy": {"latest": {"num_versions": 0}}},
+         "version_policy.latest.num_versions 0"),
+        ({"input": [{"name": "hidden", "dims": [[-1], [2]]}]},
+         "an array directly inside an array"),
+        ('input { name: "hidden" dims: [-1, 2] reshape { shape: [2] } }',
+         "config.pbtxt: input 'hidden': reshape is not supported"),
+        ('input { name: "hidden" dims: [-1, 2] optional: true }',
+         "input 'hidden': optional is not supported"),
+        ('output { name: "projected" dims: [-1, 3] label_filename: "labels.txt" }',
+         "config.pbtxt: output 'projected': label_filename is not supported"),
+    ]
+
+    def test_what_a_config_asks_that_gemmserve_cannot_do_is_refused_by_name(self):
+        """C9, C10: over gRPC and HTTP, a load whose config asks what gemmserve cannot do is
+        INVALID_ARGUMENT (400) naming the field, and the version loaded before serves on;
+        1 MB of JSON nested 500,000 deep is refused before it is parsed, with the server's
+        peak memory flat (it loaded, and took 150 MiB)."""
+        served = np.arange(6, dtype=np.float32).reshape(2, 3)
+        status, _, data = self.load_http("lin_refused", "", model_bytes(
+            matmul_graph("lin_refused", served)).SerializeToString())
+        self.assertEqual(status, 200, data)
+        model = model_bytes(matmul_graph("lin_refused", served + 1)).SerializeToString()
+        request = pb2.RepositoryModelLoadRequest(model_name="lin_refused")
+        request.parameters["file:1/model.onnx"].bytes_param = model
+        x = np.array([[1, 2], [3, 4]], np.float32)
+        for config, message in self.UNHONOURED:
+            text = config if isinstance(config, str) else json.dumps(config)
+            with self.subTest(config=text):
+                request.parameters["config"].string_param = text
+                error = self.rpc_error(self.stub.RepositoryModelLoad, request, timeout=60)
+                self.assertEqual(error.code(), grpc.StatusCode.INVALID_ARGUMENT, error.details())
+                self.assertIn(message, error.details())
+                status, _, data = self.load_http("lin_refused", text, model)
+                self.assertEqual(status, 400, data)
+                self.assertIn(message, json.loads(data)["error"])
+                y = self.http.infer("lin_refused", [("hidden", x)])["projected"]
+                np.testing.assert_array_equal(y, x @ served, "the version loaded before")
+        deep = [("arrays", '{"input": ' + "[" * 500_000 + "]" * 500_000 + "}",
+                 "an array directly inside an array at byte 11"),
+                ("arrays of objects", "{" + '"input": [{' * 90_500 + "}",
+                 "nested 65 levels deep at byte 352, over the limit of 64 levels")]
+        memory = ProcessMemory(self.server.proc.pid)
+        for kind, text, message in deep:
+            with self.subTest(deep=kind):
+                self.assertGreater(len(text), 990_000)
+                memory.reset_peak()
+                request.parameters["config"].string_param = text
+                error = self.rpc_error(self.stub.RepositoryModelLoad, request, timeout=60)
+                self.assertEqual(error.code(), grpc.StatusCode.INVALID_ARGUMENT, error.details())
+                self.assertIn(message, error.details())
+                status, _, data = self.load_http("lin_refused", text, model)
+                self.assertEqual(status, 400, data)
+                self.assertIn(message, json.loads(data)["error"])
+                growth = memory.peak_growth()
+                print(f"\n{kind} nested {len(text)} bytes: peak growth {growth / 2**20:.1f} MiB")
+                if not server_is_sanitized():
+                    self.assertLess(growth, 16 * 2**20)
+        np.testing.assert_array_equal(self.http.infer("lin_refused", [("hidden", x)])[
+            "projected"], x @ served)
+        self.assert_server_still_serves()
+        self.stub.RepositoryModelUnload(pb2.RepositoryModelUnloadRequest(
+            model_name="lin_refused"), timeout=60)
 
 
 class LogSettingsTest(HttpTestCase):
