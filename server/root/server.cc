@@ -1,7 +1,9 @@
 #include "server/root/server.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdio>
-#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -27,13 +29,20 @@ void FitDescriptors(ServerOptions& options) {
   if (!plan.warning.empty()) GEMMSERVE_LOG(WARNING) << plan.warning;
 }
 
-// Written whole, then renamed: a reader never sees half an address.
+// Written whole, then renamed: a reader never sees half an address. The
+// partial file is made anew (O_EXCL, O_NOFOLLOW, after unlinking whatever
+// had its name): nothing is written through a link planted there, and the
+// rename replaces the name, never what a link at it points to.
 void WriteAddressFile(const std::string& path, const std::string& address) {
   const std::string partial = path + ".partial";
-  std::ofstream out(partial, std::ios::trunc);
-  out << address << "\n";
-  out.close();
-  if (!out || std::rename(partial.c_str(), path.c_str()) != 0) {
+  ::unlink(partial.c_str());
+  const int fd =
+      ::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  const std::string line = address + "\n";
+  bool written =
+      fd >= 0 && ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  if (fd >= 0) written = ::close(fd) == 0 && written;
+  if (!written || std::rename(partial.c_str(), path.c_str()) != 0) {
     GEMMSERVE_LOG(WARNING) << "cannot write --address_file " << path
                            << "; health checks fall back to their default port";
   }

@@ -543,6 +543,30 @@ class GrpcMessagesCountedTest(unittest.TestCase):
         server.assert_alive()
 
 
+class AddressFileTest(unittest.TestCase):
+    """--address_file is written through a partial file made anew: a link planted at the
+    partial file's name, or at the address file's, leaves what it points to untouched."""
+
+    def test_links_at_the_address_files_names_are_not_followed(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        victims = [os.path.join(d, f"victim{i}") for i in range(2)]
+        for victim in victims:
+            with open(victim, "w") as f:
+                f.write("precious\n")
+        path = os.path.join(d, "address")
+        os.symlink(victims[0], path + ".partial")
+        os.symlink(victims[1], path)
+        server = ServerProcess(f"--address_file={path}").start()
+        self.addCleanup(server.stop)
+        for victim in victims:
+            with open(victim) as f:
+                self.assertEqual(f.read(), "precious\n")
+        self.assertFalse(os.path.islink(path))
+        with open(path) as f:
+            self.assertEqual(f.read(), server.address + "\n")
+
+
 def http_request(port, method, path, body=b"", headers=None):
     with connect(port, timeout=60) as s:
         head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
