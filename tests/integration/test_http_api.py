@@ -162,6 +162,17 @@ class TritonParityTest(HttpTestCase):
          "config.pbtxt: output 'projected': label_filename is not supported"),
     ]
 
+    def assert_load_refused_by_both(self, request, config_text, model, message):
+        """`request` (gRPC) with `config_text`, and the same load over HTTP, are refused as
+        INVALID_ARGUMENT / 400 with `message` in the error."""
+        request.parameters["config"].string_param = config_text
+        error = self.rpc_error(self.stub.RepositoryModelLoad, request, timeout=60)
+        self.assertEqual(error.code(), grpc.StatusCode.INVALID_ARGUMENT, error.details())
+        self.assertIn(message, error.details())
+        status, _, data = self.load_http("lin_refused", config_text, model)
+        self.assertEqual(status, 400, data)
+        self.assertIn(message, json.loads(data)["error"])
+
     def test_what_a_config_asks_that_gemmserve_cannot_do_is_refused_by_name(self):
         """C9, C10: over gRPC and HTTP, a load whose config asks what gemmserve cannot do is
         INVALID_ARGUMENT (400) naming the field, and the version loaded before serves on;
@@ -178,13 +189,7 @@ class TritonParityTest(HttpTestCase):
         for config, message in self.UNHONOURED:
             text = config if isinstance(config, str) else json.dumps(config)
             with self.subTest(config=text):
-                request.parameters["config"].string_param = text
-                error = self.rpc_error(self.stub.RepositoryModelLoad, request, timeout=60)
-                self.assertEqual(error.code(), grpc.StatusCode.INVALID_ARGUMENT, error.details())
-                self.assertIn(message, error.details())
-                status, _, data = self.load_http("lin_refused", text, model)
-                self.assertEqual(status, 400, data)
-                self.assertIn(message, json.loads(data)["error"])
+                self.assert_load_refused_by_both(request, text, model, message)
                 y = self.http.infer("lin_refused", [("hidden", x)])["projected"]
                 np.testing.assert_array_equal(y, x @ served, "the version loaded before")
         deep = [("arrays", '{"input": ' + "[" * 500_000 + "]" * 500_000 + "}",
@@ -196,13 +201,7 @@ class TritonParityTest(HttpTestCase):
             with self.subTest(deep=kind):
                 self.assertGreater(len(text), 990_000)
                 memory.reset_peak()
-                request.parameters["config"].string_param = text
-                error = self.rpc_error(self.stub.RepositoryModelLoad, request, timeout=60)
-                self.assertEqual(error.code(), grpc.StatusCode.INVALID_ARGUMENT, error.details())
-                self.assertIn(message, error.details())
-                status, _, data = self.load_http("lin_refused", text, model)
-                self.assertEqual(status, 400, data)
-                self.assertIn(message, json.loads(data)["error"])
+                self.assert_load_refused_by_both(request, text, model, message)
                 growth = memory.peak_growth()
                 print(f"\n{kind} nested {len(text)} bytes: peak growth {growth / 2**20:.1f} MiB")
                 if not server_is_sanitized():
