@@ -95,6 +95,10 @@ void Server::Shutdown(std::chrono::system_clock::time_point deadline) {
       GEMMSERVE_LOG(WARNING) << "shutdown grace period over with calls still running; "
                                 "cancelling them";
     }
+    // Answered is not yet written: each answer's bytes are released once its
+    // front end has handed it whole to the connection; the front ends close
+    // their connections only then.
+    serving_->WaitUntilWritten(absl::FromChrono(deadline));
     grpc_->Stop(deadline);
     if (http_) http_->Shutdown(absl::FromChrono(deadline));
   });

@@ -122,8 +122,10 @@ grpc::ServerUnaryReactor* InferenceService::RawModelInfer(grpc::CallbackServerCo
                                 "the message is not an inference.ModelInferRequest (truncated, "
                                 "not protobuf, or a string that is not UTF-8)");
   } else {
+    // Refused (and counted, under the model it names) by Serving::Infer.
+    reactor->request.set_model_name(PeekModelName(*bytes));
     bytes->Clear();
-    call.request = held.status();  // refused (and counted) by Serving::Infer
+    call.request = held.status();
   }
   call.model_name = reactor->request.model_name();
   if (call.request.ok() && context->deadline() != std::chrono::system_clock::time_point::max()) {

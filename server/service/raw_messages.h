@@ -5,8 +5,12 @@
 #ifndef GEMMSERVE_SERVER_SERVICE_RAW_MESSAGES_H_
 #define GEMMSERVE_SERVER_SERVICE_RAW_MESSAGES_H_
 
+#include <string>
+
 #include <google/protobuf/descriptor.h>
+#include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/message.h>
+#include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/proto_buffer_reader.h>
@@ -31,6 +35,32 @@ inline int InferenceMethodIndex(const char* method) {
 inline bool ParseRawMessage(grpc::ByteBuffer& bytes, google::protobuf::Message& message) {
   grpc::ProtoBufferReader reader(&bytes);
   return message.ParseFromZeroCopyStream(&reader);
+}
+
+// The `model_name` (field 1) of a serialized ModelInferRequest, read without
+// parsing the rest (fields before it are skipped, not copied): what a
+// refusal before the parse is counted under. "" when it is not among the
+// first 16 fields, longer than 1 KiB, or the bytes are not protobuf.
+inline std::string PeekModelName(grpc::ByteBuffer& bytes) {
+  using google::protobuf::internal::WireFormatLite;
+  grpc::ProtoBufferReader reader(&bytes);
+  google::protobuf::io::CodedInputStream in(&reader);
+  for (int field = 0; field < 16; ++field) {
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) break;
+    if (WireFormatLite::GetTagFieldNumber(tag) == 1 &&
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t length = 0;
+      std::string name;
+      if (!in.ReadVarint32(&length) || length > 1024 ||
+          !in.ReadString(&name, static_cast<int>(length))) {
+        break;
+      }
+      return name;
+    }
+    if (!WireFormatLite::SkipField(&in, tag)) break;
+  }
+  return "";
 }
 
 // `message` serialized into `bytes` (replacing what they held).

@@ -352,6 +352,15 @@ bool Serving::draining() const {
   return draining_;
 }
 
+bool Serving::WaitUntilWritten(absl::Time deadline) {
+  // No request is accepted any more: the count only falls.
+  while (engine_->inflight_bytes() > 0) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
 bool Serving::WaitUntilIdle(absl::Time deadline) {
   absl::MutexLock lock(&drain_mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drain_mu_) { return inflight_ == 0; };

@@ -240,6 +240,9 @@ class Serving {
   void StartDraining();
   bool draining() const;
   bool WaitUntilIdle(absl::Time deadline);
+  // After WaitUntilIdle: true once every answer's bytes are released (each
+  // front end has written its answers whole), false if `deadline` came first.
+  bool WaitUntilWritten(absl::Time deadline);
 
  private:
   Serving() = default;

@@ -538,6 +538,11 @@ class GrpcMessagesCountedTest(unittest.TestCase):
         self.assertLessEqual(set(codes), {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE,
                                           grpc.StatusCode.RESOURCE_EXHAUSTED}, codes)
         self.assertGreater(codes.get(grpc.StatusCode.OK, 0), 0, codes)
+        # A full server's refusals, before the parse or at admission, are counted
+        # under the model the message names.
+        self.assertEqual(metric_sum(server.metrics_url, "gemmserve_rejected_total",
+                                    model="matmul", reason="queue_full"),
+                         codes.get(grpc.StatusCode.UNAVAILABLE, 0))
         if not server_is_sanitized():  # ASan's quarantine holds what was freed
             self.assertLess(growth, 1.75 * LIMIT_256_MIB)
         server.assert_alive()
