@@ -112,7 +112,10 @@ grpc::ServerUnaryReactor* InferenceService::RawModelInfer(grpc::CallbackServerCo
   // The parsed copy, counted before it is made (and taken over by the
   // engine's admission as the request's message); gRPC's own (in its quota,
   // grpc_server.h) is freed as soon as it is parsed.
-  absl::StatusOr<Reservation> held = serving_->Reserve(size, "the request message");
+  // Nothing is held or parsed for a caller without the token.
+  absl::Status refused = serving_->Authenticate(call.authorization);
+  absl::StatusOr<Reservation> held =
+      refused.ok() ? serving_->Reserve(size, "the request message") : refused;
   if (held.ok()) {
     const bool parsed = ParseRawMessage(*bytes, reactor->request);
     bytes->Clear();
@@ -178,7 +181,9 @@ grpc::ServerUnaryReactor* InferenceService::RawRepositoryModelLoad(
   const int64_t size = static_cast<int64_t>(bytes->Length());
   // The parsed copy, counted before it is made; gRPC's own (in its quota,
   // grpc_server.h) is freed as soon as it is parsed.
-  absl::StatusOr<Reservation> held = serving_->ReserveLoad(size);
+  // Nothing is held or parsed for a caller without the token.
+  absl::Status refused = serving_->Authenticate(Authorization(*context));
+  absl::StatusOr<Reservation> held = refused.ok() ? serving_->ReserveLoad(size) : refused;
   inference::RepositoryModelLoadRequest request;
   const bool parsed = held.ok() && ParseRawMessage(*bytes, request);
   bytes->Clear();

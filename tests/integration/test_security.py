@@ -170,6 +170,25 @@ class TokenTest(unittest.TestCase):
         np.testing.assert_array_equal(y, want)
         self.assertNotIn(self.TOKEN, self.server.stderr_text())
 
+    def test_the_token_is_checked_before_a_message_is_parsed(self):
+        # Bytes that are no message at all: a caller without the token is told so,
+        # not what is wrong with its message (nothing was held or parsed for it).
+        for method in ("ModelInfer", "RepositoryModelLoad"):
+            with self.subTest(method=method):
+                raw = self.channel.unary_unary(f"/inference.GRPCInferenceService/{method}",
+                                               request_serializer=lambda b: b,
+                                               response_deserializer=lambda b: b)
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    raw(b"\xff" * 64, timeout=30)
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAUTHENTICATED,
+                                 ctx.exception.details())
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    raw(b"\xff" * 64, timeout=30,
+                        metadata=(("authorization", f"Bearer {self.TOKEN}"),))
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT,
+                                 ctx.exception.details())
+                self.assertIn("is not an inference.", ctx.exception.details())
+
     def test_health_needs_no_token(self):
         self.assertEqual(health(self.channel), SERVING)
         self.assertTrue(self.stub.ServerLive(pb2.ServerLiveRequest(), timeout=10).live)
