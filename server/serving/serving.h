@@ -145,13 +145,11 @@ class Serving {
   // Triton's load, with its parameters: `config` (a string: Triton's JSON of
   // a ModelConfig, or config.pbtxt text) and `file:<path>` (bytes), whose
   // contents are moved out of `request`; INVALID_ARGUMENT for another key or
-  // type. The request's bytes are held against --max_inflight_bytes until
-  // the load is done: `reserved` (what the front end held for its body)
-  // grown to at least the message's size before the load is queued, or
-  // RESOURCE_EXHAUSTED when that does not fit ("retry later" when it would
-  // once other requests are answered). The load runs on the repository's
-  // thread; `done` is called once, from there or (refusals) before this
-  // returns.
+  // type. `reserved` holds the request's bytes against --max_inflight_bytes
+  // (the front end reserved them before it read the message: HTTP its body,
+  // gRPC ReserveLoad) until the load is done. The load runs on the
+  // repository's thread; `done` is called once, from there or (refusals)
+  // before this returns.
   void RepositoryModelLoad(Authorization authorization,
                            inference::RepositoryModelLoadRequest request, Reservation reserved,
                            StatusDone done);
@@ -179,8 +177,8 @@ class Serving {
   // are allocated (InferenceEngine::Reserve and Grow), and the limit of a
   // message.
   absl::StatusOr<Reservation> Reserve(int64_t bytes, absl::string_view what);
-  // Reserve for a model load's message (before it is parsed), refused as
-  // RepositoryModelLoad refuses one that does not fit.
+  // Reserve for a model load's message, before it is parsed: a full server
+  // refuses it with RESOURCE_EXHAUSTED ("retry later"), not UNAVAILABLE.
   absl::StatusOr<Reservation> ReserveLoad(int64_t bytes);
   absl::Status Grow(Reservation* reservation, int64_t more, absl::string_view what);
   int64_t max_message_bytes() const { return max_message_bytes_; }
@@ -252,12 +250,6 @@ class Serving {
   // request's (INVALID_ARGUMENT, also for a region its owner truncated;
   // PERMISSION_DENIED when off; RESOURCE_EXHAUSTED over --max_message_bytes).
   absl::Status ResolveSharedMemory(const InferCall& call, InferRequestView& request, Call& state);
-  // Grows `reserved` to hold `request`'s bytes (RepositoryModelLoad).
-  absl::Status HoldLoad(const inference::RepositoryModelLoadRequest& request,
-                        Reservation& reserved);
-  // `room` (of a load's `bytes`), a full server's refusal told as
-  // RESOURCE_EXHAUSTED: a load is not retried by clients as a request is.
-  absl::Status LoadRoom(absl::Status room, int64_t bytes) const;
 
   std::unique_ptr<Metrics> metrics_;  // outlives everything that records
   std::unique_ptr<InferenceEngine> engine_;

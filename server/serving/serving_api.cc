@@ -6,9 +6,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/overload.h"
 #include "server/common/client_text.h"
 #include "server/common/status_macros.h"
+#include "server/core/overload.h"
 #include "server/serving/model_protos.h"
 #include "server/serving/serving.h"
 
@@ -116,7 +116,6 @@ void Serving::RepositoryModelLoad(Authorization authorization,
                                   inference::RepositoryModelLoadRequest request,
                                   Reservation reserved, StatusDone done) {
   absl::Status refused = Authenticate(authorization);
-  if (refused.ok()) refused = HoldLoad(request, reserved);
   absl::StatusOr<ModelLoadRequest> load = refused.ok() ? LoadParameters(request) : refused;
   if (!load.ok()) return std::move(done)(load.status());
   repository_->LoadAsync(
@@ -127,20 +126,10 @@ void Serving::RepositoryModelLoad(Authorization authorization,
       });
 }
 
-absl::Status Serving::HoldLoad(const inference::RepositoryModelLoadRequest& request,
-                               Reservation& reserved) {
-  const int64_t size = static_cast<int64_t>(request.ByteSizeLong());
-  return LoadRoom(Grow(&reserved, size - reserved.bytes(), "the model load"), size);
-}
-
 absl::StatusOr<Reservation> Serving::ReserveLoad(int64_t bytes) {
   absl::StatusOr<Reservation> held = Reserve(bytes, "the model load");
-  if (!held.ok()) return LoadRoom(held.status(), bytes);
-  return held;
-}
-
-absl::Status Serving::LoadRoom(absl::Status room, int64_t bytes) const {
-  if (room.ok() || !IsQueueFull(room)) return room;
+  if (held.ok() || !IsQueueFull(held.status())) return held;
+  // A load is not retried by clients as a request is: told as exhausted.
   return absl::ResourceExhaustedError(
       absl::StrCat("the model load's ", bytes, " bytes do not fit in what --max_inflight_bytes=",
                    max_inflight_bytes(), " leaves now; retry later"));
