@@ -411,9 +411,15 @@ class ShutdownDuringLoadsTest(unittest.TestCase):
         http_load = threading.Thread(daemon=True, target=lambda: http_answers.append(
             http_request(port, "POST", "/v2/repository/models/slow2/load", SLOW_LOAD_BODY)))
         http_load.start()
-        # A second for the queued calls to reach the server (one that had not would be
-        # refused as draining, with the same answer) and the warmup to be into its runs.
-        time.sleep(1.0)
+        # The queued loads reached the server once their bytes are counted (each is
+        # held from its arrival until it is done): the gRPC one's message and the HTTP
+        # one's body, counted twice.
+        queued_bytes = (grpc_slow_load("other", _SLOW_CONFIG).ByteSize()
+                        + 2 * len(SLOW_LOAD_BODY))
+        inflight = lambda: metric_sum(server.metrics_url, "gemmserve_inflight_bytes")
+        while time.monotonic() < deadline and inflight() < queued_bytes:
+            time.sleep(0.01)
+        self.assertGreaterEqual(inflight(), queued_bytes, "the queued loads never arrived")
         self.assertTrue(is_loading(port, "slow"), "the warmup ended before the signal")
         start = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
