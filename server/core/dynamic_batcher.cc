@@ -7,10 +7,19 @@
 #include "server/core/overload.h"
 
 namespace gemmserve {
+namespace {
+
+std::vector<int64_t> Ascending(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+}  // namespace
 
 DynamicBatcher::DynamicBatcher(BatchingOptions options, Clock* clock, Executor executor,
                                absl::AnyInvocable<void()> wake_timer)
-    : options_(options),
+    : options_(std::move(options)),
+      preferred_rows_(Ascending(options_.preferred_batch_rows)),
       clock_(clock),
       executor_(std::move(executor)),
       wake_timer_(std::move(wake_timer)) {
@@ -163,6 +172,9 @@ std::deque<DynamicBatcher::Entry>::iterator DynamicBatcher::Remove(
 
 bool DynamicBatcher::BatchDue(absl::Time now) const {
   if (options_.max_batch_rows > 0 && queued_rows_ >= options_.max_batch_rows) return true;
+  // A batch of a size the kernel runs best at is ready: waiting for more
+  // would only delay it (Triton's preferred_batch_size).
+  if (PreferredRowsReached() > 0) return true;
   // Closed (unloading or shutting down): nothing more will join.
   if (closed_) return true;
   if (in_flight_ == 0) {
@@ -181,8 +193,17 @@ bool DynamicBatcher::BatchDue(absl::Time now) const {
   return now >= oldest + options_.max_queue_delay;
 }
 
+int64_t DynamicBatcher::PreferredRowsReached() const {
+  const auto above = std::upper_bound(preferred_rows_.begin(), preferred_rows_.end(), queued_rows_);
+  return above == preferred_rows_.begin() ? 0 : *std::prev(above);
+}
+
 DynamicBatcher::Batch DynamicBatcher::TakeBatch(absl::Time now,
                                                 std::vector<Rejection>* rejected) {
+  // Fixed before any request is taken: queued_rows_ falls as they are.
+  const int64_t preferred = PreferredRowsReached();
+  int64_t limit = options_.max_batch_rows;  // 0: none
+  if (preferred > 0 && (limit == 0 || preferred < limit)) limit = preferred;
   Batch batch;
   int64_t rows = 0;
   for (std::deque<Entry>& level : levels_) {
@@ -192,10 +213,7 @@ DynamicBatcher::Batch DynamicBatcher::TakeBatch(absl::Time now,
         Remove(level, front, std::move(status), rejected);
         continue;
       }
-      if (!batch.empty() && options_.max_batch_rows > 0 &&
-          rows + front->rows > options_.max_batch_rows) {
-        break;
-      }
+      if (!batch.empty() && limit > 0 && rows + front->rows > limit) break;
       rows += front->rows;
       batch.push_back(std::move(front->task));
       Remove(level, front, absl::OkStatus(), rejected);

@@ -31,11 +31,18 @@
 //   - While fewer than max_concurrent_batches run but at least one does, a
 //     batch is cut when its rows reach `max_batch_rows` or when the oldest
 //     request has waited `max_queue_delay`.
+//   - Whenever the queued rows reach one of `preferred_batch_rows` (Triton's
+//     preferred_batch_size), a batch is cut at once, whatever the two rules
+//     above say, provided fewer than max_concurrent_batches run. Queued rows
+//     count every request not yet dropped (a cancelled one counts until a
+//     batch reaches it).
 //   - So a request waits for at most the batch running when it arrived, then
 //     max_queue_delay, then its own batch.
 //   - Batches take requests by priority level (1 is the highest), first in
-//     first out within a level, up to `max_batch_rows` rows; a single request
-//     larger than that runs alone.
+//     first out within a level, up to a limit: the largest preferred size
+//     the queued rows reach (if any), never more than `max_batch_rows` (if
+//     set). A batch stops before the request that would pass the limit; a
+//     single request larger than it runs alone.
 //   - The executor is called outside the batcher's lock with the tasks of one
 //     batch; it must run them (typically on the worker pool, never inline on
 //     the caller's thread if that is a gRPC thread) and then call BatchDone().
@@ -78,6 +85,11 @@ inline constexpr int kMaxPriorityLevels = 256;
 struct BatchingOptions {
   absl::Duration max_queue_delay = absl::Microseconds(100);
   int64_t max_batch_rows = 0;  // 0: no limit
+  // Rows (BatchTask::rows()) at which a batch is cut at once, and which it is
+  // cut to: sizes the kernel runs best at (Triton's preferred_batch_size).
+  // Each > 0, in any order; a batch still never passes max_batch_rows.
+  // Empty: batches are cut by the delay, idle and max_batch_rows rules alone.
+  std::vector<int64_t> preferred_batch_rows;
   int max_concurrent_batches = 1;
   int64_t max_queue_size = 0;  // requests; 0: no limit
   absl::Duration default_timeout = absl::InfiniteDuration();
@@ -105,7 +117,8 @@ class DynamicBatcher {
 
   // `clock` must outlive the batcher. `wake_timer` (may be empty) is called,
   // outside the lock, when the next time Poll() is due moves earlier.
-  // `options` must be in range (priority_levels <= kMaxPriorityLevels).
+  // `options` must be in range (priority_levels <= kMaxPriorityLevels, each
+  // preferred_batch_rows > 0).
   DynamicBatcher(BatchingOptions options, Clock* clock, Executor executor,
                  absl::AnyInvocable<void()> wake_timer = nullptr);
   DynamicBatcher(const DynamicBatcher&) = delete;
@@ -167,10 +180,13 @@ class DynamicBatcher {
   std::deque<Entry>::iterator Remove(std::deque<Entry>& level, std::deque<Entry>::iterator it,
                                      absl::Status status, std::vector<Rejection>* rejected)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a batch should be cut now: the rows are full, or the wait is over.
+  // Whether a batch should be cut now: the rows are full or reach a preferred
+  // size, or the wait is over.
   bool BatchDue(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The next batch in priority order, up to max_batch_rows; empty when
-  // everything left had gone.
+  // The largest preferred size the queued rows reach; 0 when none is reached.
+  int64_t PreferredRowsReached() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next batch in priority order, up to PreferredRowsReached() (when one
+  // is) and max_batch_rows (when set); empty when everything left had gone.
   Batch TakeBatch(absl::Time now, std::vector<Rejection>* rejected)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time NextDue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -178,6 +194,8 @@ class DynamicBatcher {
   void Dispatch(std::vector<Batch> batches, std::vector<Rejection> rejected);
 
   const BatchingOptions options_;
+  // options_.preferred_batch_rows ascending, for a binary search per cut.
+  const std::vector<int64_t> preferred_rows_;
   Clock* const clock_;
   Executor executor_;
   absl::AnyInvocable<void()> wake_timer_;

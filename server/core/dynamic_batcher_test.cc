@@ -304,6 +304,79 @@ TEST_F(BatcherTest, HigherPriorityLevelsGoFirst) {
   EXPECT_EQ(Add("bad", 1, 4).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(BatcherTest, APreferredSizeIsCutAtOnceWhileAnotherBatchRuns) {
+  BatchingOptions o = Options(1000, 0, 0, /*concurrent=*/2);
+  o.preferred_batch_rows = {4};
+  Make(o);
+  ASSERT_TRUE(Add("a", 1).ok());  // runs at once
+  ASSERT_TRUE(Add("b", 1).ok());
+  ASSERT_TRUE(Add("c", 1).ok());
+  ASSERT_TRUE(Add("d", 1).ok());  // 3 rows: short of the preferred size, wait
+  EXPECT_EQ(batcher_->Poll(), clock_.Now() + absl::Microseconds(1000));
+  EXPECT_EQ(batches_.size(), 1u);
+  ASSERT_TRUE(Add("e", 1).ok());  // 4 rows: cut now, the clock never moved
+  EXPECT_THAT(batches_, ElementsAre(ElementsAre("a"), ElementsAre("b", "c", "d", "e")));
+
+  // Three rows alone still wait for the delay, no more.
+  batcher_->BatchDone();
+  ASSERT_TRUE(Add("f", 1).ok());
+  ASSERT_TRUE(Add("g", 1).ok());
+  ASSERT_TRUE(Add("h", 1).ok());
+  clock_.Advance(absl::Microseconds(999));
+  batcher_->Poll();
+  EXPECT_EQ(batches_.size(), 2u);
+  clock_.Advance(absl::Microseconds(1));
+  batcher_->Poll();
+  EXPECT_THAT(batches_.back(), ElementsAre("f", "g", "h"));
+}
+
+TEST_F(BatcherTest, TheLargestPreferredSizeReachedIsCutAndTheRestWaitsForTheDelay) {
+  BatchingOptions o = Options(1000, 0);
+  o.preferred_batch_rows = {8, 4};  // any order
+  Make(o);
+  ASSERT_TRUE(Add("a", 1).ok());  // runs at once
+  for (int i = 1; i <= 9; ++i) ASSERT_TRUE(Add("q" + std::to_string(i), 1).ok());
+  EXPECT_EQ(batches_.size(), 1u);  // the only batch slot is taken
+  // 9 rows reach 8: cut at once, without waiting for a's client to come back.
+  batcher_->BatchDone();
+  ASSERT_EQ(batches_.size(), 2u);
+  EXPECT_THAT(batches_[1], ElementsAre("q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8"));
+  // One row reaches no preferred size: the idle rules cut it after the delay.
+  batcher_->BatchDone();
+  EXPECT_EQ(batcher_->Poll(), clock_.Now() + absl::Microseconds(1000));
+  clock_.Advance(absl::Microseconds(999));
+  batcher_->Poll();
+  EXPECT_EQ(batches_.size(), 2u);
+  clock_.Advance(absl::Microseconds(1));
+  batcher_->Poll();
+  EXPECT_THAT(batches_.back(), ElementsAre("q9"));
+}
+
+TEST_F(BatcherTest, APreferredSizeNeverPassesMaxBatchRows) {
+  BatchingOptions o = Options(1000, 6);
+  o.preferred_batch_rows = {8};
+  Make(o);
+  ASSERT_TRUE(Add("a", 1).ok());
+  for (int i = 1; i <= 8; ++i) ASSERT_TRUE(Add("q" + std::to_string(i), 1).ok());
+  batcher_->BatchDone();
+  EXPECT_THAT(batches_.back(), ElementsAre("q1", "q2", "q3", "q4", "q5", "q6"));
+}
+
+TEST_F(BatcherTest, APreferredSizeKeepsStrictPriorityOrder) {
+  BatchingOptions o = Options(1000, 0, 0, /*concurrent=*/3);
+  o.priority_levels = 3;
+  o.preferred_batch_rows = {4};
+  Make(o);
+  ASSERT_TRUE(Add("a", 1).ok());  // runs at once
+  ASSERT_TRUE(Add("low", 1, 3).ok());
+  ASSERT_TRUE(Add("mid", 2, 2).ok());
+  ASSERT_TRUE(Add("high", 3, 1).ok());  // 6 rows reach 4: cut
+  // mid would pass 4 rows, and low may not jump the level mid waits in.
+  EXPECT_THAT(batches_.back(), ElementsAre("high"));
+  ASSERT_TRUE(Add("high2", 1, 1).ok());  // 4 rows again: cut, highest level first
+  EXPECT_THAT(batches_.back(), ElementsAre("high2", "mid", "low"));
+}
+
 TEST_F(BatcherTest, ClosedBatcherRefusesNewWorkAndRunsWhatIsQueued) {
   Make(Options(1000000, 0));
   ASSERT_TRUE(Add("a", 1).ok());
