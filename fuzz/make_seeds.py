@@ -332,7 +332,8 @@ def model_loader_seeds():
         "quantized_uint8_matmul": case(b"", uint8.SerializeToString()),
         "grouped_no_config": case(b"", grouped),
         "grouped_batching": case(b"dynamic_batching { max_queue_delay_microseconds: 100 "
-                                 b"max_batch_rows: 64 priority_levels: 2 }", grouped),
+                                 b"priority_levels: 2 } parameters { key: \"max_batch_rows\" "
+                                 b"value { string_value: \"64\" } }", grouped),
         "matmul_priority_huge": case(b"dynamic_batching { priority_levels: 2147483647 }", matmul),
         "external_weights": case(b"", external.SerializeToString(), raw),
         "bad_config": case(b"dynamic_batching { bogus: 1 }", matmul),

@@ -104,9 +104,9 @@ def matmul_model(repo, name, k, n, dtype, config, seed):
 
 BATCHING = """dynamic_batching {
   max_queue_delay_microseconds: 500
-  max_batch_rows: 256
-  max_queue_size: 1024
+  default_queue_policy { max_queue_size: 1024 }
 }
+parameters { key: "max_batch_rows" value { string_value: "256" } }
 """
 
 # The benchmark's olmoe layer: a decode batch of 64 clients x 4 tokens fits,
@@ -114,9 +114,9 @@ BATCHING = """dynamic_batching {
 # (on two cores shared with the load generator, they take that long).
 OLMOE_BATCHING = """dynamic_batching {
   max_queue_delay_microseconds: 2000
-  max_batch_rows: 512
-  max_queue_size: 1024
+  default_queue_policy { max_queue_size: 1024 }
 }
+parameters { key: "max_batch_rows" value { string_value: "512" } }
 """
 
 

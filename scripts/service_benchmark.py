@@ -205,7 +205,7 @@ def main():
         with open(os.path.join(repo, "olmoe", "config.pbtxt")) as f:
             config = f.read()
         delay = int(re.search(r"max_queue_delay_microseconds: (\d+)", config).group(1))
-        max_rows = int(re.search(r"max_batch_rows: (\d+)", config).group(1))
+        max_rows = int(re.search(r'"max_batch_rows" value \{ string_value: "(\d+)"', config).group(1))
         proc, url = start([server, "--grpc_port=0", "--metrics_port=0", "--http_port=0",
                            "--host=127.0.0.1",
                            f"--compute_threads={args.compute_threads}",

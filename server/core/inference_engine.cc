@@ -194,7 +194,7 @@ InferenceEngine::~InferenceEngine() {
   {
     absl::MutexLock lock(&mu_);
     for (auto& [name, entry] : models_) {
-      if (entry.served) served.push_back(entry.served);
+      for (auto& [version, model] : entry.served) served.push_back(model);
     }
   }
   for (auto& model : served) CloseQueue(model.get());

@@ -67,6 +67,13 @@
 
 namespace gemmserve {
 
+// One version of a model to serve (InferenceEngine::InstallVersions).
+struct ModelVersion {
+  std::unique_ptr<Model> model;
+  std::optional<BatchingOptions> batching;  // none: one request at a time
+  std::vector<WarmupSample> warmup;
+};
+
 struct EngineOptions {
   // Threads that compute, BLIS's and OpenMP's included (--compute_threads);
   // 0: one per core.
@@ -103,21 +110,30 @@ class InferenceEngine {
   // read by requests (READY serves; LOADING, FAILED and UNLOADED answer
   // UNAVAILABLE; a name not in it NOT_FOUND) and by the repository's index.
   //
-  // Serves `model` under its metadata name, replacing any model of that name
-  // (kReady). With `batching`, concurrent requests are merged by a
+  // Serves `model` under its metadata name, replacing every version of that
+  // name (kReady). With `batching`, concurrent requests are merged by a
   // DynamicBatcher.
   void Install(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching);
-  // The same, after running every `warmup` sample through the model, one
-  // request at a time, on the path a client's request takes (so its
-  // statistics count them); meanwhile the name stays as it was (a model
-  // already served serves on). A sample the model answers with an error is
-  // not served: the error, naming the sample, is returned (INVALID_ARGUMENT,
-  // or RESOURCE_EXHAUSTED / UNAVAILABLE when the server lacked the memory),
-  // and nothing is installed. Once `stopped` (may be empty: never) answers
-  // true, no further warmup request is run or computed and nothing is
-  // installed: UNAVAILABLE (the server is shutting down).
+  // The same, after running every `warmup` sample through the model: one
+  // version, InstallVersions' contract.
   absl::Status Install(std::unique_ptr<Model> model, std::optional<BatchingOptions> batching,
                        std::vector<WarmupSample> warmup, std::function<bool()> stopped = {});
+  // Serves exactly `versions` under `name` (Triton's version policy chose
+  // them), each with its own batcher and statistics: they replace every
+  // version served before at once, and a version no longer served closes its
+  // queue, whose requests (and those computing) still finish on it. Before
+  // any is served, every warmup sample of each runs through it, one request
+  // at a time, on the path a client's request takes (so its statistics count
+  // them); meanwhile the name stays as it was (a model already served serves
+  // on). A sample a version answers with an error is not served: the error,
+  // naming the sample, is returned (INVALID_ARGUMENT, or RESOURCE_EXHAUSTED /
+  // UNAVAILABLE when the server lacked the memory), and nothing is
+  // installed. Once `stopped` (may be empty: never) answers true, no further
+  // warmup request is run or computed and nothing is installed: UNAVAILABLE
+  // (the server is shutting down). Each model's metadata names `name` and
+  // one version, a number, different for each; `versions` is not empty.
+  absl::Status InstallVersions(const std::string& name, std::vector<ModelVersion> versions,
+                               std::function<bool()> stopped = {});
   // The name stays known but serves no more (kUnloaded). NOT_FOUND for a
   // name not known.
   absl::Status Remove(absl::string_view name);
@@ -128,14 +144,19 @@ class InferenceEngine {
   // both leave a model that is being served alone (it keeps serving).
   void MarkLoading(absl::string_view name);
   void MarkFailed(absl::string_view name, absl::string_view reason);
-  // Every name known, by name.
+  // Every name known, by name: one row per version served (ascending), or
+  // one row saying where a name without a served version stands.
   std::vector<ModelStatus> States() const;
 
-  // NOT_FOUND for an unknown name or a version the model does not have;
-  // UNAVAILABLE for a model that is unloaded, loading or failed to load;
-  // INVALID_ARGUMENT for a name no model can have (ValidateModelName).
+  // The served version `version` of `name`; its highest served version when
+  // `version` is empty. NOT_FOUND for an unknown name or a version not
+  // served; UNAVAILABLE for a model that is unloaded, loading or failed to
+  // load; INVALID_ARGUMENT for a name no model can have (ValidateModelName).
   absl::StatusOr<std::shared_ptr<const ServedModel>> FindModel(absl::string_view name,
                                                                absl::string_view version) const;
+  // The versions of `name` served, ascending; empty when none is.
+  std::vector<std::string> Versions(absl::string_view name) const;
+  // Every served version of every model.
   std::vector<std::shared_ptr<const ServedModel>> models() const;
 
   // The metrics a response for `model_name` counts under: the served model's,
@@ -180,6 +201,9 @@ class InferenceEngine {
                        std::function<bool()> is_cancelled, DoneCallback& done,
                        Reservation* reserved, std::shared_ptr<ServedModel>* served_out,
                        std::unique_ptr<Pending>* pending);
+  // A served model with its batcher (when `batching`), not yet published.
+  std::shared_ptr<ServedModel> MakeServed(std::unique_ptr<Model> model,
+                                          const std::optional<BatchingOptions>& batching);
   // Runs the warmup samples on `served`, not yet published; the first error.
   absl::Status Warm(const std::shared_ptr<ServedModel>& served,
                     const std::vector<WarmupSample>& samples, const std::function<bool()>& stopped);
@@ -200,6 +224,8 @@ class InferenceEngine {
   absl::Time RunBatchOrThrow(ServedModel& served, PendingBatch& batch, int threads);
   // Remove (the name stays, kUnloaded) or Forget (the name goes).
   absl::Status Retire(absl::string_view name, bool forget);
+  // UNAVAILABLE saying why a name with no version served does not serve.
+  static absl::Status NotServing(const ModelStatus& status);
   // Closes a replaced or removed model's queue; what it holds still runs.
   static void CloseQueue(ServedModel* served);
 
@@ -209,8 +235,9 @@ class InferenceEngine {
   const std::shared_ptr<Reservation::Ledger> ledger_;
   mutable absl::Mutex mu_;
   struct Entry {
-    ModelStatus status;
-    std::shared_ptr<ServedModel> served;  // set exactly when kReady
+    ModelStatus status;  // where the name stands while no version is served
+    // By version number; not empty exactly when kReady.
+    std::map<int64_t, std::shared_ptr<ServedModel>> served;
   };
   std::map<std::string, Entry, std::less<>> models_ ABSL_GUARDED_BY(mu_);
   BatcherTimer timer_;  // outlives the pool: finishing batches may wake it

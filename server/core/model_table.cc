@@ -12,7 +12,9 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "server/common/allocation.h"
@@ -27,6 +29,18 @@
 
 namespace gemmserve {
 
+namespace {
+
+// A version's number: its name as a number (versions are directory names of
+// digits); 0 for a model whose version is not one.
+int64_t VersionKey(const ModelMetadata& metadata) {
+  int64_t v = 0;
+  if (metadata.versions.empty() || !absl::SimpleAtoi(metadata.versions.front(), &v)) return 0;
+  return v;
+}
+
+}  // namespace
+
 void InferenceEngine::Install(std::unique_ptr<Model> model,
                               std::optional<BatchingOptions> batching) {
   absl::Status installed = Install(std::move(model), batching, {});
@@ -37,6 +51,14 @@ absl::Status InferenceEngine::Install(std::unique_ptr<Model> model,
                                       std::optional<BatchingOptions> batching,
                                       std::vector<WarmupSample> warmup,
                                       std::function<bool()> stopped) {
+  const std::string name = model->metadata().name;
+  std::vector<ModelVersion> versions;
+  versions.push_back(ModelVersion{std::move(model), std::move(batching), std::move(warmup)});
+  return InstallVersions(name, std::move(versions), std::move(stopped));
+}
+
+std::shared_ptr<ServedModel> InferenceEngine::MakeServed(
+    std::unique_ptr<Model> model, const std::optional<BatchingOptions>& batching) {
   std::shared_ptr<ModelMetrics> metrics =
       options_.metrics ? options_.metrics->ForModel(model->metadata().name) : nullptr;
   auto served = std::make_shared<ServedModel>(std::move(model), batching, std::move(metrics));
@@ -50,26 +72,36 @@ absl::Status InferenceEngine::Install(std::unique_ptr<Model> model,
     timer_.Register(batcher);
     served->set_batcher(std::move(batcher));
   }
-  if (!warmup.empty()) {
-    if (absl::Status warmed = Warm(served, warmup, stopped); !warmed.ok()) {
-      CloseQueue(served.get());
+  return served;
+}
+
+absl::Status InferenceEngine::InstallVersions(const std::string& name,
+                                              std::vector<ModelVersion> versions,
+                                              std::function<bool()> stopped) {
+  std::map<int64_t, std::shared_ptr<ServedModel>> ready;
+  for (ModelVersion& v : versions) {
+    std::shared_ptr<ServedModel> served = MakeServed(std::move(v.model), v.batching);
+    ready[VersionKey(served->metadata())] = served;
+    if (v.warmup.empty()) continue;
+    if (absl::Status warmed = Warm(served, v.warmup, stopped); !warmed.ok()) {
+      for (auto& [number, made] : ready) CloseQueue(made.get());
       return warmed;
     }
-    for (WarmupSample& sample : warmup) {
+    for (WarmupSample& sample : v.warmup) {
       for (WarmupInput& input : sample.inputs) std::string().swap(input.bytes);
     }
-    served->set_warmup(std::move(warmup));
+    served->set_warmup(std::move(v.warmup));
   }
-  std::shared_ptr<ServedModel> old;
+  std::map<int64_t, std::shared_ptr<ServedModel>> old;
   {
     absl::MutexLock lock(&mu_);
-    const ModelMetadata& md = served->metadata();
-    Entry& entry = models_[md.name];
-    old = std::move(entry.served);
-    entry.status = ModelStatus{md.name, md.versions.front(), ModelState::kReady, ""};
-    entry.served = std::move(served);
+    Entry& entry = models_[name];
+    old.swap(entry.served);
+    entry.status = ModelStatus{name, "", ModelState::kReady, ""};
+    entry.served = std::move(ready);
   }
-  if (old) CloseQueue(old.get());  // its queue still runs, on the old weights
+  // Their queues still run, on the old weights.
+  for (auto& [number, served] : old) CloseQueue(served.get());
   return absl::OkStatus();
 }
 
@@ -82,7 +114,7 @@ void InferenceEngine::CloseQueue(ServedModel* served) {
 void InferenceEngine::MarkLoading(absl::string_view name) {
   absl::MutexLock lock(&mu_);
   Entry& entry = models_[std::string(name)];
-  if (entry.served) return;
+  if (!entry.served.empty()) return;
   entry.status.name = std::string(name);
   entry.status.state = ModelState::kLoading;
   entry.status.reason.clear();
@@ -91,7 +123,7 @@ void InferenceEngine::MarkLoading(absl::string_view name) {
 void InferenceEngine::MarkFailed(absl::string_view name, absl::string_view reason) {
   absl::MutexLock lock(&mu_);
   Entry& entry = models_[std::string(name)];
-  if (entry.served) return;
+  if (!entry.served.empty()) return;
   entry.status.name = std::string(name);
   entry.status.state = ModelState::kFailed;
   entry.status.reason = std::string(reason);
@@ -106,14 +138,14 @@ absl::Status InferenceEngine::Forget(absl::string_view name) {
 }
 
 absl::Status InferenceEngine::Retire(absl::string_view name, bool forget) {
-  std::shared_ptr<ServedModel> old;
+  std::map<int64_t, std::shared_ptr<ServedModel>> old;
   {
     absl::MutexLock lock(&mu_);
     auto it = models_.find(name);
     if (it == models_.end()) {
       return absl::NotFoundError(absl::StrCat("model '", ClientText(name), "' is not known"));
     }
-    old = std::move(it->second.served);
+    old.swap(it->second.served);
     if (forget) {
       models_.erase(it);
     } else {
@@ -121,47 +153,68 @@ absl::Status InferenceEngine::Retire(absl::string_view name, bool forget) {
       it->second.status.reason = "unloaded";
     }
   }
-  if (old) CloseQueue(old.get());
+  for (auto& [number, served] : old) CloseQueue(served.get());
   return absl::OkStatus();
 }
 
 std::vector<ModelStatus> InferenceEngine::States() const {
   absl::MutexLock lock(&mu_);
   std::vector<ModelStatus> out;
-  for (const auto& [name, entry] : models_) out.push_back(entry.status);
+  for (const auto& [name, entry] : models_) {
+    if (entry.served.empty()) out.push_back(entry.status);
+    for (const auto& [number, served] : entry.served) {
+      out.push_back(ModelStatus{name, served->metadata().versions.front(), ModelState::kReady, ""});
+    }
+  }
   return out;
 }
 
 absl::StatusOr<std::shared_ptr<ServedModel>> InferenceEngine::Find(
     absl::string_view name, absl::string_view version) const {
   GEMMSERVE_RETURN_IF_ERROR(ValidateModelName(name));
-  std::shared_ptr<ServedModel> served;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = models_.find(name);
-    if (it == models_.end()) {
-      return absl::NotFoundError(absl::StrCat("unknown model '", ClientText(name), "'"));
-    }
-    const ModelStatus& status = it->second.status;
-    switch (status.state) {
-      case ModelState::kReady: served = it->second.served; break;
-      case ModelState::kLoading:
-        return absl::UnavailableError(
-            absl::StrCat("model '", status.name, "' is loading; retry later"));
-      case ModelState::kFailed:
-        return absl::UnavailableError(absl::StrCat(
-            "model '", status.name, "' is not available (failed to load); retry later"));
-      case ModelState::kUnloaded:
-        return absl::UnavailableError(
-            absl::StrCat("model '", status.name, "' is not available (unloaded); retry later"));
-    }
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown model '", ClientText(name), "'"));
   }
-  const std::vector<std::string>& versions = served->metadata().versions;
-  if (!version.empty() && std::find(versions.begin(), versions.end(), version) == versions.end()) {
-    return absl::NotFoundError(absl::StrCat("model '", served->metadata().name,
-                                            "' has no version '", ClientText(version), "'"));
+  const Entry& entry = it->second;
+  if (entry.served.empty()) return NotServing(entry.status);
+  if (version.empty()) return entry.served.rbegin()->second;
+  int64_t number = 0;
+  auto found = absl::SimpleAtoi(version, &number) ? entry.served.find(number) : entry.served.end();
+  if (found != entry.served.end() && found->second->metadata().versions.front() == version) {
+    return found->second;
   }
-  return served;
+  std::vector<std::string> served;
+  for (const auto& [n, model] : entry.served) served.push_back(model->metadata().versions.front());
+  return absl::NotFoundError(absl::StrCat("model '", entry.status.name, "' has no version '",
+                                          ClientText(version), "' (it serves ",
+                                          absl::StrJoin(served, ", "), ")"));
+}
+
+absl::Status InferenceEngine::NotServing(const ModelStatus& status) {
+  switch (status.state) {
+    case ModelState::kLoading:
+      return absl::UnavailableError(
+          absl::StrCat("model '", status.name, "' is loading; retry later"));
+    case ModelState::kFailed:
+      return absl::UnavailableError(
+          absl::StrCat("model '", status.name, "' is not available (failed to load); retry later"));
+    case ModelState::kReady:  // not with no version served; as unloaded
+    case ModelState::kUnloaded: break;
+  }
+  return absl::UnavailableError(
+      absl::StrCat("model '", status.name, "' is not available (unloaded); retry later"));
+}
+
+std::vector<std::string> InferenceEngine::Versions(absl::string_view name) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  auto it = models_.find(name);
+  if (it == models_.end()) return out;
+  for (const auto& [n, model] : it->second.served)
+    out.push_back(model->metadata().versions.front());
+  return out;
 }
 
 absl::StatusOr<std::shared_ptr<const ServedModel>> InferenceEngine::FindModel(
@@ -174,15 +227,16 @@ std::shared_ptr<ModelMetrics> InferenceEngine::MetricsFor(absl::string_view mode
   if (options_.metrics == nullptr) return nullptr;
   absl::MutexLock lock(&mu_);
   auto it = models_.find(model_name);
-  return it != models_.end() && it->second.served ? it->second.served->shared_metrics()
-                                                  : options_.metrics->Unknown();
+  return it != models_.end() && !it->second.served.empty()
+             ? it->second.served.rbegin()->second->shared_metrics()
+             : options_.metrics->Unknown();
 }
 
 std::vector<std::shared_ptr<const ServedModel>> InferenceEngine::models() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<const ServedModel>> out;
   for (const auto& [name, entry] : models_) {
-    if (entry.served) out.push_back(entry.served);
+    for (const auto& [number, served] : entry.served) out.push_back(served);
   }
   return out;
 }

@@ -23,14 +23,13 @@ namespace {
 class HeldProjection {
  public:
   // Level 4: quantized weights also repacked for 8-bit activations.
-  static absl::StatusOr<HeldProjection> Hold(MoeWeightsSpec spec, int accuracy_level,
-                                             double* pack_ms) {
+  static absl::StatusOr<HeldProjection> Hold(MoeWeightsSpec spec, int accuracy_level) {
     HeldProjection h;
     if (spec.quantized && accuracy_level == 4) {
       GEMMSERVE_RETURN_IF_ERROR(spec.quantized->PackForInt8Activations().status());
     }
     if (!spec.quantized) {
-      GEMMSERVE_ASSIGN_OR_RETURN(h.packed_, PackAtLoad(spec.dense, pack_ms));
+      GEMMSERVE_ASSIGN_OR_RETURN(h.packed_, PackAtLoad(spec.dense));
       if (h.packed_) spec.dense = Tensor();
     }
     h.spec_ = std::move(spec);
@@ -154,7 +153,6 @@ class MoeLayerModel final : public Model {
   MoeLayerSpec spec_;  // names and shapes; the weights moved into the held projections
   std::optional<HeldProjection> gate_up_, gate_, up_, down_, shared_gate_, shared_up_, shared_down_;
   Tensor router_;  // FP32 [K, G]
-  double pack_ms_ = 0;
   int accuracy_level_ = 0;
   MoeLayer layer_;
   ModelMetadata metadata_;
@@ -179,8 +177,7 @@ std::vector<std::pair<std::string, std::string>> MoeLayerModel::parameters() con
        down.has_bias() || (gate_up_ ? gate_up_->has_bias() : gate_->has_bias()) ? "true" : "false"},
       {"weights_layout", down.layout()},
       {"weights_bytes", absl::StrCat(bytes)},
-      {"wave_rows", absl::StrCat(MoeWaveRows(layer_))},
-      {"pack_ms", absl::StrFormat("%.1f", pack_ms_)}};
+      {"wave_rows", absl::StrCat(MoeWaveRows(layer_))}};
   if (shared_down_) p.emplace_back("shared_i", absl::StrCat(layer_.shared_i));
   if (down.quantized()) {
     AddQuantizationParameters(*down.quantized(), &p);
@@ -408,8 +405,7 @@ absl::StatusOr<std::unique_ptr<Model>> MoeLayerModel::Make(MoeLayerSpec spec) {
   auto hold = [&](std::optional<MoeWeightsSpec>* from,
                   std::optional<HeldProjection>* to) -> absl::Status {
     if (!from->has_value()) return absl::OkStatus();
-    GEMMSERVE_ASSIGN_OR_RETURN(
-        *to, HeldProjection::Hold(std::move(**from), spec.accuracy_level, &m->pack_ms_));
+    GEMMSERVE_ASSIGN_OR_RETURN(*to, HeldProjection::Hold(std::move(**from), spec.accuracy_level));
     from->reset();
     return absl::OkStatus();
   };

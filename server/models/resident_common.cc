@@ -3,9 +3,11 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/common/allocation.h"
+#include "server/common/logging.h"
 #include "server/common/status_macros.h"
 #include "server/ops/kernels/int8_dot.h"
 
@@ -119,15 +121,18 @@ bool PackingCostsLittle(DataType type, const Shape& shape, int64_t dense_bytes) 
 
 }  // namespace
 
-absl::StatusOr<std::optional<PackedWeights>> PackAtLoad(const Tensor& weights, double* pack_ms) {
+absl::StatusOr<std::optional<PackedWeights>> PackAtLoad(const Tensor& weights) {
   std::optional<PackedWeights> packed;
   const absl::Time start = absl::Now();
   if (PackedWeights::PackedAtLoad(weights.type()) &&
       PackingCostsLittle(weights.type(), weights.shape(), weights.byte_size())) {
     GEMMSERVE_ASSIGN_OR_RETURN(PackedWeights p, PackedWeights::Pack(weights));
     packed = std::move(p);
+    GEMMSERVE_LOG(INFO) << "packed weights of shape " << ShapeToString(weights.shape())
+                        << " into panels in "
+                        << absl::StrFormat("%.1f", absl::ToDoubleMilliseconds(absl::Now() - start))
+                        << " ms";
   }
-  *pack_ms += absl::ToDoubleMilliseconds(absl::Now() - start);
   return packed;
 }
 

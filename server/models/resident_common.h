@@ -66,9 +66,9 @@ std::pair<std::string, std::string> AccuracyLevelParameter(int level);
 // Resident weights that the micro-kernels can read from panels, packed once
 // at load (requests then pack only their own rows); none where they stay
 // row-major, or where panels would hold over half as much again as the
-// row-major tensor (N much narrower than a panel). *pack_ms: the time it
-// took, added to.
-absl::StatusOr<std::optional<PackedWeights>> PackAtLoad(const Tensor& weights, double* pack_ms);
+// row-major tensor (N much narrower than a panel). The time packing took is
+// logged (a measurement of the load, not a fact of the model).
+absl::StatusOr<std::optional<PackedWeights>> PackAtLoad(const Tensor& weights);
 
 }  // namespace gemmserve
 

@@ -68,12 +68,11 @@ class ResidentMatMulModel final : public Model {
  public:
   // With `packed`, B is computed on from its panels and the row-major
   // tensor is dropped: one copy stays resident.
-  ResidentMatMulModel(ResidentMatMulSpec spec, std::optional<PackedWeights> packed, double pack_ms)
+  ResidentMatMulModel(ResidentMatMulSpec spec, std::optional<PackedWeights> packed)
       : spec_(std::move(spec)),
         type_(spec_.b_quantized ? spec_.b_quantized->value_type() : spec_.b.type()),
         b_shape_(spec_.b_quantized ? spec_.b_quantized->shape() : spec_.b.shape()),
-        packed_(std::move(packed)),
-        pack_ms_(pack_ms) {
+        packed_(std::move(packed)) {
     if (packed_) spec_.b = Tensor();
     metadata_.name = spec_.name;
     metadata_.versions = {spec_.version};
@@ -93,8 +92,7 @@ class ResidentMatMulModel final : public Model {
                                              : "row_major"},
         {"weights_bytes", absl::StrCat(spec_.b_quantized ? spec_.b_quantized->bytes()
                                        : packed_         ? packed_->bytes()
-                                                         : spec_.b.byte_size())},
-        {"pack_ms", absl::StrFormat("%.1f", pack_ms_)}};
+                                                         : spec_.b.byte_size())}};
     if (spec_.b_quantized) {
       AddQuantizationParameters(*spec_.b_quantized, &p);
       p.push_back(AccuracyLevelParameter(spec_.accuracy_level));
@@ -191,7 +189,6 @@ class ResidentMatMulModel final : public Model {
   DataType type_;
   Shape b_shape_;  // [K, N]
   std::optional<PackedWeights> packed_;
-  double pack_ms_;
   ModelMetadata metadata_;
 };
 
@@ -239,15 +236,13 @@ class ResidentGroupedModel final : public Model {
  public:
   // With `packed`, the weights are computed on from their panels and the
   // row-major tensor is dropped: one copy stays resident.
-  ResidentGroupedModel(ResidentGroupedMatMulSpec spec, std::optional<PackedWeights> packed,
-                       double pack_ms)
+  ResidentGroupedModel(ResidentGroupedMatMulSpec spec, std::optional<PackedWeights> packed)
       : spec_(std::move(spec)),
         type_(spec_.weights_quantized ? spec_.weights_quantized->value_type()
                                       : spec_.weights.type()),
         weights_shape_(spec_.weights_quantized ? spec_.weights_quantized->shape()
                                                : spec_.weights.shape()),
-        packed_(std::move(packed)),
-        pack_ms_(pack_ms) {
+        packed_(std::move(packed)) {
     if (packed_) spec_.weights = Tensor();
     metadata_.name = spec_.name;
     metadata_.versions = {spec_.version};
@@ -274,8 +269,7 @@ class ResidentGroupedModel final : public Model {
                                      : "row_major"},
         {"weights_bytes", absl::StrCat(q         ? q->bytes()
                                        : packed_ ? packed_->bytes()
-                                                 : spec_.weights.byte_size())},
-        {"pack_ms", absl::StrFormat("%.1f", pack_ms_)}};
+                                                 : spec_.weights.byte_size())}};
     if (q) {
       AddQuantizationParameters(*q, &p);
       p.push_back(AccuracyLevelParameter(spec_.accuracy_level));
@@ -404,7 +398,6 @@ class ResidentGroupedModel final : public Model {
   DataType type_;
   Shape weights_shape_;
   std::optional<PackedWeights> packed_;
-  double pack_ms_;  // time the packing at load took
   ModelMetadata metadata_;
 };
 
@@ -445,13 +438,11 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentMatMulModel(ResidentMatMulSpe
   }
   // B packed once, as a GroupedMatMul's experts are (one group); quantized
   // weights stay as they are.
-  double pack_ms = 0;
   std::optional<PackedWeights> packed;
   if (!spec.b_quantized) {
-    GEMMSERVE_ASSIGN_OR_RETURN(packed, PackAtLoad(spec.b, &pack_ms));
+    GEMMSERVE_ASSIGN_OR_RETURN(packed, PackAtLoad(spec.b));
   }
-  return std::unique_ptr<Model>(
-      new ResidentMatMulModel(std::move(spec), std::move(packed), pack_ms));
+  return std::unique_ptr<Model>(new ResidentMatMulModel(std::move(spec), std::move(packed)));
 }
 
 absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
@@ -513,13 +504,11 @@ absl::StatusOr<std::unique_ptr<Model>> MakeResidentGroupedMatMulModel(
   if (spec.accuracy_level == 4) {
     GEMMSERVE_RETURN_IF_ERROR(spec.weights_quantized->PackForInt8Activations().status());
   }
-  double pack_ms = 0;
   std::optional<PackedWeights> packed;
   if (!spec.weights_quantized) {
-    GEMMSERVE_ASSIGN_OR_RETURN(packed, PackAtLoad(spec.weights, &pack_ms));
+    GEMMSERVE_ASSIGN_OR_RETURN(packed, PackAtLoad(spec.weights));
   }
-  return std::unique_ptr<Model>(
-      new ResidentGroupedModel(std::move(spec), std::move(packed), pack_ms));
+  return std::unique_ptr<Model>(new ResidentGroupedModel(std::move(spec), std::move(packed)));
 }
 
 }  // namespace gemmserve

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -151,17 +152,17 @@ class DirectoryFiles final : public ModelFiles {
     return fs::exists(model_dir_ / std::string(dir) / std::string(path), ec);
   }
 
-  std::optional<int64_t> LatestVersion(absl::string_view file) const override {
-    std::optional<int64_t> best;
+  std::vector<int64_t> Versions(absl::string_view file) const override {
+    std::vector<int64_t> out;
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(model_dir_, ec)) {
       const std::optional<int64_t> v = VersionNumber(entry.path().filename().string());
-      if (!v || !entry.is_directory(ec) || !Exists(entry.path().filename().string(), file)) {
-        continue;
+      if (v && entry.is_directory(ec) && Exists(entry.path().filename().string(), file)) {
+        out.push_back(*v);
       }
-      if (!best || *v > *best) best = v;
     }
-    return best;
+    std::sort(out.begin(), out.end());
+    return out;
   }
 
  private:
@@ -215,15 +216,16 @@ class MemoryFiles final : public ModelFiles {
            (it->first == *key || it->first.compare(0, key->size() + 1, *key + "/") == 0);
   }
 
-  std::optional<int64_t> LatestVersion(absl::string_view file) const override {
-    std::optional<int64_t> best;
+  std::vector<int64_t> Versions(absl::string_view file) const override {
+    std::vector<int64_t> out;  // files_ is a map: each path once
     for (const auto& [path, bytes] : files_) {
       const size_t slash = path.find('/');
       if (slash == std::string::npos || absl::string_view(path).substr(slash + 1) != file) continue;
       const std::optional<int64_t> v = VersionNumber(absl::string_view(path).substr(0, slash));
-      if (v && (!best || *v > *best)) best = v;
+      if (v) out.push_back(*v);
     }
-    return best;
+    std::sort(out.begin(), out.end());
+    return out;
   }
 
  private:

@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -67,8 +68,8 @@ class ModelFiles {
                                                           absl::string_view path) const = 0;
   // True when `path` names something (a file or not) inside `dir`.
   virtual bool Exists(absl::string_view dir, absl::string_view path) const = 0;
-  // The highest numeric version directory that holds `file`.
-  virtual std::optional<int64_t> LatestVersion(absl::string_view file) const = 0;
+  // The numeric version directories that hold `file`, in ascending order.
+  virtual std::vector<int64_t> Versions(absl::string_view file) const = 0;
 };
 
 // A relative path of plain components: not empty, not absolute, no "." or

@@ -6,11 +6,6 @@
 #include <set>
 #include <utility>
 
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
-
-#include "gemmserve_config.pb.h"
-
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -19,6 +14,7 @@
 #include "server/common/logging.h"
 #include "server/common/model_name.h"
 #include "server/common/status_macros.h"
+#include "server/repository/configured_model.h"
 #include "server/repository/model_files.h"
 #include "server/repository/onnx_model_loader.h"
 #include "server/repository/triton_config.h"
@@ -31,21 +27,6 @@ namespace fs = std::filesystem;
 
 constexpr char kConfigFile[] = "config.pbtxt";
 constexpr char kDefaultModelFile[] = "model.onnx";
-
-class CollectErrors final : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, int column, const std::string& message) override {
-    // The parser's message quotes the text it choked on: the client's.
-    if (first_.empty()) {
-      first_ =
-          absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", ClientText(message, 200));
-    }
-  }
-  const std::string& first() const { return first_; }
-
- private:
-  std::string first_;
-};
 
 // Loads waiting for the loader thread (each may hold uploaded files).
 constexpr size_t kMaxQueuedLoads = 16;
@@ -76,21 +57,6 @@ absl::StatusOr<std::string> ReadConfigText(const ModelFiles& files) {
 
 }  // namespace
 
-absl::StatusOr<inference::ModelConfig> ParseModelConfigFile(absl::string_view text) {
-  if (static_cast<int64_t>(text.size()) > kMaxModelConfigBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.pbtxt: ", text.size(), " bytes, over the limit of ", kMaxModelConfigBytes));
-  }
-  config::ModelConfigFile config;
-  google::protobuf::TextFormat::Parser parser;
-  CollectErrors errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(std::string(text), &config)) {
-    return absl::InvalidArgumentError(absl::StrCat("config.pbtxt: ", errors.first()));
-  }
-  return ConfigFromFile(config);
-}
-
 absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
     const inference::ModelConfig& config) {
   if (!config.has_dynamic_batching()) return std::optional<BatchingOptions>();
@@ -98,8 +64,7 @@ absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
   const inference::ModelQueuePolicy& queue = db.default_queue_policy();
   GEMMSERVE_ASSIGN_OR_RETURN(const uint64_t max_batch_rows,
                              SettingParameter(config, kMaxBatchRowsParameter));
-  GEMMSERVE_ASSIGN_OR_RETURN(const uint64_t max_concurrent_batches,
-                             SettingParameter(config, kMaxConcurrentBatchesParameter));
+  GEMMSERVE_ASSIGN_OR_RETURN(const int max_concurrent_batches, ConcurrentBatches(config));
   if (db.max_queue_delay_microseconds() > kMaxQueueDelayUs) {
     return OverLimit("max_queue_delay_microseconds", db.max_queue_delay_microseconds(),
                      kMaxQueueDelayUs);
@@ -122,13 +87,25 @@ absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
         "config.pbtxt: dynamic_batching.default_priority_level ", db.default_priority_level(),
         " is above priority_levels ", db.priority_levels()));
   }
-  if (max_concurrent_batches > kMaxConcurrentBatches) {
+  if (static_cast<uint32_t>(max_concurrent_batches) > kMaxConcurrentBatches) {
     return OverLimit("max_concurrent_batches", max_concurrent_batches, kMaxConcurrentBatches);
+  }
+  if (static_cast<uint64_t>(std::max(config.max_batch_size(), 0)) > kMaxBatchRows) {
+    return absl::InvalidArgumentError(absl::StrCat("config.pbtxt: max_batch_size ",
+                                                   config.max_batch_size(),
+                                                   " is over the limit of ", kMaxBatchRows));
   }
   // Every value is now small enough for the types it goes into.
   BatchingOptions o;
   o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(db.max_queue_delay_microseconds()));
   o.max_batch_rows = static_cast<int64_t>(max_batch_rows);
+  // With a batch dimension the batcher counts batch items (ConfiguredModel):
+  // a batch holds at most max_batch_size of them.
+  if (config.max_batch_size() > 0 &&
+      (o.max_batch_rows == 0 || o.max_batch_rows > config.max_batch_size())) {
+    o.max_batch_rows = config.max_batch_size();
+  }
+  o.preferred_batch_rows.assign(db.preferred_batch_size().begin(), db.preferred_batch_size().end());
   o.max_queue_size = static_cast<int64_t>(queue.max_queue_size());
   o.default_timeout =
       queue.default_timeout_microseconds() == 0
@@ -136,7 +113,7 @@ absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
           : absl::Microseconds(static_cast<int64_t>(queue.default_timeout_microseconds()));
   o.priority_levels = static_cast<int>(db.priority_levels());
   o.default_priority_level = static_cast<int>(db.default_priority_level());
-  o.max_concurrent_batches = std::max<int>(1, static_cast<int>(max_concurrent_batches));
+  o.max_concurrent_batches = max_concurrent_batches;
   return std::optional<BatchingOptions>(o);
 }
 
@@ -210,7 +187,7 @@ absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles
                      "' differs from the model directory '", name, "'"));
   }
   config.set_name(name);
-  GEMMSERVE_ASSIGN_OR_RETURN(std::optional<BatchingOptions> batching, BatchingFromConfig(config));
+  GEMMSERVE_RETURN_IF_ERROR(BatchingFromConfig(config).status());  // before any file is read
   const std::string file =
       config.default_model_filename().empty() ? kDefaultModelFile : config.default_model_filename();
   if (!IsPlainRelativePath(file) || file.size() > kMaxModelFilenameLength) {
@@ -218,24 +195,36 @@ absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles
         absl::StrCat("config.pbtxt: default_model_filename must be a relative path of at most ",
                      kMaxModelFilenameLength, " characters without '.' or '..' components"));
   }
-  std::optional<int64_t> version = files.LatestVersion(file);
-  if (!version) {
+  const std::vector<int64_t> available = files.Versions(file);
+  if (available.empty()) {
     return absl::NotFoundError(
         absl::StrCat("model '", name, "': no numeric version directory holds ", ClientText(file)));
   }
-  const std::string version_name = absl::StrCat(*version);
+  absl::StatusOr<std::vector<int64_t>> versions = ServedVersions(config, available);
+  if (!versions.ok()) {
+    return absl::Status(versions.status().code(),
+                        absl::StrCat("model '", name, "': ", versions.status().message()));
+  }
   GEMMSERVE_ASSIGN_OR_RETURN(std::vector<WarmupSample> warmup,
                              WarmupFromConfig(config, files, engine_->options().max_message_bytes));
   OnnxLoadOptions options;
   GEMMSERVE_ASSIGN_OR_RETURN(options.accuracy_level, AccuracyLevel(config));
-  GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                             LoadOnnxModel(name, version_name, files, file, options));
-  GEMMSERVE_RETURN_IF_ERROR(CheckDeclaredTensors(config, model->metadata()));
-  GEMMSERVE_RETURN_IF_ERROR(CheckParameters(config, *model));
-  // READY only once every warmup sample ran (the previous version serves
-  // meanwhile); a sample the model refuses fails the load.
-  return engine_->Install(std::move(model), batching, std::move(warmup),
-                          [this] { return loads_stopped(); });
+  std::vector<ModelVersion> served;
+  for (int64_t version : *versions) {
+    GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                               LoadOnnxModel(name, absl::StrCat(version), files, file, options));
+    GEMMSERVE_RETURN_IF_ERROR(CheckParameters(config, *model));
+    GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<ConfiguredModel> configured,
+                               ConfiguredModel::Make(std::move(model), config, file));
+    ModelVersion v;
+    v.model = std::move(configured);
+    GEMMSERVE_ASSIGN_OR_RETURN(v.batching, BatchingFromConfig(config));  // each its own batcher
+    v.warmup = warmup;
+    served.push_back(std::move(v));
+  }
+  // READY only once every warmup sample ran on every version (what was
+  // served serves meanwhile); a sample a version refuses fails the load.
+  return engine_->InstallVersions(name, std::move(served), [this] { return loads_stopped(); });
 }
 
 absl::Status ModelRepository::LoadOrThrow(const std::string& name,

@@ -39,12 +39,9 @@
 #include "server/core/dynamic_batcher.h"
 #include "server/core/inference_engine.h"
 #include "server/repository/model_files.h"
+#include "server/repository/triton_config.h"
 
 namespace gemmserve {
-
-// A model config (config.pbtxt, or a load's `config`) is a few lines;
-// anything far larger is not one.
-inline constexpr int64_t kMaxModelConfigBytes = int64_t{1} << 20;
 
 struct ModelLoadRequest {
   // config.pbtxt text, or Triton's JSON form of a ModelConfig
@@ -53,8 +50,6 @@ struct ModelLoadRequest {
   std::map<std::string, std::string> files;  // path inside the model directory -> bytes
 };
 
-// Parses config.pbtxt text. INVALID_ARGUMENT with the parser's line and column.
-absl::StatusOr<inference::ModelConfig> ParseModelConfigFile(absl::string_view text);
 // The batcher options of a config; nullopt without a dynamic_batching block.
 // INVALID_ARGUMENT naming the field for a value over its limit (docs/models.md).
 absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(

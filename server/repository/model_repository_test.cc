@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/substitute.h"
 #include "server/common/client_text.h"
 #include "server/core/input_binding.h"
 #include "server/repository/onnx_model_loader.h"
@@ -469,8 +470,10 @@ TEST(OnnxModelLoaderTest, NamesFromTheFileAreCheckedAndEscaped) {
 
 TEST(ModelConfigFileTest, ParsesDynamicBatchingAndReportsErrorsWithTheLine) {
   auto config = ParseModelConfigFile(
-      "dynamic_batching {\n max_queue_delay_microseconds: 200\n max_batch_rows: 64\n"
-      " max_queue_size: 8\n default_timeout_microseconds: 5000\n}\n");
+      "dynamic_batching {\n max_queue_delay_microseconds: 200\n preferred_batch_size: [4, 8]\n"
+      " default_queue_policy { max_queue_size: 8 default_timeout_microseconds: 5000 }\n}\n"
+      "parameters { key: \"max_batch_rows\" value { string_value: \"64\" } }\n"
+      "instance_group [ { count: 2 kind: KIND_CPU } ]\n");
   ASSERT_TRUE(config.ok()) << config.status();
   auto batching = BatchingFromConfig(*config);
   ASSERT_TRUE(batching.ok());
@@ -479,6 +482,8 @@ TEST(ModelConfigFileTest, ParsesDynamicBatchingAndReportsErrorsWithTheLine) {
   EXPECT_EQ((*batching)->max_batch_rows, 64);
   EXPECT_EQ((*batching)->max_queue_size, 8);
   EXPECT_EQ((*batching)->default_timeout, absl::Microseconds(5000));
+  EXPECT_EQ((*batching)->max_concurrent_batches, 2);
+  EXPECT_THAT((*batching)->preferred_batch_rows, ::testing::ElementsAre(4, 8));
 
   auto none = BatchingFromConfig(*ParseModelConfigFile(""));
   ASSERT_TRUE(none.ok());
@@ -487,23 +492,44 @@ TEST(ModelConfigFileTest, ParsesDynamicBatchingAndReportsErrorsWithTheLine) {
   auto bad = ParseModelConfigFile("dynamic_batching {\n  max_batch_size: 4\n}\n");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("line 2"));
+  // gemmserve's spelling before Triton's is named with Triton's.
+  auto old = ParseModelConfigFile("dynamic_batching {\n  max_batch_rows: 4\n}\n");
+  EXPECT_THAT(std::string(old.status().message()),
+              HasSubstr("Triton's config spells it parameters { key: \"max_batch_rows\""));
+  // With a batch dimension the batcher counts batch items, at most
+  // max_batch_size of them.
+  auto batched = BatchingFromConfig(
+      *ParseModelConfigFile("max_batch_size: 8 dynamic_batching { preferred_batch_size: [4, 8] }"));
+  ASSERT_TRUE(batched.ok() && batched->has_value()) << batched.status();
+  EXPECT_EQ((*batched)->max_batch_rows, 8);
 }
 
 // The limits of docs/models.md's table, each at its edge and one past it.
 TEST(ModelConfigFileTest, EveryNumericFieldIsRangeChecked) {
   struct Field {
     const char* name;
+    const char* text;  // the config with the value as $0
     uint64_t limit;
   };
-  const Field fields[] = {{"max_queue_delay_microseconds", 10'000'000},
-                          {"max_batch_rows", uint64_t{1} << 24},
-                          {"max_queue_size", 1'000'000},
-                          {"default_timeout_microseconds", 3'600'000'000},
-                          {"priority_levels", 256},
-                          {"max_concurrent_batches", 64}};
+  const Field fields[] = {
+      {"max_queue_delay_microseconds", "dynamic_batching { max_queue_delay_microseconds: $0 }",
+       10'000'000},
+      {"max_batch_rows",
+       "dynamic_batching {} parameters { key: 'max_batch_rows' value { string_value: '$0' } }",
+       uint64_t{1} << 24},
+      {"max_queue_size", "dynamic_batching { default_queue_policy { max_queue_size: $0 } }",
+       1'000'000},
+      {"default_timeout_microseconds",
+       "dynamic_batching { default_queue_policy { default_timeout_microseconds: $0 } }",
+       3'600'000'000},
+      {"priority_levels", "dynamic_batching { priority_levels: $0 }", 256},
+      {"max_concurrent_batches",
+       "dynamic_batching {} parameters { key: 'max_concurrent_batches' value { string_value: "
+       "'$0' } }",
+       64}};
   for (const Field& f : fields) {
     for (uint64_t value : {f.limit, f.limit + 1}) {
-      const std::string text = absl::StrCat("dynamic_batching { ", f.name, ": ", value, " }");
+      const std::string text = absl::Substitute(f.text, value);
       auto config = ParseModelConfigFile(text);
       ASSERT_TRUE(config.ok()) << text << ": " << config.status();
       absl::StatusOr<std::optional<BatchingOptions>> batching = BatchingFromConfig(*config);
@@ -517,14 +543,18 @@ TEST(ModelConfigFileTest, EveryNumericFieldIsRangeChecked) {
     }
   }
   // uint32 fields past 2^32 - 1 do not parse; within it, the limit holds.
-  for (const char* text : {"dynamic_batching { priority_levels: 2147483647 }",
-                           "dynamic_batching { priority_levels: 2147483648 }",
-                           "dynamic_batching { priority_levels: 4294967295 }",
-                           "dynamic_batching { priority_levels: 1000000000 }",
-                           "dynamic_batching { priority_levels: 4294967296 }",
-                           "dynamic_batching { max_queue_size: -1 }",
-                           "dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
-                           "dynamic_batching { default_priority_level: 1 }"}) {
+  for (const char* text :
+       {"dynamic_batching { priority_levels: 2147483647 }",
+        "dynamic_batching { priority_levels: 2147483648 }",
+        "dynamic_batching { priority_levels: 4294967295 }",
+        "dynamic_batching { priority_levels: 1000000000 }",
+        "dynamic_batching { priority_levels: 4294967296 }",
+        "dynamic_batching { default_queue_policy { max_queue_size: -1 } }",
+        "instance_group { count: 65 }", "instance_group [{ count: 40 }, { count: 30 }]",
+        "max_batch_size: 4 dynamic_batching { preferred_batch_size: 5 }",
+        "dynamic_batching { preferred_batch_size: 0 }", "max_batch_size: -1",
+        "dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
+        "dynamic_batching { default_priority_level: 1 }"}) {
     auto config = ParseModelConfigFile(text);
     const absl::Status status =
         config.ok() ? BatchingFromConfig(*config).status() : config.status();

@@ -5,20 +5,52 @@
 #include <initializer_list>
 #include <limits>
 #include <string>
-#include <type_traits>
+#include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "server/common/client_text.h"
 #include "server/common/status_macros.h"
-#include "server/repository/model_repository.h"
-#include "server/tensor/datatype.h"
 
 namespace gemmserve {
 namespace {
+
+class CollectErrors final : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    // The parser's message quotes the text it choked on: the client's.
+    if (first_.empty()) {
+      first_ =
+          absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", ClientText(message, 200));
+      // gemmserve's own spelling before Triton's, named in Triton's.
+      for (const auto& [old, now] : kOldSpellings) {
+        if (absl::StrContains(message, absl::StrCat("no field named \"", old, "\""))) {
+          absl::StrAppend(&first_,
+                          " (gemmserve's old dynamic_batching field; Triton's config "
+                          "spells it ",
+                          now, ")");
+        }
+      }
+    }
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  static constexpr std::pair<const char*, const char*> kOldSpellings[] = {
+      {"max_batch_rows", "parameters { key: \"max_batch_rows\" value { string_value: \"N\" } }"},
+      {"max_concurrent_batches", "instance_group { count: N kind: KIND_CPU }"},
+      {"max_queue_size", "dynamic_batching { default_queue_policy { max_queue_size: N } }"},
+      {"default_timeout_microseconds",
+       "dynamic_batching { default_queue_policy { default_timeout_microseconds: N } }"},
+  };
+  std::string first_;
+};
 
 constexpr char kJsonForm[] = "config (Triton's JSON form, as it starts with '{'): ";
 constexpr char kPbtxtForm[] = "config.pbtxt: ";
@@ -81,12 +113,28 @@ absl::Status CheckTensorFields(const inference::ModelConfig& t) {
   return absl::OkStatus();
 }
 
-// Triton's dynamic batching, as far as gemmserve honours it: one queue
-// policy for every level, whose timeout action is REJECT. (preferred_batch_size
-// and preserve_ordering change nothing here: batches are cut by rows,
-// max_batch_rows, and each request has its own answer.)
+// Triton's dynamic batching, as far as gemmserve honours it: preferred batch
+// sizes within max_batch_size, one queue policy for every level, whose
+// timeout action is REJECT. (preserve_ordering changes nothing here: each
+// request has its own answer.)
 absl::Status CheckBatching(const inference::ModelConfig& t) {
   const inference::ModelDynamicBatching& d = t.dynamic_batching();
+  if (t.max_batch_size() < 0) {
+    return Refuse(absl::StrCat("max_batch_size ", t.max_batch_size()), "negative");
+  }
+  if (d.preferred_batch_size_size() > kMaxPreferredBatchSizes) {
+    return Refuse("dynamic_batching.preferred_batch_size",
+                  absl::StrCat(d.preferred_batch_size_size(), " sizes, over the limit of ",
+                               kMaxPreferredBatchSizes));
+  }
+  for (int32_t size : d.preferred_batch_size()) {
+    if (size <= 0 || (t.max_batch_size() > 0 && size > t.max_batch_size())) {
+      return Refuse(absl::StrCat("dynamic_batching.preferred_batch_size ", size),
+                    t.max_batch_size() > 0
+                        ? absl::StrCat("outside 1 to max_batch_size ", t.max_batch_size())
+                        : std::string("must be positive"));
+    }
+  }
   if (d.priority_queue_policy_size() > 0) {
     return Refuse("dynamic_batching.priority_queue_policy",
                   "per-level queue policies are not supported; default_queue_policy "
@@ -107,22 +155,22 @@ absl::Status CheckBatching(const inference::ModelConfig& t) {
   return absl::OkStatus();
 }
 
-// Instances: gemmserve runs one of each model on the CPU, whose batches share
-// the compute threads; a count up to kMaxInstanceCount is accepted and
-// changes nothing (max_concurrent_batches sets the batches run at once).
+// Instances: gemmserve runs a model's batches on the CPU's compute threads;
+// the groups' counts together are how many batches may run at once
+// (ConcurrentBatches), up to kMaxInstanceCount.
 absl::Status CheckInstanceGroups(const inference::ModelConfig& t) {
+  int64_t total = 0;
   for (const inference::ModelInstanceGroup& g : t.instance_group()) {
     if (g.kind() != inference::ModelInstanceGroup::KIND_AUTO &&
         g.kind() != inference::ModelInstanceGroup::KIND_CPU) {
       return Refuse("instance_group.kind", "gemmserve runs on the CPU (KIND_CPU or KIND_AUTO)");
     }
     if (g.count() < 0 || g.count() > kMaxInstanceCount) {
-      return Refuse(
-          absl::StrCat("instance_group.count ", g.count()),
-          absl::StrCat("outside 0 to the limit of ", kMaxInstanceCount,
-                       ": gemmserve runs one instance of a model, and "
-                       "max_concurrent_batches sets how many of its batches run at once"));
+      return Refuse(absl::StrCat("instance_group.count ", g.count()),
+                    absl::StrCat("outside 0 to the limit of ", kMaxInstanceCount,
+                                 " batches of the model run at once"));
     }
+    total += std::max(g.count(), 1);
     GEMMSERVE_RETURN_IF_ERROR(RefuseFirstSet(
         "instance_group.",
         {{g.gpus_size() > 0, "gpus", "gemmserve runs on the CPU"},
@@ -134,6 +182,11 @@ absl::Status CheckInstanceGroups(const inference::ModelConfig& t) {
          {g.rate_limiter().resources_size() > 0 || g.rate_limiter().priority() != 0, "rate_limiter",
           "there is no rate limiter (requests are held against --max_inflight_bytes and "
           "max_queue_size)"}}));
+  }
+  if (total > kMaxInstanceCount) {
+    return Refuse(absl::StrCat("instance_group counts ", total),
+                  absl::StrCat("over the limit of ", kMaxInstanceCount,
+                               " batches of the model run at once, all groups together"));
   }
   return absl::OkStatus();
 }
@@ -157,16 +210,46 @@ absl::Status CheckPlacement(const inference::ModelConfig& t) {
                                           "' is not gemmserve's (libtriton_onnxruntime.so, "
                                           "onnxruntime, gemmserve, or none)"));
   }
-  if (t.model_transaction_policy().decoupled()) {
-    return Refuse("model_transaction_policy.decoupled", "every request has exactly one answer");
-  }
+  return RefuseFirstSet(
+      "", {{t.has_sequence_batching(), "sequence_batching",
+            "gemmserve's models keep no state between requests; use dynamic_batching"},
+           {t.has_ensemble_scheduling(), "ensemble_scheduling",
+            "gemmserve serves single models (a mixture-of-experts layer is one ONNX model)"},
+           {t.model_transaction_policy().decoupled(), "model_transaction_policy.decoupled",
+            "every request has exactly one answer"},
+           {t.batch_input_size() > 0, "batch_input",
+            "requests are batched along their batch "
+            "dimension, never as a ragged batch"},
+           {t.batch_output_size() > 0, "batch_output", "each request gets its own outputs"},
+           {t.model_operations().op_library_filename_size() > 0, "model_operations",
+            "gemmserve loads no custom operator libraries"},
+           {t.model_repository_agents().agents_size() > 0, "model_repository_agents",
+            "gemmserve runs no repository agents: the files are loaded as they are"}});
+}
+
+// Triton's version policies: latest { num_versions >= 1 }, all, specific
+// { versions } of at most kMaxServedVersions versions.
+absl::Status CheckVersionPolicy(const inference::ModelConfig& t) {
   const inference::ModelVersionPolicy& v = t.version_policy();
   if (v.has_latest() && v.latest().num_versions() == 0) {
-    return Refuse("version_policy.latest.num_versions 0",
-                  "must be 1 (Triton requires at least 1; gemmserve serves the latest version)");
+    return Refuse("version_policy.latest.num_versions 0", "must be at least 1");
   }
-  if (v.has_all() || v.has_specific() || (v.has_latest() && v.latest().num_versions() > 1)) {
-    return Refuse("version_policy", "gemmserve serves the latest version only");
+  if (v.has_latest() && v.latest().num_versions() > static_cast<uint32_t>(kMaxServedVersions)) {
+    return Refuse(absl::StrCat("version_policy.latest.num_versions ", v.latest().num_versions()),
+                  absl::StrCat("over the limit of ", kMaxServedVersions,
+                               " versions served at once (each holds its own weights)"));
+  }
+  if (v.has_specific()) {
+    const auto& versions = v.specific().versions();
+    if (versions.empty()) return Refuse("version_policy.specific.versions", "lists no version");
+    if (versions.size() > kMaxServedVersions) {
+      return Refuse(absl::StrCat("version_policy.specific.versions (", versions.size(), ")"),
+                    absl::StrCat("over the limit of ", kMaxServedVersions,
+                                 " versions served at once (each holds its own weights)"));
+    }
+    for (int64_t n : versions) {
+      if (n < 0) return Refuse(absl::StrCat("version_policy.specific.versions ", n), "negative");
+    }
   }
   return absl::OkStatus();
 }
@@ -214,56 +297,6 @@ absl::Status CheckJsonNesting(absl::string_view json) {
   return absl::OkStatus();
 }
 
-absl::Status MatchDims(absl::string_view what, const std::string& name,
-                       const google::protobuf::RepeatedField<int64_t>& dims,
-                       const TensorSpec& spec) {
-  if (spec.variable_rank) return absl::OkStatus();
-  bool same = dims.size() == static_cast<int>(spec.shape.size());
-  for (int i = 0; same && i < dims.size(); ++i) {
-    same = dims[i] == -1 || spec.shape[i] == -1 || dims[i] == spec.shape[i];
-  }
-  if (same) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "config: ", what, " '", ClientText(name), "' declares dims [", absl::StrJoin(dims, ", "),
-      "]; the model's are [", absl::StrJoin(spec.shape, ", "), "] (-1: any)"));
-}
-
-template <typename Declared>
-absl::Status CheckTensor(absl::string_view what, const Declared& d,
-                         const std::vector<TensorSpec>& specs) {
-  auto it = std::find_if(specs.begin(), specs.end(),
-                         [&](const TensorSpec& s) { return s.name == d.name(); });
-  if (it == specs.end()) {
-    std::vector<std::string> names;
-    for (const TensorSpec& s : specs) names.push_back(s.name);
-    return absl::InvalidArgumentError(
-        absl::StrCat("config: ", what, " '", ClientText(d.name(), 64), "' is not one of the model's (",
-                     absl::StrJoin(names, ", "), ")"));
-  }
-  if constexpr (std::is_same_v<Declared, inference::ModelInput>) {
-    if (d.optional() && !it->optional) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config: input '", ClientText(d.name()),
-                       "': optional is not supported: the model needs it in every request"));
-    }
-  }
-  if (d.data_type() != inference::TYPE_INVALID) {
-    std::string type = inference::DataType_Name(d.data_type()).substr(5);  // "TYPE_"
-    if (type == "STRING") type = "BYTES";
-    auto parsed = ParseDataType(type);
-    if (!parsed.ok() ||
-        std::find(it->datatypes.begin(), it->datatypes.end(), *parsed) == it->datatypes.end()) {
-      std::vector<std::string> accepted;
-      for (DataType t : it->datatypes) accepted.push_back(absl::StrCat("TYPE_", DataTypeName(t)));
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config: ", what, " '", ClientText(d.name()), "' declares ",
-          inference::DataType_Name(d.data_type()), "; the model accepts ",
-          absl::StrJoin(accepted, ", ")));
-    }
-  }
-  return MatchDims(what, d.name(), d.dims(), *it);
-}
-
 }  // namespace
 
 absl::StatusOr<uint64_t> SettingParameter(const inference::ModelConfig& config,
@@ -292,41 +325,29 @@ absl::StatusOr<int> AccuracyLevel(const inference::ModelConfig& config) {
 
 absl::Status CheckConfig(const inference::ModelConfig& config) {
   GEMMSERVE_RETURN_IF_ERROR(CheckPlacement(config));
+  GEMMSERVE_RETURN_IF_ERROR(CheckVersionPolicy(config));
   GEMMSERVE_RETURN_IF_ERROR(CheckInstanceGroups(config));
   GEMMSERVE_RETURN_IF_ERROR(CheckTensorFields(config));
   GEMMSERVE_RETURN_IF_ERROR(AccuracyLevel(config).status());
   return CheckBatching(config);
 }
 
-absl::StatusOr<inference::ModelConfig> ConfigFromFile(const config::ModelConfigFile& file) {
-  inference::ModelConfig out;
-  out.set_name(file.name());
-  out.set_max_batch_size(file.max_batch_size());
-  out.set_default_model_filename(file.default_model_filename());
-  *out.mutable_input() = file.input();
-  *out.mutable_output() = file.output();
-  *out.mutable_parameters() = file.parameters();
-  if (file.has_dynamic_batching()) {
-    const config::DynamicBatching& d = file.dynamic_batching();
-    inference::ModelDynamicBatching* db = out.mutable_dynamic_batching();
-    db->set_max_queue_delay_microseconds(d.max_queue_delay_microseconds());
-    db->set_priority_levels(d.priority_levels());
-    db->set_default_priority_level(d.default_priority_level());
-    inference::ModelQueuePolicy* q = db->mutable_default_queue_policy();
-    q->set_max_queue_size(d.max_queue_size());
-    q->set_default_timeout_microseconds(d.default_timeout_microseconds());
-    q->set_allow_timeout_override(true);
-    auto& params = *out.mutable_parameters();
-    params[kMaxBatchRowsParameter].set_string_value(absl::StrCat(d.max_batch_rows()));
-    params[kMaxConcurrentBatchesParameter].set_string_value(
-        absl::StrCat(d.max_concurrent_batches()));
+absl::StatusOr<inference::ModelConfig> ParseModelConfigFile(absl::string_view text) {
+  if (static_cast<int64_t>(text.size()) > kMaxModelConfigBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kPbtxtForm, text.size(), " bytes, over the limit of ", kMaxModelConfigBytes));
   }
-  // The two ModelWarmup messages have the same fields and numbers.
-  for (const config::ModelWarmup& w : file.model_warmup()) {
-    out.add_model_warmup()->ParseFromString(w.SerializeAsString());
+  inference::ModelConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  CollectErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), &config)) {
+    return absl::InvalidArgumentError(absl::StrCat(kPbtxtForm, errors.first()));
   }
-  if (absl::Status checked = CheckConfig(out); !checked.ok()) return InForm(kPbtxtForm, checked);
-  return out;
+  if (absl::Status checked = CheckConfig(config); !checked.ok()) {
+    return InForm(kPbtxtForm, checked);
+  }
+  return config;
 }
 
 absl::StatusOr<inference::ModelConfig> ConfigFromTritonJson(absl::string_view json) {
@@ -347,7 +368,7 @@ absl::StatusOr<inference::ModelConfig> ConfigFromTritonJson(absl::string_view js
 absl::StatusOr<inference::ModelConfig> ParseLoadConfig(absl::string_view text) {
   const absl::string_view body = absl::StripLeadingAsciiWhitespace(text);
   if (!body.empty() && body.front() == '{') {
-    if (text.size() > kMaxModelConfigBytes) {
+    if (static_cast<int64_t>(text.size()) > kMaxModelConfigBytes) {
       return absl::InvalidArgumentError(absl::StrCat(kJsonForm, text.size(),
                                                      " bytes, over the limit of ",
                                                      kMaxModelConfigBytes));
@@ -363,21 +384,54 @@ absl::StatusOr<inference::ModelConfig> ParseLoadConfig(absl::string_view text) {
   return parsed;
 }
 
-absl::Status CheckDeclaredTensors(const inference::ModelConfig& config,
-                                  const ModelMetadata& metadata) {
-  if (config.max_batch_size() != 0) {
+absl::StatusOr<int> ConcurrentBatches(const inference::ModelConfig& config) {
+  GEMMSERVE_ASSIGN_OR_RETURN(const uint64_t parameter,
+                             SettingParameter(config, kMaxConcurrentBatchesParameter));
+  int groups = 0;
+  for (const inference::ModelInstanceGroup& g : config.instance_group()) {
+    groups += std::max(g.count(), 1);  // CheckConfig bounded the sum
+  }
+  if (groups > 0 && parameter > 0 && parameter != static_cast<uint64_t>(groups)) {
+    return absl::InvalidArgumentError(absl::StrCat("parameters['", kMaxConcurrentBatchesParameter,
+                                                   "'] ", parameter,
+                                                   " differs from instance_group's count ", groups,
+                                                   ": set one (instance_group's count is "
+                                                   "how many batches of the model run at once)"));
+  }
+  if (groups > 0) return groups;
+  return parameter > 0 ? static_cast<int>(parameter) : 1;
+}
+
+absl::StatusOr<std::vector<int64_t>> ServedVersions(const inference::ModelConfig& config,
+                                                    const std::vector<int64_t>& available) {
+  if (available.empty())
+    return absl::NotFoundError("no numeric version directory holds the model file");
+  const inference::ModelVersionPolicy& policy = config.version_policy();
+  std::vector<int64_t> out;
+  if (policy.has_all()) {
+    out = available;
+  } else if (policy.has_specific()) {
+    for (int64_t v : policy.specific().versions()) {
+      if (!std::binary_search(available.begin(), available.end(), v)) {
+        return absl::NotFoundError(absl::StrCat("version_policy.specific lists version ", v,
+                                                ", which no version directory holds (there are ",
+                                                absl::StrJoin(available, ", "), ")"));
+      }
+      out.push_back(v);
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  } else {
+    const size_t n = policy.has_latest() ? policy.latest().num_versions() : 1;
+    out.assign(available.end() - static_cast<std::ptrdiff_t>(std::min(n, available.size())),
+               available.end());
+  }
+  if (out.size() > static_cast<size_t>(kMaxServedVersions)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config: max_batch_size ", config.max_batch_size(),
-                     ": must be 0, gemmserve's models have no implicit batch dimension "
-                     "(the dynamic batcher joins requests along their rows)"));
+        absl::StrCat("version_policy serves ", out.size(), " versions, over the limit of ",
+                     kMaxServedVersions, " at once (each holds its own weights)"));
   }
-  for (const inference::ModelInput& in : config.input()) {
-    GEMMSERVE_RETURN_IF_ERROR(CheckTensor("input", in, metadata.inputs));
-  }
-  for (const inference::ModelOutput& out : config.output()) {
-    GEMMSERVE_RETURN_IF_ERROR(CheckTensor("output", out, metadata.outputs));
-  }
-  return absl::OkStatus();
+  return out;
 }
 
 absl::Status CheckParameters(const inference::ModelConfig& config, const Model& model) {

@@ -1,37 +1,38 @@
-// The model config: Triton's ModelConfig proto (inference::ModelConfig) is
-// the one type a load works from, whichever form the config came in:
+// The model config is Triton's ModelConfig (inference::ModelConfig,
+// proto/model_config.proto, field for field Triton's), in whichever form it
+// comes:
+//  - config.pbtxt, its protobuf text format, as Triton writes it, read by
+//    protobuf's TextFormat parser (ParseModelConfigFile);
 //  - Triton's JSON form, as a load's `config` parameter carries it
 //    (tritonclient's load_model(config=json.dumps({...}))), read by
-//    protobuf's own JSON parser (google::protobuf::util::JsonStringToMessage,
-//    the mapping Triton uses), so a field name or value protobuf does not know
-//    is refused with protobuf's message; then each field is either used,
-//    accepted because it changes nothing here, or refused by name because
-//    gemmserve cannot do what it asks (CheckConfig);
-//  - config.pbtxt text (gemmserve's form, config::ModelConfigFile, whose
-//    dynamic_batching block also holds max_batch_rows, max_queue_size,
-//    default_timeout_microseconds and max_concurrent_batches), turned into
-//    the same message by ConfigFromFile: the queue fields into
-//    default_queue_policy, the others into parameters, as Triton's form
-//    carries them, then held to the same CheckConfig.
-// What the server reports in ModelConfig loads back unchanged: the
-// parameters it reports (such as "weights_layout") are kept and checked
-// against the loaded model's (CheckParameters), so a misspelt one is
-// refused, never ignored.
+//    protobuf's JSON parser (JsonStringToMessage, the mapping Triton uses).
+// A field protobuf does not know is refused with protobuf's message naming
+// it; then each field is either used, accepted because it changes nothing
+// here, or refused by name because gemmserve cannot do what it asks
+// (CheckConfig; docs/models.md has the table). gemmserve's own settings
+// (max_batch_rows, max_concurrent_batches, accuracy_level, a layer's) are
+// `parameters`, as Triton's backends keep theirs.
 //
 //   GEMMSERVE_ASSIGN_OR_RETURN(inference::ModelConfig config, ParseLoadConfig(text));
-//   ... load the model ...
-//   GEMMSERVE_RETURN_IF_ERROR(CheckDeclaredTensors(config, model->metadata()));
-//   GEMMSERVE_RETURN_IF_ERROR(CheckParameters(config, *model));
+//   GEMMSERVE_ASSIGN_OR_RETURN(std::vector<int64_t> versions,
+//                              ServedVersions(config, files.Versions(file)));
+//   ... load each version (configured_model.h checks it against the model) ...
 #ifndef GEMMSERVE_SERVER_REPOSITORY_TRITON_CONFIG_H_
 #define GEMMSERVE_SERVER_REPOSITORY_TRITON_CONFIG_H_
 
+#include <cstdint>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "gemmserve_config.pb.h"
 #include "model_config.pb.h"
 #include "server/core/model.h"
 
 namespace gemmserve {
+
+// A model config (config.pbtxt, or a load's `config`) is a few lines;
+// anything far larger is not one.
+inline constexpr int64_t kMaxModelConfigBytes = int64_t{1} << 20;
 
 // gemmserve's settings among a config's parameters (string values of
 // non-negative integers, with a dynamic_batching block): the rows of one
@@ -58,13 +59,40 @@ absl::StatusOr<int> AccuracyLevel(const inference::ModelConfig& config);
 // objects only, at 100.
 inline constexpr int kMaxConfigNesting = 64;
 
-// instance_group.count is accepted up to this (max_concurrent_batches' limit)
-// and changes nothing: gemmserve runs one instance of a model.
+// instance_group's count (all groups together) is how many batches of the
+// model may run at once (max_concurrent_batches), up to this.
 inline constexpr int kMaxInstanceCount = 64;
+
+// The most versions of one model a version policy may serve at once (each
+// holds its own weights).
+inline constexpr int kMaxServedVersions = 16;
+
+// The most preferred batch sizes dynamic_batching may list.
+inline constexpr int kMaxPreferredBatchSizes = 64;
+
+// The batches of the model that may run at once: instance_group's counts
+// added up (a group of count 0 counts 1, as in Triton), or the
+// max_concurrent_batches parameter; 1 when neither is set. INVALID_ARGUMENT
+// when both are set and differ. CheckConfig bounds both.
+absl::StatusOr<int> ConcurrentBatches(const inference::ModelConfig& config);
+
+// The versions `config`'s version_policy serves, ascending, out of those
+// `available` (ascending): latest { num_versions } the highest ones (1 when
+// no policy is set), all {} every one, specific { versions } exactly those.
+// NOT_FOUND when none is available or a specific version is not;
+// INVALID_ARGUMENT when the policy would serve more than kMaxServedVersions.
+absl::StatusOr<std::vector<int64_t>> ServedVersions(const inference::ModelConfig& config,
+                                                    const std::vector<int64_t>& available);
+
+// Parses config.pbtxt text (protobuf's text format of Triton's ModelConfig)
+// and holds it to CheckConfig. INVALID_ARGUMENT starting "config.pbtxt: "
+// with the parser's line and column, or naming the field; a field of
+// gemmserve's old dynamic_batching spelling is named with its Triton form.
+absl::StatusOr<inference::ModelConfig> ParseModelConfigFile(absl::string_view text);
 
 // A load's `config` text in either form: Triton's JSON when its first
 // non-blank character is '{', else config.pbtxt text. INVALID_ARGUMENT names
-// the form it was read as.
+// the form it was read as. At most kMaxModelConfigBytes.
 absl::StatusOr<inference::ModelConfig> ParseLoadConfig(absl::string_view text);
 
 // Triton's JSON ModelConfig. INVALID_ARGUMENT, before it is parsed, for JSON
@@ -75,29 +103,23 @@ absl::StatusOr<inference::ModelConfig> ConfigFromTritonJson(absl::string_view js
 
 // OK when gemmserve can do what `config` asks; INVALID_ARGUMENT naming the
 // first field it cannot, without the form (the callers above add it):
-// another platform, backend or runtime; GPU instances, or an instance
-// group's count past kMaxInstanceCount, gpus, secondary devices, profiles,
-// passive, a host policy or a rate limiter; decoupled; a version policy
-// other than the latest version (num_versions 1); an input's format,
-// reshape, is_shape_tensor, allow_ragged_batch or is_non_linear_format_io;
-// an output's label_filename, reshape, is_shape_tensor or
-// is_non_linear_format_io; per-level queue policies; the DELAY timeout
-// action; an accuracy_level other than 0 and 4; a gemmserve parameter that is
-// not a non-negative integer or lacks a dynamic_batching block. A field at
-// its default value is accepted.
+// another platform, backend or runtime; sequence_batching or
+// ensemble_scheduling; GPU instances, an instance group's gpus, secondary
+// devices, profiles, passive, host policy or rate limiter, or counts past
+// kMaxInstanceCount; decoupled; a version policy of no version or past
+// kMaxServedVersions; batch_input, batch_output, model_operations or
+// model_repository_agents; an input's format, reshape, is_shape_tensor,
+// allow_ragged_batch or is_non_linear_format_io; an output's label_filename,
+// reshape, is_shape_tensor or is_non_linear_format_io; a negative
+// max_batch_size; preferred batch sizes that are not positive, pass
+// max_batch_size or are too many; per-level queue policies; the DELAY
+// timeout action; an accuracy_level other than 0 and 4; a gemmserve
+// parameter that is not a non-negative integer, or max_batch_rows or
+// max_concurrent_batches without a dynamic_batching block. A field at its default
+// value is accepted, and so are those that change nothing here
+// (optimization, response_cache, cc_model_filenames, metric_tags,
+// model_metrics, preserve_ordering).
 absl::Status CheckConfig(const inference::ModelConfig& config);
-
-// config.pbtxt's form as Triton's message (above), held to CheckConfig as the
-// JSON form is; INVALID_ARGUMENT starting "config.pbtxt: " naming the field.
-absl::StatusOr<inference::ModelConfig> ConfigFromFile(const config::ModelConfigFile& file);
-
-// OK when max_batch_size is 0 and every declared input and output is one of
-// the model's, with a datatype it accepts (TYPE_INVALID: any) and the same
-// dimensions (-1 on either side matches any), and an input declared optional
-// is one the model can go without; INVALID_ARGUMENT naming the first that is
-// not.
-absl::Status CheckDeclaredTensors(const inference::ModelConfig& config,
-                                  const ModelMetadata& metadata);
 
 // OK when every parameter of `config` is gemmserve's (above) or one `model`
 // reports (its parameters()); INVALID_ARGUMENT naming the first that is not.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "server/repository/configured_model.h"
 #include "server/repository/model_repository.h"
 
 
@@ -71,9 +72,12 @@ TEST(TritonConfigTest, TritonsJsonIsTheOneConfigType) {
 // message, field for field.
 TEST(TritonConfigTest, ConfigPbtxtBecomesTheSameMessageAsTritonsJson) {
   auto text = ParseLoadConfig(R"(
-    dynamic_batching { max_queue_delay_microseconds: 200 max_batch_rows: 256
-                       max_queue_size: 64 default_timeout_microseconds: 5000
-                       priority_levels: 2 default_priority_level: 2 max_concurrent_batches: 3 }
+    dynamic_batching { max_queue_delay_microseconds: 200
+                       default_queue_policy { max_queue_size: 64 allow_timeout_override: true
+                                              default_timeout_microseconds: 5000 }
+                       priority_levels: 2 default_priority_level: 2 }
+    parameters { key: "max_batch_rows" value { string_value: "256" } }
+    parameters { key: "max_concurrent_batches" value { string_value: "3" } }
     default_model_filename: "w.onnx"
     model_warmup { name: "one" count: 3
                    inputs { key: "X" value { data_type: TYPE_FP32 dims: [1, 64] random_data: true } } })");
@@ -93,10 +97,10 @@ TEST(TritonConfigTest, ConfigPbtxtBecomesTheSameMessageAsTritonsJson) {
 }
 
 TEST(TritonConfigTest, TextThatDoesNotStartWithABraceIsConfigPbtxt) {
-  auto text = ParseLoadConfig("  dynamic_batching { max_batch_rows: 8 }\n");
+  auto text = ParseLoadConfig("  max_batch_size: 8 dynamic_batching { }\n");
   ASSERT_TRUE(text.ok()) << text.status();
-  EXPECT_EQ(text->parameters().at(kMaxBatchRowsParameter).string_value(), "8");
-  auto bad_text = ParseLoadConfig("dynamic_batching { max_batch_rows: -1 }");
+  EXPECT_EQ(text->max_batch_size(), 8);
+  auto bad_text = ParseLoadConfig("dynamic_batching { max_queue_delay_microseconds: -1 }");
   EXPECT_THAT(bad_text.status().message(), HasSubstr("read as config.pbtxt text"));
   auto bad_json = ParseLoadConfig("\n {\"name\": 3");
   EXPECT_EQ(bad_json.status().code(), absl::StatusCode::kInvalidArgument);
@@ -140,7 +144,15 @@ TEST(TritonConfigTest, WhatGemmserveCannotHonourIsRefusedByName) {
       {R"({"backend": "python"})", "backend"},
       {R"({"instance_group": [{"kind": "KIND_GPU"}]})", "instance_group.kind"},
       {R"({"model_transaction_policy": {"decoupled": true}})", "decoupled"},
-      {R"({"version_policy": {"all": {}}})", "version_policy"},
+      {R"({"sequence_batching": {}})", "sequence_batching is not supported"},
+      {R"({"ensemble_scheduling": {"step": []}})", "ensemble_scheduling is not supported"},
+      {R"({"batch_input": [{"kind": "BATCH_ELEMENT_COUNT"}]})", "batch_input is not supported"},
+      {R"({"batch_output": [{"target_name": ["Y"]}]})", "batch_output is not supported"},
+      {R"({"model_operations": {"op_library_filename": ["libcustom.so"]}})",
+       "model_operations is not supported"},
+      {R"({"model_repository_agents": {"agents": [{"name": "checksum"}]}})",
+       "model_repository_agents is not supported"},
+      {R"({"parameters": {"max_concurrent_batches": {"string_value": "x"}}})", "non-negative"},
       {R"({"dynamic_batching": {"priority_queue_policy": {"1": {}}}})", "priority_queue_policy"},
       {R"({"dynamic_batching": {"default_queue_policy": {"timeout_action": "DELAY"}}})",
        "timeout_action"},
@@ -231,7 +243,12 @@ TEST(TritonConfigTest, PlacementGemmserveCannotHonourIsRefusedByName) {
       {R"({"version_policy": {"latest": {"num_versions": 0}}})",
        "version_policy.latest.num_versions 0"},
       {R"({"version_policy": {"latest": {}}})", "version_policy.latest.num_versions 0"},
-      {R"({"version_policy": {"latest": {"num_versions": 2}}})", "version_policy"},
+      {R"({"version_policy": {"latest": {"num_versions": 17}}})", "limit of 16"},
+      {R"({"version_policy": {"specific": {}}})", "lists no version"},
+      {R"({"version_policy": {"specific": {"versions": [-1]}}})", "negative"},
+      {R"({"instance_group": [{"count": 40}, {"count": 30}]})", "instance_group counts 70"},
+      {R"({"max_batch_size": 4, "dynamic_batching": {"preferred_batch_size": [8]}})",
+       "preferred_batch_size 8"},
   };
   for (const auto& c : cases) {
     auto config = ParseLoadConfig(c.json);
@@ -245,6 +262,13 @@ TEST(TritonConfigTest, PlacementGemmserveCannotHonourIsRefusedByName) {
       R"({"instance_group": [{"name": "g", "kind": "KIND_CPU", "count": 64}]})",
       R"({"instance_group": [{"count": 0, "gpus": [], "passive": false, "rate_limiter": {}}]})",
       R"({"version_policy": {"latest": {"num_versions": 1}}})",
+      R"({"version_policy": {"latest": {"num_versions": 3}}})",
+      R"({"version_policy": {"all": {}}})",
+      R"({"version_policy": {"specific": {"versions": [1, 3]}}})",
+      // Accepted because they change nothing here (docs/models.md).
+      R"({"optimization": {"graph": {"level": 1}}, "response_cache": {"enable": true}})",
+      R"({"max_batch_size": 8, "dynamic_batching": {"preferred_batch_size": [4, 8],
+          "preserve_ordering": true}})",
   };
   for (const char* fine : kAccepted) {
     auto config = ParseLoadConfig(fine);
@@ -334,7 +358,8 @@ TEST(TritonConfigTest, ConfigPbtxtIsHeldToTheSameChecks) {
   EXPECT_EQ(loose.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(loose.status().message()),
               HasSubstr("config.pbtxt: parameters['max_batch_rows']: needs a dynamic_batching"));
-  auto in_block = ParseLoadConfig("dynamic_batching { max_batch_rows: 8 }");
+  auto in_block = ParseLoadConfig(
+      R"(dynamic_batching {} parameters { key: "max_batch_rows" value { string_value: "8" } })");
   ASSERT_TRUE(in_block.ok()) << in_block.status();
   EXPECT_EQ(*SettingParameter(*in_block, kMaxBatchRowsParameter), 8u);
 }
@@ -360,7 +385,8 @@ TEST(TritonConfigTest, DeclaredTensorsAreCheckedAgainstTheModel) {
       {R"({"input": [{"name": "X", "dims": [4, 65]}]})", "declares dims [4, 65]"},
       {R"({"input": [{"name": "X", "dims": [64]}]})", "declares dims [64]"},
       {R"({"output": [{"name": "Y", "dims": [1, 4, 32]}]})", "output 'Y'"},
-      {R"({"max_batch_size": 8})", "max_batch_size 8"},
+      {R"({"max_batch_size": 8, "output": [{"name": "Y", "dims": [-1, 3, 32]}]})",
+       "after the batch dimension"},
       {R"({"input": [{"name": "X", "dims": [-1, 64], "optional": true}]})",
        "input 'X': optional is not supported"},
   };
@@ -373,6 +399,17 @@ TEST(TritonConfigTest, DeclaredTensorsAreCheckedAgainstTheModel) {
   }
   auto open = ConfigFromTritonJson(R"({"input": [{"name": "X", "dims": [8, -1]}]})");
   EXPECT_TRUE(CheckDeclaredTensors(*open, TwoTensorModel()).ok());
+  // Triton's implicit batch dimension: dims follow the model's variable
+  // first dimension, for every tensor.
+  auto batched = ConfigFromTritonJson(
+      R"({"max_batch_size": 8, "input": [{"name": "X", "dims": [64]}],
+          "output": [{"name": "Y", "dims": [3, 32]}]})");
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  EXPECT_TRUE(CheckDeclaredTensors(*batched, TwoTensorModel()).ok());
+  ModelMetadata fixed_first = TwoTensorModel();
+  fixed_first.outputs[0].shape[0] = 4;
+  absl::Status no_batch = CheckDeclaredTensors(*batched, fixed_first);
+  EXPECT_THAT(std::string(no_batch.message()), HasSubstr("first dimension is not variable"));
   // An input the model can go without may say so (what ModelConfig reports
   // loads back).
   ModelMetadata with_optional = TwoTensorModel();

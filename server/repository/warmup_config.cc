@@ -55,10 +55,12 @@ void FillRandom(DataType type, int64_t elements, char* out, std::mt19937_64& rng
 
 // One input of a sample, validated; its bytes are counted into
 // `total_bytes` (held to `max_bytes`), not yet read or made.
+// `batch`: the sample's batch size, the first dimension of every input of a
+// model with max_batch_size > 0; 0 for a model without a batch dimension.
 absl::StatusOr<WarmupInput> InputFromConfig(const std::string& name,
                                             const inference::ModelWarmup::Input& in,
-                                            const std::string& where, int64_t* total_bytes,
-                                            int64_t max_bytes) {
+                                            const std::string& where, int64_t batch,
+                                            int64_t* total_bytes, int64_t max_bytes) {
   auto invalid = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
   };
@@ -69,11 +71,12 @@ absl::StatusOr<WarmupInput> InputFromConfig(const std::string& name,
   absl::StatusOr<DataType> type = WarmupDataType(in.data_type());
   if (!type.ok()) return invalid(absl::StrCat(at, type.status().message()));
   input.type = *type;
-  if (in.dims_size() > kMaxRank) {
-    return invalid(
-        absl::StrCat(at, "rank ", in.dims_size(), " is over the limit of ", kMaxRank));
+  const int rank = in.dims_size() + (batch > 0 ? 1 : 0);
+  if (rank > kMaxRank) {
+    return invalid(absl::StrCat(at, "rank ", rank, " is over the limit of ", kMaxRank));
   }
-  input.shape.assign(in.dims().begin(), in.dims().end());
+  if (batch > 0) input.shape.push_back(batch);
+  input.shape.insert(input.shape.end(), in.dims().begin(), in.dims().end());
   absl::StatusOr<int64_t> bytes = ByteSize(input.shape, input.type);
   if (!bytes.ok()) {
     return invalid(
@@ -108,8 +111,8 @@ absl::StatusOr<WarmupInput> InputFromConfig(const std::string& name,
 
 // Sample `s` of the config, validated, its runs counted into `total_runs`.
 absl::StatusOr<WarmupSample> SampleFromConfig(const inference::ModelWarmup& w, int s,
-                                              uint64_t* total_runs, int64_t* total_bytes,
-                                              int64_t max_bytes) {
+                                              int32_t max_batch_size, uint64_t* total_runs,
+                                              int64_t* total_bytes, int64_t max_bytes) {
   const std::string where = w.name().empty() ? absl::StrCat("config.pbtxt: model_warmup[", s, "]")
                                              : absl::StrCat("config.pbtxt: model_warmup '",
                                                             ClientText(w.name(), 128), "'");
@@ -120,11 +123,17 @@ absl::StatusOr<WarmupSample> SampleFromConfig(const inference::ModelWarmup& w, i
   if (w.name().size() > kMaxWarmupNameLength) {
     return invalid(absl::StrCat("name is longer than ", kMaxWarmupNameLength, " characters"));
   }
-  if (w.batch_size() > 1) {
+  if (max_batch_size <= 0 && w.batch_size() > 1) {
     return invalid(absl::StrCat("batch_size ", w.batch_size(),
-                                ": must be 0 or 1 (the models have no batch dimension; give it "
-                                "in dims)"));
+                                ": must be 0 or 1 with max_batch_size 0 (the model has no "
+                                "batch dimension; give it in dims)"));
   }
+  if (max_batch_size > 0 && w.batch_size() > static_cast<uint32_t>(max_batch_size)) {
+    return invalid(
+        absl::StrCat("batch_size ", w.batch_size(), " is over max_batch_size ", max_batch_size));
+  }
+  // With a batch dimension, dims follow it (Triton's layout); 0 means 1.
+  const int64_t batch = max_batch_size > 0 ? std::max<uint32_t>(1, w.batch_size()) : 0;
   if (w.count() > kMaxWarmupCount) {
     return invalid(absl::StrCat("count ", w.count(), " is over the limit of ", kMaxWarmupCount));
   }
@@ -143,7 +152,7 @@ absl::StatusOr<WarmupSample> SampleFromConfig(const inference::ModelWarmup& w, i
   sample.count = std::max<uint32_t>(1, w.count());
   for (const auto& [name, in] : w.inputs()) {
     GEMMSERVE_ASSIGN_OR_RETURN(WarmupInput input,
-                               InputFromConfig(name, in, where, total_bytes, max_bytes));
+                               InputFromConfig(name, in, where, batch, total_bytes, max_bytes));
     sample.inputs.push_back(std::move(input));
   }
   std::sort(sample.inputs.begin(), sample.inputs.end(),
@@ -201,9 +210,9 @@ absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const inference::Mode
   uint64_t total_runs = 0;
   std::vector<WarmupSample> samples;
   for (int s = 0; s < config.model_warmup_size(); ++s) {
-    GEMMSERVE_ASSIGN_OR_RETURN(
-        WarmupSample sample,
-        SampleFromConfig(config.model_warmup(s), s, &total_runs, &total_bytes, max_bytes));
+    GEMMSERVE_ASSIGN_OR_RETURN(WarmupSample sample,
+                               SampleFromConfig(config.model_warmup(s), s, config.max_batch_size(),
+                                                &total_runs, &total_bytes, max_bytes));
     samples.push_back(std::move(sample));
   }
   GEMMSERVE_RETURN_IF_ERROR(MakeBytes(samples, files));

@@ -5,8 +5,10 @@
 //     each run `count` (0 means 1) times, at most kMaxWarmupCount runs of
 //     all samples together (the engine also stops a warmup that passes
 //     kWarmupDeadline);
-//   - a name (at most 128 characters) on every sample, batch_size 0 or 1
-//     (gemmserve's models have no implicit batch dimension);
+//   - a name (at most 128 characters) on every sample; with max_batch_size
+//     0, batch_size 0 or 1 and dims the whole tensor; with max_batch_size > 0
+//     (Triton's implicit batch dimension), batch_size up to it (0 means 1),
+//     which leads each input's shape, then dims;
 //   - every input: a datatype gemmserve serves, a rank of at most kMaxRank
 //     with non-negative dimensions, and one of zero_data, random_data or
 //     input_data_file (a plain relative path under the model's warmup/

@@ -1,13 +1,17 @@
 // The API's answers as KServe v2 / Triton protocol messages, built from the
-// core's types: model metadata, Triton's ModelConfig, statistics and the
-// repository index. Serving fills its responses with these; both front ends
-// send those messages (gRPC as they are, HTTP as their JSON), so each answer
-// is built in one place.
+// core's types: model metadata, statistics and the repository index. (The
+// ModelConfig answer is the config the model was loaded with, completed at
+// load: configured_model.h.) Serving fills its responses with these; both
+// front ends send those messages (gRPC as they are, HTTP as their JSON), so
+// each answer is built in one place.
 //
-//   inference::ModelConfigResponse response;
-//   EncodeModelConfig(served, response.mutable_config());
+//   inference::ModelMetadataResponse response;
+//   EncodeModelMetadata(served->metadata(), engine.Versions(name), &response);
 #ifndef GEMMSERVE_SERVER_SERVING_MODEL_PROTOS_H_
 #define GEMMSERVE_SERVER_SERVING_MODEL_PROTOS_H_
+
+#include <string>
+#include <vector>
 
 #include "grpc_service.pb.h"
 #include "model_config.pb.h"
@@ -23,14 +27,11 @@ namespace gemmserve {
 void EncodeModelIndexEntry(const ModelStatus& status,
                            inference::RepositoryIndexResponse::ModelIndex* out);
 
-// Name, versions, platform and tensors; one datatype per tensor (the
-// protocol has one): the default, the first the model accepts.
-void EncodeModelMetadata(const ModelMetadata& metadata, inference::ModelMetadataResponse* response);
-
-// Triton's ModelConfig for a served model: tensors, dynamic batching (the
-// queue policy carries max_queue_size and the default timeout; max_batch_rows
-// is a parameter), and the model's own parameters (e.g. "groups").
-void EncodeModelConfig(const ServedModel& served, inference::ModelConfig* config);
+// Name, `versions` (every version of the model served), platform and
+// tensors; one datatype per tensor (the protocol has one): the default, the
+// first the model accepts.
+void EncodeModelMetadata(const ModelMetadata& metadata, const std::vector<std::string>& versions,
+                         inference::ModelMetadataResponse* response);
 
 // Triton's statistics; the stages gemmserve does not have (compute_input,
 // compute_output, cache_hit, cache_miss) are present and zero.

@@ -14,7 +14,7 @@ using ::testing::ElementsAre;
 
 TEST(EncodeModelMetadataTest, MatMulReportsItsDefaultDatatypeFirst) {
   inference::ModelMetadataResponse response;
-  EncodeModelMetadata(MakeMatMulModel()->metadata(), &response);
+  EncodeModelMetadata(MakeMatMulModel()->metadata(), {"1"}, &response);
   EXPECT_EQ(response.name(), "matmul");
   EXPECT_THAT(response.versions(), ElementsAre("1"));
   EXPECT_EQ(response.platform(), "gemmserve");
@@ -30,7 +30,7 @@ TEST(EncodeModelMetadataTest, MatMulReportsItsDefaultDatatypeFirst) {
 
 TEST(EncodeModelMetadataTest, GroupedMatMulListsEveryInput) {
   inference::ModelMetadataResponse response;
-  EncodeModelMetadata(MakeGroupedMatMulModel()->metadata(), &response);
+  EncodeModelMetadata(MakeGroupedMatMulModel()->metadata(), {"1"}, &response);
   EXPECT_EQ(response.name(), "grouped_matmul");
   ASSERT_EQ(response.inputs_size(), 4);
   EXPECT_EQ(response.inputs(0).name(), "input");
@@ -51,7 +51,7 @@ TEST(EncodeModelMetadataTest, TheFirstAcceptedDatatypeIsTheDefault) {
   metadata.inputs = {{"x", {DataType::kBF16, DataType::kFP32}, {4, -1}, false, false}};
   metadata.outputs = {{"y", {DataType::kUINT64}, {}, true, false}};
   inference::ModelMetadataResponse response;
-  EncodeModelMetadata(metadata, &response);
+  EncodeModelMetadata(metadata, metadata.versions, &response);
   EXPECT_THAT(response.versions(), ElementsAre("3", "7"));
   EXPECT_EQ(response.inputs(0).datatype(), "BF16");
   EXPECT_THAT(response.inputs(0).shape(), ElementsAre(4, -1));

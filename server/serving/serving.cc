@@ -15,6 +15,8 @@
 #include "server/common/status_macros.h"
 #include "server/core/overload.h"
 #include "server/models/builtin_models.h"
+#include "server/repository/configured_model.h"
+#include "server/repository/triton_config.h"
 
 namespace gemmserve {
 namespace {
@@ -56,6 +58,30 @@ BatchingOptions DefaultBuiltinBatching() {
   b.max_queue_size = 1024;
   return b;
 }
+
+namespace {
+
+std::vector<std::unique_ptr<Model>> MakeBuiltinModels() {
+  std::vector<std::unique_ptr<Model>> out;
+  out.push_back(MakeMatMulModel());
+  out.push_back(MakeGroupedMatMulModel());
+  return out;
+}
+
+// The built-in models' config: the --builtin_* flags' batching, as Triton's
+// fields and gemmserve's max_batch_rows parameter.
+inference::ModelConfig BuiltinConfig(const BatchingOptions& b) {
+  inference::ModelConfig config;
+  inference::ModelDynamicBatching* db = config.mutable_dynamic_batching();
+  db->set_max_queue_delay_microseconds(
+      static_cast<uint64_t>(absl::ToInt64Microseconds(b.max_queue_delay)));
+  db->mutable_default_queue_policy()->set_max_queue_size(static_cast<uint32_t>(b.max_queue_size));
+  (*config.mutable_parameters())[kMaxBatchRowsParameter].set_string_value(
+      absl::StrCat(b.max_batch_rows));
+  return config;
+}
+
+}  // namespace
 
 // One inference call between Infer and its answer: what recording the answer
 // needs, shared by the engine's callback and Infer's own refusal path.
@@ -171,9 +197,13 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(ServingOptions options) 
   options.engine.metrics = s->metrics_.get();
   s->engine_ = std::make_unique<InferenceEngine>(options.engine);
   // The built-in models merge concurrent requests' problem lists into one
-  // kernel call (docs/models.md).
-  s->engine_->Install(MakeMatMulModel(), options.builtin_batching);
-  s->engine_->Install(MakeGroupedMatMulModel(), options.builtin_batching);
+  // kernel call (docs/models.md); their ModelConfig says so.
+  for (std::unique_ptr<Model>& model : MakeBuiltinModels()) {
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        std::unique_ptr<Model> configured,
+        ConfiguredModel::Make(std::move(model), BuiltinConfig(options.builtin_batching), ""));
+    s->engine_->Install(std::move(configured), options.builtin_batching);
+  }
   s->repository_ = std::make_unique<ModelRepository>(
       options.model_repository, s->engine_.get(),
       std::vector<std::string>{kGroupedMatMulModelName, kMatMulModelName});

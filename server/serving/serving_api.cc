@@ -9,6 +9,7 @@
 #include "server/common/client_text.h"
 #include "server/common/status_macros.h"
 #include "server/core/overload.h"
+#include "server/repository/configured_model.h"
 #include "server/serving/model_protos.h"
 #include "server/serving/serving.h"
 
@@ -73,7 +74,7 @@ absl::Status Serving::ModelMetadata(Authorization authorization,
                                     inference::ModelMetadataResponse* response) const {
   GEMMSERVE_RETURN_IF_ERROR(Authenticate(authorization));
   GEMMSERVE_ASSIGN_OR_RETURN(auto served, engine_->FindModel(request.name(), request.version()));
-  EncodeModelMetadata(served->metadata(), response);
+  EncodeModelMetadata(served->metadata(), engine_->Versions(request.name()), response);
   return absl::OkStatus();
 }
 
@@ -82,7 +83,11 @@ absl::Status Serving::ModelConfig(Authorization authorization,
                                   inference::ModelConfigResponse* response) const {
   GEMMSERVE_RETURN_IF_ERROR(Authenticate(authorization));
   GEMMSERVE_ASSIGN_OR_RETURN(auto served, engine_->FindModel(request.name(), request.version()));
-  EncodeModelConfig(*served, response->mutable_config());
+  const inference::ModelConfig* config = LoadedConfig(served->model());
+  if (config == nullptr) {
+    return absl::InternalError(absl::StrCat("model '", request.name(), "' has no config"));
+  }
+  *response->mutable_config() = *config;  // as loaded, completed at load
   return absl::OkStatus();
 }
 
@@ -96,8 +101,18 @@ absl::Status Serving::ModelStatistics(Authorization authorization,
     }
     return absl::OkStatus();
   }
-  GEMMSERVE_ASSIGN_OR_RETURN(auto served, engine_->FindModel(request.name(), request.version()));
-  EncodeModelStatistics(served->statistics(), response->add_model_stats());
+  if (!request.version().empty()) {
+    GEMMSERVE_ASSIGN_OR_RETURN(auto served, engine_->FindModel(request.name(), request.version()));
+    EncodeModelStatistics(served->statistics(), response->add_model_stats());
+    return absl::OkStatus();
+  }
+  // Every served version, as Triton answers a name without a version.
+  GEMMSERVE_RETURN_IF_ERROR(engine_->FindModel(request.name(), "").status());
+  for (const std::string& version : engine_->Versions(request.name())) {
+    absl::StatusOr<std::shared_ptr<const ServedModel>> served =
+        engine_->FindModel(request.name(), version);
+    if (served.ok()) EncodeModelStatistics((*served)->statistics(), response->add_model_stats());
+  }
   return absl::OkStatus();
 }
 

@@ -180,17 +180,28 @@ class ModelFileRowsTest(GemmServeTestCase):
     def test_l2_config_fields_out_of_range_are_refused_at_load(self):
         cases = {
             "priority_levels: 2147483648": "priority_levels 2147483648 is over the limit of 256",
-            "priority_levels: 4294967296": "config.pbtxt: line 1",
+            "priority_levels: 4294967296": "priority_levels 4294967296 is over the limit of 256",
+            "priority_levels: 18446744073709551616": "config.pbtxt: line 1",
             "priority_levels: 4294967295": "priority_levels 4294967295 is over the limit of 256",
             "priority_levels: 1000000000": "priority_levels 1000000000 is over the limit of 256",
             "priority_levels: 2147483647": "priority_levels 2147483647 is over the limit of 256",
             "priority_levels: 4 default_priority_level: 5": "above priority_levels 4",
             "max_queue_delay_microseconds: 10000001": "max_queue_delay_microseconds 10000001",
             "max_queue_delay_microseconds: -1": "config.pbtxt: line 1",
-            "max_queue_size: 1000001": "max_queue_size 1000001 is over the limit",
-            "max_batch_rows: 16777217": "max_batch_rows 16777217 is over the limit",
-            "default_timeout_microseconds: 3600000001": "default_timeout_microseconds",
-            "max_concurrent_batches: 65": "max_concurrent_batches 65 is over the limit of 64",
+            "default_queue_policy { max_queue_size: 1000001 }":
+                "max_queue_size 1000001 is over the limit",
+            "} parameters { key: 'max_batch_rows' value { string_value: '16777217' } ":
+                "max_batch_rows 16777217 is over the limit",
+            "default_queue_policy { default_timeout_microseconds: 3600000001 }":
+                "default_timeout_microseconds",
+            "} parameters { key: 'max_concurrent_batches' value { string_value: '65' } ":
+                "max_concurrent_batches 65 is over the limit of 64",
+            "} instance_group { count: 65 ": "instance_group.count 65",
+            "} max_batch_size: 16777217 instance_group { ":
+                "max_batch_size 16777217 is over the limit",
+            "preferred_batch_size: 0": "preferred_batch_size 0",
+            "preferred_batch_size: 8 } max_batch_size: 4 instance_group { ":
+                "outside 1 to max_batch_size 4",
         }
         for field, message in cases.items():
             with self.subTest(field):

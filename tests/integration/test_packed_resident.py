@@ -174,7 +174,9 @@ class PackedLayoutTest(GemmServeTestCase):
                 # Panels pad N to whole panels (32 columns: 100 -> 128) and 16-bit K to pairs.
                 self.assertGreaterEqual(held, dense)
                 self.assertLessEqual(held, dense * 1.35 if datatype in packed else dense)
-                self.assertGreaterEqual(float(params["pack_ms"]), 0.0)
+                # What the load measured is logged, not part of the config (it would
+                # not load back equal).
+                self.assertNotIn("pack_ms", params)
 
     def test_weights_far_narrower_than_a_panel_stay_row_major_and_answer(self):
         config = self.stub.ModelConfig(pb2.ModelConfigRequest(name="moe_narrow"), timeout=10).config

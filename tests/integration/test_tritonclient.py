@@ -225,6 +225,49 @@ class TritonClientTest(unittest.TestCase):
                 client.unload_model("tc_linear")
                 self.assertFalse(client.is_model_ready("tc_linear"))
 
+    def test_a_versioned_model_with_the_batch_dimension(self):
+        """Two versions of different weights, loaded with Triton's JSON config and files,
+        each read and called on its own; max_batch_size 4 (dims without the batch)."""
+        weights = {v: np.full((2, 3), v, np.float32) for v in (1, 2)}
+        files = {f"file:{v}/model.onnx": model_bytes(matmul_graph("tc_versions", w))
+                 .SerializeToString() for v, w in weights.items()}
+        config = json.dumps({"name": "tc_versions", "backend": "onnxruntime",
+                             "max_batch_size": 4, "version_policy": {"all": {}},
+                             "input": [{"name": "hidden", "data_type": "TYPE_FP32",
+                                        "dims": [2]}],
+                             "dynamic_batching": {"preferred_batch_size": [2, 4]}})
+        x = np.array([[1, 2], [3, 4]], np.float32)
+        for module, client in self.clients():
+            with self.subTest(module.__name__):
+                client.load_model("tc_versions", config=config, files=files)
+                meta = client.get_model_metadata("tc_versions")
+                versions = meta["versions"] if module is httpclient else list(meta.versions)
+                self.assertEqual(versions, ["1", "2"])
+                inputs = meta["inputs"] if module is httpclient else meta.inputs
+                shape = inputs[0]["shape"] if module is httpclient else list(inputs[0].shape)
+                self.assertEqual([int(d) for d in shape], [-1, 2])
+                for v, w in weights.items():
+                    self.assertTrue(client.is_model_ready("tc_versions", str(v)))
+                    hidden = module.InferInput("hidden", [2, 2], "FP32")
+                    hidden.set_data_from_numpy(x)
+                    result = client.infer("tc_versions", [hidden], model_version=str(v))
+                    np.testing.assert_allclose(result.as_numpy("projected"), x @ w)
+                    got = client.get_model_config("tc_versions", str(v))
+                    got = got["max_batch_size"] if module is httpclient else \
+                        got.config.max_batch_size
+                    self.assertEqual(got, 4)
+                self.assertFalse(client.is_model_ready("tc_versions", "3"))
+                stats = client.get_inference_statistics("tc_versions")
+                stats = stats["model_stats"] if module is httpclient else stats.model_stats
+                self.assertEqual([s["version"] if module is httpclient else s.version
+                                  for s in stats], ["1", "2"])
+                big = module.InferInput("hidden", [5, 2], "FP32")
+                big.set_data_from_numpy(np.ones((5, 2), np.float32))
+                with self.assertRaises(InferenceServerException) as refused:
+                    client.infer("tc_versions", [big])
+                self.assertIn("max_batch_size 4", str(refused.exception))
+                client.unload_model("tc_versions")
+
     def test_statistics(self):
         self.http.infer("matmul", matmul_inputs(httpclient))
         stats = self.http.get_inference_statistics("matmul")["model_stats"][0]

@@ -15,12 +15,14 @@ _NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): Te
 
 
 def batching_config(delay_us=100, max_rows=0, max_queue=0, timeout_us=0):
+    """config.pbtxt (Triton's) of a dynamic batcher; max_rows is gemmserve's
+    max_batch_rows parameter."""
     return ("dynamic_batching {\n"
             f"  max_queue_delay_microseconds: {delay_us}\n"
-            f"  max_batch_rows: {max_rows}\n"
-            f"  max_queue_size: {max_queue}\n"
-            f"  default_timeout_microseconds: {timeout_us}\n"
-            "}\n")
+            f"  default_queue_policy {{ max_queue_size: {max_queue} "
+            f"default_timeout_microseconds: {timeout_us} }}\n"
+            "}\n"
+            f'parameters {{ key: "max_batch_rows" value {{ string_value: "{max_rows}" }} }}\n')
 
 
 def model_bytes(graph):
