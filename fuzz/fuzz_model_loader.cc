@@ -15,7 +15,9 @@
 // one); the status is OK, INVALID_ARGUMENT, NOT_FOUND or RESOURCE_EXHAUSTED,
 // with no control character in its message (client text is escaped); a
 // loaded model has a valid name and batching within the config limits, and
-// its statistics count exactly the warmup runs its config asked for; and
+// its statistics count exactly the warmup runs its config asked for; its
+// ModelConfig answer loads back (as JSON, with the same files) to an equal
+// answer; and
 // after the unload the repository's index and the engine hold nothing of it.
 // Seeds: real one-node models, mixture-of-experts layer graphs and configs
 // (fuzz/make_seeds.py).
@@ -28,6 +30,9 @@
 #include "google/protobuf/stubs/logging.h"
 #include "server/core/dynamic_batcher.h"
 #include "server/core/inference_engine.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "server/repository/configured_model.h"
 #include "server/repository/model_repository.h"
 
 namespace gemmserve {
@@ -56,6 +61,26 @@ bool HasControlCharacter(absl::string_view text) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
   }
   return false;
+}
+
+// What ModelConfig answers for a loaded model loads back, with the same
+// files, to an equal answer (configured_model.h: completing is idempotent).
+void CheckConfigLoadsBack(Server& server, const ServedModel& served, ModelLoadRequest request) {
+  const inference::ModelConfig* answer = LoadedConfig(served.model());
+  FUZZ_CHECK(answer != nullptr, "a loaded model without its config");
+  std::string json;
+  FUZZ_CHECK(google::protobuf::util::MessageToJsonString(*answer, &json).ok(), "to JSON");
+  request.config = json;
+  const absl::Status again = server.repository.Load("fuzzed", request);
+  FUZZ_CHECK(again.ok(), "the ModelConfig answer did not load back: %s\n%s",
+             again.ToString().c_str(), json.c_str());
+  auto reloaded = server.engine.FindModel("fuzzed", "");
+  FUZZ_CHECK(reloaded.ok(), "reloaded but not served");
+  const inference::ModelConfig* second = LoadedConfig((*reloaded)->model());
+  FUZZ_CHECK(
+      second != nullptr && google::protobuf::util::MessageDifferencer::Equals(*answer, *second),
+      "the answer loaded back differs:\n%s\n%s", answer->DebugString().c_str(),
+      second == nullptr ? "" : second->DebugString().c_str());
 }
 
 }  // namespace
@@ -121,6 +146,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                "%llu warmup runs, but the statistics count %llu",
                static_cast<unsigned long long>(runs),
                static_cast<unsigned long long>(stats.execution_count));
+    CheckConfigLoadsBack(server, **served, request);
   }
   const absl::Status unloaded = server.repository.Unload("fuzzed");
   FUZZ_CHECK(unloaded.ok(), "Unload after a load that %s: %s", status.ok() ? "worked" : "failed",

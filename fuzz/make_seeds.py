@@ -337,6 +337,22 @@ def model_loader_seeds():
         "matmul_priority_huge": case(b"dynamic_batching { priority_levels: 2147483647 }", matmul),
         "external_weights": case(b"", external.SerializeToString(), raw),
         "bad_config": case(b"dynamic_batching { bogus: 1 }", matmul),
+        # Triton's config.pbtxt as Triton writes it (issue 51): the batch dimension, preferred
+        # sizes, instance groups, version policies, and fields refused by name.
+        "triton_batched": case(
+            b'platform:"onnxruntime_onnx" max_batch_size:8 input[{name:"hidden" '
+            b'data_type:TYPE_FP32 dims:[4]}] output[{name:"projected" dims:[2]}] '
+            b'instance_group[{count:2 kind:KIND_CPU}] dynamic_batching{'
+            b'preferred_batch_size:[4,8] max_queue_delay_microseconds:2000}', matmul),
+        "triton_versions": case(
+            b'backend: "onnxruntime" version_policy { specific { versions: [1] } } '
+            b'max_batch_size: 4 dynamic_batching { preferred_batch_size: 2 }', matmul),
+        "triton_latest_all": case(b"version_policy { all {} } max_batch_size: 2", grouped),
+        "triton_batched_warmup": case(
+            b'max_batch_size: 4 model_warmup { name: "w" batch_size: 3 inputs { key: "hidden" '
+            b'value { data_type: TYPE_FP32 dims: [4] random_data: true } } }', matmul),
+        "triton_sequence_refused": case(b"sequence_batching { } max_batch_size: 8", matmul),
+        "triton_old_spelling": case(b"dynamic_batching { max_batch_rows: 8 }", matmul),
         "grouped_warmup": case(
             b'model_warmup{name:"w" count:3 inputs{key:"tokens" value{data_type:TYPE_FP32 '
             b'dims:[2,4] random_data:true}} inputs{key:"routing" value{data_type:TYPE_INT64 '

@@ -42,9 +42,9 @@ using engine_testing::Request;
 class FakeModel final : public Model {
  public:
   enum class Mode { kAnswer, kThrowBadAlloc, kThrowOther };
-  explicit FakeModel(std::string name) {
+  explicit FakeModel(std::string name, std::string version = "1") {
     metadata_.name = std::move(name);
-    metadata_.versions = {"1"};
+    metadata_.versions = {std::move(version)};
     metadata_.inputs = {{"x", {DataType::kFP32}, {}, /*variable_rank=*/true, false}};
     metadata_.outputs = {{"y", {DataType::kFP32}, {}, true, false}};
   }
@@ -294,6 +294,51 @@ TEST_F(EngineFaultTest, ReservedBytesAreHeldUntilTheRequestThatHoldsThemIsAnswer
   EXPECT_EQ(engine_->inflight_bytes(), 0);
   engine_.reset();
   EXPECT_EQ(never.calls(), 0);
+}
+
+// Versions of one name are served each on its own: the highest when no
+// version is asked, one index row each; a reload that drops a version lets
+// the request computing on it finish there, while new requests for it are
+// NOT_FOUND.
+TEST(EngineVersionsTest, EachVersionServesOnItsOwnAndADroppedOneFinishesWhatItHolds) {
+  EngineOptions options;
+  options.compute_threads = 2;
+  options.inline_max_flops = 0;  // every request on a worker: the test thread never blocks
+  InferenceEngine engine(options);
+  auto one = std::make_unique<FakeModel>("m", "1");
+  FakeModel* v1 = one.get();
+  std::vector<ModelVersion> versions;
+  versions.push_back({std::move(one), std::nullopt, {}});
+  versions.push_back({std::make_unique<FakeModel>("m", "3"), BatchingOptions{}, {}});
+  ASSERT_TRUE(engine.InstallVersions("m", std::move(versions)).ok());
+  EXPECT_THAT(engine.Versions("m"), ElementsAre("1", "3"));
+  EXPECT_EQ((*engine.FindModel("m", ""))->metadata().versions.front(), "3");
+  EXPECT_EQ((*engine.FindModel("m", "1"))->metadata().versions.front(), "1");
+  absl::Status missing = engine.FindModel("m", "2").status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("it serves 1, 3"));
+  std::vector<std::string> rows;
+  for (const ModelStatus& s : engine.States()) rows.push_back(absl::StrCat(s.name, "/", s.version));
+  EXPECT_THAT(rows, ElementsAre("m/1", "m/3"));
+
+  v1->BlockNextBatch();
+  Request on_one("m", "1");
+  on_one.Add<float>("x", "FP32", {4}, std::vector<float>(4, 1.0f));
+  Completion done;
+  ASSERT_TRUE(engine
+                  .Submit(
+                      on_one.View(), [] { return false; }, done.Callback())
+                  .ok());
+  v1->WaitUntilBlocked();
+  std::vector<ModelVersion> reload;
+  reload.push_back({std::make_unique<FakeModel>("m", "3"), std::nullopt, {}});
+  ASSERT_TRUE(engine.InstallVersions("m", std::move(reload)).ok());
+  EXPECT_EQ(engine.FindModel("m", "1").status().code(), absl::StatusCode::kNotFound);
+  v1->Release();
+  absl::StatusOr<InferResult>& result = done.Wait();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->model_version, "1");
+  EXPECT_THAT(engine.Versions("m"), ElementsAre("3"));
 }
 
 }  // namespace

@@ -420,5 +420,52 @@ TEST(TritonConfigTest, DeclaredTensorsAreCheckedAgainstTheModel) {
   EXPECT_TRUE(CheckDeclaredTensors(*optional, with_optional).ok());
 }
 
+// Triton's version policies, out of the versions on disk.
+TEST(TritonConfigTest, VersionPoliciesChooseTheServedVersions) {
+  const std::vector<int64_t> available = {1, 2, 5};
+  const struct {
+    const char* pbtxt;
+    std::vector<int64_t> served;
+  } cases[] = {
+      {"", {5}},
+      {"version_policy { latest { num_versions: 2 } }", {2, 5}},
+      {"version_policy { latest { num_versions: 9 } }", {1, 2, 5}},
+      {"version_policy { all {} }", {1, 2, 5}},
+      {"version_policy { specific { versions: [5, 1, 5] } }", {1, 5}},
+  };
+  for (const auto& c : cases) {
+    auto config = ParseModelConfigFile(c.pbtxt);
+    ASSERT_TRUE(config.ok()) << c.pbtxt << ": " << config.status();
+    auto served = ServedVersions(*config, available);
+    ASSERT_TRUE(served.ok()) << c.pbtxt << ": " << served.status();
+    EXPECT_EQ(*served, c.served) << c.pbtxt;
+  }
+  auto specific = ParseModelConfigFile("version_policy { specific { versions: [3] } }");
+  absl::Status missing = ServedVersions(*specific, available).status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("version 3"));
+  std::vector<int64_t> many(kMaxServedVersions + 1);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int64_t>(i + 1);
+  auto all = ParseModelConfigFile("version_policy { all {} }");
+  EXPECT_EQ(ServedVersions(*all, many).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// instance_group's counts are the batches run at once; the older parameter
+// must agree with them.
+TEST(TritonConfigTest, InstanceGroupCountIsConcurrentBatches) {
+  EXPECT_EQ(*ConcurrentBatches(*ParseModelConfigFile("")), 1);
+  EXPECT_EQ(*ConcurrentBatches(*ParseModelConfigFile("instance_group [{ count: 2 }, {}]")), 3);
+  EXPECT_EQ(*ConcurrentBatches(*ParseModelConfigFile(
+                R"(dynamic_batching {}
+                   parameters { key: "max_concurrent_batches" value { string_value: "4" } })")),
+            4);
+  auto both = ParseModelConfigFile(
+      R"(dynamic_batching {} instance_group { count: 2 }
+         parameters { key: "max_concurrent_batches" value { string_value: "4" } })");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_THAT(std::string(ConcurrentBatches(*both).status().message()),
+              HasSubstr("differs from instance_group's count 2"));
+}
+
 }  // namespace
 }  // namespace gemmserve

@@ -12,8 +12,6 @@ import subprocess
 import tempfile
 import time
 import unittest
-import urllib.error
-import urllib.request
 import uuid
 
 import grpc
@@ -254,17 +252,6 @@ class SharedMemoryTest(SharedMemoryCase):
         shm.use_for_input(request, "A", np.ones((2, 2), np.float32), "never-registered")
         self.assert_rejected(request, grpc.StatusCode.INVALID_ARGUMENT,
                              "unknown shared memory region")
-
-    def http(self, method, path, body=None):
-        """(status, parsed JSON) of an HTTP call to the server."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.server.http_url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.status, json.loads(r.read() or b"null")
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read() or b"null")
 
     def test_http_routes_register_list_and_unregister(self):
         a = np.arange(6, dtype=np.float32).reshape(2, 3)

@@ -6,13 +6,10 @@ answering on its own: inference, ModelReady, metadata, statistics, the index, th
 routes), the ModelConfig answer loading back through Triton's load-with-files to an equal
 config, and the refusals by name while the other models serve on."""
 import concurrent.futures
-import json
 import os
 import shutil
 import tempfile
 import unittest
-import urllib.error
-import urllib.request
 
 import grpc
 import numpy as np
@@ -88,16 +85,6 @@ class TritonRepositoryTest(GemmServeTestCase):
         request = make_infer_request(model, [("x", x)])
         request.model_version = version
         return decode_outputs(self.infer(request))["y"]
-
-    def http(self, method, path, body=None):
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.server.http_url + path, data=data, method=method,
-                                          headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read() or b"{}")
 
     def http_infer(self, model, x, version=None):
         route = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/infer"

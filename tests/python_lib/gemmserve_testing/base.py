@@ -1,7 +1,10 @@
 """unittest base class: one real gemmserve process per test class, a channel to
 it, and the helpers every suite shares (infer, assert_rejected)."""
 import itertools
+import json
 import unittest
+import urllib.error
+import urllib.request
 
 import grpc
 import numpy as np
@@ -130,6 +133,19 @@ class GemmServeTestCase(unittest.TestCase):
         expected = np.einsum("mk,mskn->msn", x, w[idx]) + bias[idx]
         np.testing.assert_array_equal(out["output"], expected,
                                       "grouped_matmul after a rejected request")
+
+    # ----------------------------------------------------------------- HTTP
+
+    def http(self, method, path, body=None, timeout=30):
+        """(status, parsed JSON or None) of an HTTP call to the server, `body` sent as JSON."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.server.http_url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"null")
 
     # ------------------------------------------------------ model repository
 
