@@ -174,7 +174,7 @@ bool DynamicBatcher::BatchDue(absl::Time now) const {
   if (options_.max_batch_rows > 0 && queued_rows_ >= options_.max_batch_rows) return true;
   // A batch of a size the kernel runs best at is ready: waiting for more
   // would only delay it (Triton's preferred_batch_size).
-  if (PreferredRowsReached() > 0) return true;
+  if (PreferredCut() > 0) return true;
   // Closed (unloading or shutting down): nothing more will join.
   if (closed_) return true;
   if (in_flight_ == 0) {
@@ -193,15 +193,31 @@ bool DynamicBatcher::BatchDue(absl::Time now) const {
   return now >= oldest + options_.max_queue_delay;
 }
 
-int64_t DynamicBatcher::PreferredRowsReached() const {
-  const auto above = std::upper_bound(preferred_rows_.begin(), preferred_rows_.end(), queued_rows_);
-  return above == preferred_rows_.begin() ? 0 : *std::prev(above);
+int64_t DynamicBatcher::PreferredCut() const {
+  if (preferred_rows_.empty()) return 0;
+  // Triton's rule: the requests in take order, their rows added up; the
+  // largest total that lands on a preferred size, before the total passes
+  // the largest preferred size or max_batch_rows. The scan is bounded, so a
+  // long queue costs no more than a batch.
+  const int64_t largest = preferred_rows_.back();
+  int64_t total = 0, best = 0, scanned = 0;
+  for (const std::deque<Entry>& level : levels_) {
+    for (const Entry& e : level) {
+      total += e.rows;
+      if (total > largest || (options_.max_batch_rows > 0 && total > options_.max_batch_rows) ||
+          ++scanned > kMaxPreferredScan) {
+        return best;
+      }
+      if (std::binary_search(preferred_rows_.begin(), preferred_rows_.end(), total)) best = total;
+    }
+  }
+  return best;
 }
 
 DynamicBatcher::Batch DynamicBatcher::TakeBatch(absl::Time now,
                                                 std::vector<Rejection>* rejected) {
   // Fixed before any request is taken: queued_rows_ falls as they are.
-  const int64_t preferred = PreferredRowsReached();
+  const int64_t preferred = PreferredCut();
   int64_t limit = options_.max_batch_rows;  // 0: none
   if (preferred > 0 && (limit == 0 || preferred < limit)) limit = preferred;
   Batch batch;

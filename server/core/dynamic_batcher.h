@@ -31,18 +31,20 @@
 //   - While fewer than max_concurrent_batches run but at least one does, a
 //     batch is cut when its rows reach `max_batch_rows` or when the oldest
 //     request has waited `max_queue_delay`.
-//   - Whenever the queued rows reach one of `preferred_batch_rows` (Triton's
-//     preferred_batch_size), a batch is cut at once, whatever the two rules
-//     above say, provided fewer than max_concurrent_batches run. Queued rows
-//     count every request not yet dropped (a cancelled one counts until a
-//     batch reaches it).
+//   - Whenever the queued requests, taken in batch order, add up to exactly
+//     one of `preferred_batch_rows` (Triton's preferred_batch_size) before
+//     they pass the largest of them or max_batch_rows, a batch of the largest
+//     such total is cut at once, whatever the two rules above say, provided
+//     fewer than max_concurrent_batches run. Otherwise those rules cut it
+//     (so 3 + 3 rows with preferred size 4 wait and leave together). A
+//     cancelled request counts until a batch reaches it.
 //   - So a request waits for at most the batch running when it arrived, then
 //     max_queue_delay, then its own batch.
 //   - Batches take requests by priority level (1 is the highest), first in
-//     first out within a level, up to a limit: the largest preferred size
-//     the queued rows reach (if any), never more than `max_batch_rows` (if
-//     set). A batch stops before the request that would pass the limit; a
-//     single request larger than it runs alone.
+//     first out within a level, up to a limit: the preferred total above (if
+//     any), never more than `max_batch_rows` (if set). A batch stops before
+//     the request that would pass the limit; a single request larger than it
+//     runs alone.
 //   - The executor is called outside the batcher's lock with the tasks of one
 //     batch; it must run them (typically on the worker pool, never inline on
 //     the caller's thread if that is a gRPC thread) and then call BatchDone().
@@ -183,10 +185,13 @@ class DynamicBatcher {
   // Whether a batch should be cut now: the rows are full or reach a preferred
   // size, or the wait is over.
   bool BatchDue(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The largest preferred size the queued rows reach; 0 when none is reached.
-  int64_t PreferredRowsReached() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The next batch in priority order, up to PreferredRowsReached() (when one
-  // is) and max_batch_rows (when set); empty when everything left had gone.
+  // The largest preferred size that the queued requests' rows, added up in
+  // batch order, land on exactly (looking at most kMaxPreferredScan
+  // requests); 0 when none is.
+  int64_t PreferredCut() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr int64_t kMaxPreferredScan = 4096;
+  // The next batch in priority order, up to PreferredCut() (when one is) and
+  // max_batch_rows (when set); empty when everything left had gone.
   Batch TakeBatch(absl::Time now, std::vector<Rejection>* rejected)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time NextDue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

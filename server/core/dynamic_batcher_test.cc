@@ -370,11 +370,31 @@ TEST_F(BatcherTest, APreferredSizeKeepsStrictPriorityOrder) {
   ASSERT_TRUE(Add("a", 1).ok());  // runs at once
   ASSERT_TRUE(Add("low", 1, 3).ok());
   ASSERT_TRUE(Add("mid", 2, 2).ok());
-  ASSERT_TRUE(Add("high", 3, 1).ok());  // 6 rows reach 4: cut
-  // mid would pass 4 rows, and low may not jump the level mid waits in.
-  EXPECT_THAT(batches_.back(), ElementsAre("high"));
-  ASSERT_TRUE(Add("high2", 1, 1).ok());  // 4 rows again: cut, highest level first
-  EXPECT_THAT(batches_.back(), ElementsAre("high2", "mid", "low"));
+  // In batch order high (3), then mid (5): no total lands on 4, so nothing is
+  // cut (6 rows are queued, but low may not jump the level mid waits in).
+  ASSERT_TRUE(Add("high", 3, 1).ok());
+  EXPECT_EQ(batches_.size(), 1u);
+  ASSERT_TRUE(Add("high2", 1, 1).ok());  // high + high2 = 4: cut, highest level first
+  EXPECT_THAT(batches_.back(), ElementsAre("high", "high2"));
+  clock_.Advance(absl::Microseconds(1000));  // mid + low (3 rows) wait for the delay
+  batcher_->Poll();
+  EXPECT_THAT(batches_.back(), ElementsAre("mid", "low"));
+}
+
+// Triton's rule: a batch is cut early only where the requests' rows add up
+// to a preferred size exactly; 3 + 3 rows never make 4, so they wait for the
+// delay and leave together rather than in two smaller batches.
+TEST_F(BatcherTest, RequestsThatAddUpToNoPreferredSizeWaitAndLeaveTogether) {
+  BatchingOptions o = Options(1000, 0, 0, /*concurrent=*/2);
+  o.preferred_batch_rows = {4};
+  Make(o);
+  ASSERT_TRUE(Add("a", 1).ok());  // runs at once
+  ASSERT_TRUE(Add("b", 3).ok());
+  ASSERT_TRUE(Add("c", 3).ok());
+  EXPECT_EQ(batches_.size(), 1u);
+  clock_.Advance(absl::Microseconds(1000));
+  batcher_->Poll();
+  EXPECT_THAT(batches_.back(), ElementsAre("b", "c"));
 }
 
 TEST_F(BatcherTest, ClosedBatcherRefusesNewWorkAndRunsWhatIsQueued) {

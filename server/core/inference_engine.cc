@@ -225,9 +225,8 @@ absl::Status WarmupFailed(const WarmupSample& sample, const absl::Status& s) {
 }  // namespace
 
 absl::Status InferenceEngine::Warm(const std::shared_ptr<ServedModel>& served,
-                                   const std::vector<WarmupSample>& samples,
+                                   const std::vector<WarmupSample>& samples, absl::Time deadline,
                                    const std::function<bool()>& stopped) {
-  const absl::Time deadline = clock_->Now() + kWarmupDeadline;
   // Every resident byte first: the samples' data may leave weights unread
   // (a group index of 0 reads one expert).
   served->model().TouchResident();

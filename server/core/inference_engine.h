@@ -71,7 +71,6 @@ namespace gemmserve {
 struct ModelVersion {
   std::unique_ptr<Model> model;
   std::optional<BatchingOptions> batching;  // none: one request at a time
-  std::vector<WarmupSample> warmup;
 };
 
 struct EngineOptions {
@@ -122,17 +121,20 @@ class InferenceEngine {
   // them), each with its own batcher and statistics: they replace every
   // version served before at once, and a version no longer served closes its
   // queue, whose requests (and those computing) still finish on it. Before
-  // any is served, every warmup sample of each runs through it, one request
-  // at a time, on the path a client's request takes (so its statistics count
-  // them); meanwhile the name stays as it was (a model already served serves
-  // on). A sample a version answers with an error is not served: the error,
-  // naming the sample, is returned (INVALID_ARGUMENT, or RESOURCE_EXHAUSTED /
-  // UNAVAILABLE when the server lacked the memory), and nothing is
-  // installed. Once `stopped` (may be empty: never) answers true, no further
-  // warmup request is run or computed and nothing is installed: UNAVAILABLE
-  // (the server is shutting down). Each model's metadata names `name` and
-  // one version, a number, different for each; `versions` is not empty.
+  // any is served, every `warmup` sample runs through each version (one copy
+  // of the samples for all), one request at a time, on the path a client's
+  // request takes (so its statistics count them), all within kWarmupDeadline
+  // of the start; meanwhile the name stays as it was (a model already served
+  // serves on). A sample a version answers with an error is not served: the
+  // error, naming the sample, is returned (INVALID_ARGUMENT, or
+  // RESOURCE_EXHAUSTED / UNAVAILABLE when the server lacked the memory), and
+  // nothing is installed. Once `stopped` (may be empty: never) answers true,
+  // no further warmup request is run or computed and nothing is installed:
+  // UNAVAILABLE (the server is shutting down). Each model's metadata names
+  // `name` and one version, a number; INVALID_ARGUMENT when `versions` is
+  // empty or holds a version twice.
   absl::Status InstallVersions(const std::string& name, std::vector<ModelVersion> versions,
+                               std::vector<WarmupSample> warmup = {},
                                std::function<bool()> stopped = {});
   // The name stays known but serves no more (kUnloaded). NOT_FOUND for a
   // name not known.
@@ -204,9 +206,11 @@ class InferenceEngine {
   // A served model with its batcher (when `batching`), not yet published.
   std::shared_ptr<ServedModel> MakeServed(std::unique_ptr<Model> model,
                                           const std::optional<BatchingOptions>& batching);
-  // Runs the warmup samples on `served`, not yet published; the first error.
+  // Runs the warmup samples on `served`, not yet published, each run before
+  // `deadline`; the first error.
   absl::Status Warm(const std::shared_ptr<ServedModel>& served,
-                    const std::vector<WarmupSample>& samples, const std::function<bool()>& stopped);
+                    const std::vector<WarmupSample>& samples, absl::Time deadline,
+                    const std::function<bool()>& stopped);
   // One run of a warmup sample's `inputs`: OK, or why it failed.
   absl::Status WarmOnce(const std::shared_ptr<ServedModel>& served,
                         const std::vector<InputTensorView>& inputs, absl::Time deadline,

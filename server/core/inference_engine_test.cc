@@ -308,8 +308,8 @@ TEST(EngineVersionsTest, EachVersionServesOnItsOwnAndADroppedOneFinishesWhatItHo
   auto one = std::make_unique<FakeModel>("m", "1");
   FakeModel* v1 = one.get();
   std::vector<ModelVersion> versions;
-  versions.push_back({std::move(one), std::nullopt, {}});
-  versions.push_back({std::make_unique<FakeModel>("m", "3"), BatchingOptions{}, {}});
+  versions.push_back({std::move(one), std::nullopt});
+  versions.push_back({std::make_unique<FakeModel>("m", "3"), BatchingOptions{}});
   ASSERT_TRUE(engine.InstallVersions("m", std::move(versions)).ok());
   EXPECT_THAT(engine.Versions("m"), ElementsAre("1", "3"));
   EXPECT_EQ((*engine.FindModel("m", ""))->metadata().versions.front(), "3");
@@ -331,7 +331,7 @@ TEST(EngineVersionsTest, EachVersionServesOnItsOwnAndADroppedOneFinishesWhatItHo
                   .ok());
   v1->WaitUntilBlocked();
   std::vector<ModelVersion> reload;
-  reload.push_back({std::make_unique<FakeModel>("m", "3"), std::nullopt, {}});
+  reload.push_back({std::make_unique<FakeModel>("m", "3"), std::nullopt});
   ASSERT_TRUE(engine.InstallVersions("m", std::move(reload)).ok());
   EXPECT_EQ(engine.FindModel("m", "1").status().code(), absl::StatusCode::kNotFound);
   v1->Release();

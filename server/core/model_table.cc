@@ -53,8 +53,8 @@ absl::Status InferenceEngine::Install(std::unique_ptr<Model> model,
                                       std::function<bool()> stopped) {
   const std::string name = model->metadata().name;
   std::vector<ModelVersion> versions;
-  versions.push_back(ModelVersion{std::move(model), std::move(batching), std::move(warmup)});
-  return InstallVersions(name, std::move(versions), std::move(stopped));
+  versions.push_back(ModelVersion{std::move(model), std::move(batching)});
+  return InstallVersions(name, std::move(versions), std::move(warmup), std::move(stopped));
 }
 
 std::shared_ptr<ServedModel> InferenceEngine::MakeServed(
@@ -77,21 +77,34 @@ std::shared_ptr<ServedModel> InferenceEngine::MakeServed(
 
 absl::Status InferenceEngine::InstallVersions(const std::string& name,
                                               std::vector<ModelVersion> versions,
+                                              std::vector<WarmupSample> warmup,
                                               std::function<bool()> stopped) {
   std::map<int64_t, std::shared_ptr<ServedModel>> ready;
   for (ModelVersion& v : versions) {
-    std::shared_ptr<ServedModel> served = MakeServed(std::move(v.model), v.batching);
-    ready[VersionKey(served->metadata())] = served;
-    if (v.warmup.empty()) continue;
-    if (absl::Status warmed = Warm(served, v.warmup, stopped); !warmed.ok()) {
-      for (auto& [number, made] : ready) CloseQueue(made.get());
+    const int64_t number = VersionKey(v.model->metadata());
+    if (ready.count(number) != 0) {
+      for (auto& [n, made] : ready) CloseQueue(made.get());
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", name, "': version ", number, " given twice"));
+    }
+    ready[number] = MakeServed(std::move(v.model), v.batching);
+  }
+  if (ready.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", name, "': no version to serve"));
+  }
+  const absl::Time deadline = clock_->Now() + kWarmupDeadline;  // the whole load's
+  for (auto& [number, served] : ready) {
+    if (warmup.empty()) break;
+    if (absl::Status warmed = Warm(served, warmup, deadline, stopped); !warmed.ok()) {
+      for (auto& [n, made] : ready) CloseQueue(made.get());
       return warmed;
     }
-    for (WarmupSample& sample : v.warmup) {
-      for (WarmupInput& input : sample.inputs) std::string().swap(input.bytes);
-    }
-    served->set_warmup(std::move(v.warmup));
   }
+  // What each version ran, for its statistics' readers; the bytes go.
+  for (WarmupSample& sample : warmup) {
+    for (WarmupInput& input : sample.inputs) std::string().swap(input.bytes);
+  }
+  for (auto& [number, served] : ready) served->set_warmup(warmup);
   std::map<int64_t, std::shared_ptr<ServedModel>> old;
   {
     absl::MutexLock lock(&mu_);

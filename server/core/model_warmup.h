@@ -34,7 +34,7 @@ struct WarmupInput {
 
 struct WarmupSample {
   std::string name;
-  uint32_t batch_size = 0;  // as configured (0 or 1)
+  uint32_t batch_size = 0;  // as configured (the inputs' shapes already hold it)
   uint32_t count = 1;       // runs, at least 1
   std::vector<WarmupInput> inputs;
 };

@@ -43,7 +43,8 @@ class ServedModel {
   // The batcher, once the engine gave it one; null for a model without batching.
   DynamicBatcher* batcher() const { return batcher_.get(); }
   void set_batcher(std::shared_ptr<DynamicBatcher> batcher) { batcher_ = std::move(batcher); }
-  // The samples it ran at load (their bytes emptied), for ModelConfig.
+  // The samples it ran at load (their bytes emptied): what its statistics
+  // count before any client's request.
   const std::vector<WarmupSample>& warmup() const { return warmup_; }
   void set_warmup(std::vector<WarmupSample> warmup) { warmup_ = std::move(warmup); }
 

@@ -232,10 +232,10 @@ absl::StatusOr<std::unique_ptr<PreparedInference>> ConfiguredModel::Prepare(
     }
     if (first == nullptr) first = &in;
     if (in.shape[0] != first->shape[0]) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", in.spec->name, "': batch size ",
-                                                     in.shape[0],
-                                                     " (its first dimension) differs from input '",
-                                                     first->spec->name, "''s ", first->shape[0]));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", in.spec->name, "': batch size ", in.shape[0],
+                       " (its first dimension) differs from the batch size ", first->shape[0],
+                       " of input '", first->spec->name, "'"));
     }
   }
   const int64_t batch = first == nullptr ? 0 : first->shape[0];

@@ -16,7 +16,6 @@
 //    the model file and the model's parameters. Completing it again changes
 //    nothing, so it loads back to an equal config.
 //
-//   GEMMSERVE_RETURN_IF_ERROR(CheckDeclaredTensors(config, model->metadata()));
 //   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> served,
 //                              ConfiguredModel::Make(std::move(model), config, "model.onnx"));
 //   const inference::ModelConfig* answer = LoadedConfig(*served);
@@ -36,7 +35,8 @@
 
 namespace gemmserve {
 
-// OK when every declared input and output is one of the model's, with a
+// What Make checks of the config's tensors, on its own (for tests and
+// tools): OK when every declared input and output is one of the model's, with a
 // datatype it accepts (TYPE_INVALID: any) and dimensions that agree (-1 on
 // either side matches any; with max_batch_size > 0 the dims follow a batch
 // dimension the model must leave variable, for every tensor), and an input
@@ -47,9 +47,10 @@ absl::Status CheckDeclaredTensors(const inference::ModelConfig& config,
 
 class ConfiguredModel final : public Model {
  public:
-  // `inner` served as `config` says (CheckConfig and CheckDeclaredTensors
-  // passed); `model_file` is the file it was loaded from ("" for a built-in
-  // model). The answer's name is the model's.
+  // `inner` served as `config` (CheckConfig passed) says; INVALID_ARGUMENT
+  // when its tensors do not fit the model's (CheckDeclaredTensors).
+  // `model_file` is the file it was loaded from ("" for a built-in model).
+  // The answer's name is the model's.
   static absl::StatusOr<std::unique_ptr<ConfiguredModel>> Make(std::unique_ptr<Model> inner,
                                                                inference::ModelConfig config,
                                                                absl::string_view model_file);
@@ -59,6 +60,8 @@ class ConfiguredModel final : public Model {
   // dimensions differ or pass it; then the model's own checks.
   absl::StatusOr<std::unique_ptr<PreparedInference>> Prepare(
       const BoundInputs& inputs) const override;
+  // `batch` holds what this model's Prepare made (with max_batch_size > 0,
+  // its wrappers, unwrapped here for the inner model).
   std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
                                      int threads) const override;
   void TouchResident() const override { inner_->TouchResident(); }

@@ -90,11 +90,6 @@ absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
   if (static_cast<uint32_t>(max_concurrent_batches) > kMaxConcurrentBatches) {
     return OverLimit("max_concurrent_batches", max_concurrent_batches, kMaxConcurrentBatches);
   }
-  if (static_cast<uint64_t>(std::max(config.max_batch_size(), 0)) > kMaxBatchRows) {
-    return absl::InvalidArgumentError(absl::StrCat("config.pbtxt: max_batch_size ",
-                                                   config.max_batch_size(),
-                                                   " is over the limit of ", kMaxBatchRows));
-  }
   // Every value is now small enough for the types it goes into.
   BatchingOptions o;
   o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(db.max_queue_delay_microseconds()));
@@ -219,12 +214,12 @@ absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles
     ModelVersion v;
     v.model = std::move(configured);
     GEMMSERVE_ASSIGN_OR_RETURN(v.batching, BatchingFromConfig(config));  // each its own batcher
-    v.warmup = warmup;
     served.push_back(std::move(v));
   }
   // READY only once every warmup sample ran on every version (what was
   // served serves meanwhile); a sample a version refuses fails the load.
-  return engine_->InstallVersions(name, std::move(served), [this] { return loads_stopped(); });
+  return engine_->InstallVersions(name, std::move(served), std::move(warmup),
+                                  [this] { return loads_stopped(); });
 }
 
 absl::Status ModelRepository::LoadOrThrow(const std::string& name,
@@ -356,8 +351,9 @@ std::vector<ModelStatus> ModelRepository::Index() const {
       }
     }
   }
-  std::sort(out.begin(), out.end(),
-            [](const ModelStatus& a, const ModelStatus& b) { return a.name < b.name; });
+  // Stable: a model's versions stay in the engine's ascending order.
+  std::stable_sort(out.begin(), out.end(),
+                   [](const ModelStatus& a, const ModelStatus& b) { return a.name < b.name; });
   return out;
 }
 

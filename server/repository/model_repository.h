@@ -1,7 +1,7 @@
 // ModelRepository: Triton's model repository layout, loaded into the engine.
 //
-//   DIR/<model>/config.pbtxt        optional, gemmserve.config.ModelConfigFile
-//   DIR/<model>/<version>/model.onnx  (the highest numeric version is served)
+//   DIR/<model>/config.pbtxt        optional, Triton's ModelConfig (triton_config.h)
+//   DIR/<model>/<version>/model.onnx  (version_policy chooses; default the highest)
 //
 // Models load at start-up (a model that fails is listed UNAVAILABLE with its
 // reason; the server runs on) and on request: Load replaces a served model

@@ -522,11 +522,7 @@ TEST(ModelConfigFileTest, EveryNumericFieldIsRangeChecked) {
       {"default_timeout_microseconds",
        "dynamic_batching { default_queue_policy { default_timeout_microseconds: $0 } }",
        3'600'000'000},
-      {"priority_levels", "dynamic_batching { priority_levels: $0 }", 256},
-      {"max_concurrent_batches",
-       "dynamic_batching {} parameters { key: 'max_concurrent_batches' value { string_value: "
-       "'$0' } }",
-       64}};
+      {"priority_levels", "dynamic_batching { priority_levels: $0 }", 256}};
   for (const Field& f : fields) {
     for (uint64_t value : {f.limit, f.limit + 1}) {
       const std::string text = absl::Substitute(f.text, value);

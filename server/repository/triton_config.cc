@@ -82,10 +82,34 @@ absl::Status RefuseFirstSet(absl::string_view owner, std::initializer_list<Unhon
   return absl::OkStatus();
 }
 
+// Each declared tensor once, with dims of -1 (any) or at least 0, as Triton
+// requires.
+template <typename Declared>
+absl::Status CheckTensorNamesAndDims(absl::string_view what,
+                                     const google::protobuf::RepeatedPtrField<Declared>& tensors) {
+  for (int i = 0; i < tensors.size(); ++i) {
+    const Declared& d = tensors[i];
+    for (int j = 0; j < i; ++j) {
+      if (tensors[j].name() == d.name()) {
+        return Refuse(absl::StrCat(what, " '", ClientText(d.name(), 64), "'"), "declared twice");
+      }
+    }
+    for (int64_t dim : d.dims()) {
+      if (dim < -1) {
+        return Refuse(absl::StrCat(what, " '", ClientText(d.name(), 64), "': dims"),
+                      absl::StrCat(dim, " is neither -1 (any) nor a size"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Triton's tensor fields that change what the server does with a tensor:
 // gemmserve gives the model each tensor as the request sent it. (optional
 // depends on the model: CheckDeclaredTensors.)
 absl::Status CheckTensorFields(const inference::ModelConfig& t) {
+  GEMMSERVE_RETURN_IF_ERROR(CheckTensorNamesAndDims("input", t.input()));
+  GEMMSERVE_RETURN_IF_ERROR(CheckTensorNamesAndDims("output", t.output()));
   for (const inference::ModelInput& in : t.input()) {
     GEMMSERVE_RETURN_IF_ERROR(RefuseFirstSet(
         absl::StrCat("input '", ClientText(in.name(), 64), "': "),
@@ -119,8 +143,9 @@ absl::Status CheckTensorFields(const inference::ModelConfig& t) {
 // request has its own answer.)
 absl::Status CheckBatching(const inference::ModelConfig& t) {
   const inference::ModelDynamicBatching& d = t.dynamic_batching();
-  if (t.max_batch_size() < 0) {
-    return Refuse(absl::StrCat("max_batch_size ", t.max_batch_size()), "negative");
+  if (t.max_batch_size() < 0 || t.max_batch_size() > kMaxBatchSize) {
+    return Refuse(absl::StrCat("max_batch_size ", t.max_batch_size()),
+                  absl::StrCat("outside 0 to the limit of ", kMaxBatchSize));
   }
   if (d.preferred_batch_size_size() > kMaxPreferredBatchSizes) {
     return Refuse("dynamic_batching.preferred_batch_size",
@@ -152,7 +177,7 @@ absl::Status CheckBatching(const inference::ModelConfig& t) {
       return Refuse(absl::StrCat("parameters['", key, "']"), "needs a dynamic_batching block");
     }
   }
-  return absl::OkStatus();
+  return ConcurrentBatches(t).status();
 }
 
 // Instances: gemmserve runs a model's batches on the CPU's compute threads;
@@ -391,6 +416,11 @@ absl::StatusOr<int> ConcurrentBatches(const inference::ModelConfig& config) {
   for (const inference::ModelInstanceGroup& g : config.instance_group()) {
     groups += std::max(g.count(), 1);  // CheckConfig bounded the sum
   }
+  if (parameter > static_cast<uint64_t>(kMaxInstanceCount)) {
+    return absl::InvalidArgumentError(absl::StrCat("parameters['", kMaxConcurrentBatchesParameter,
+                                                   "'] ", parameter, " is over the limit of ",
+                                                   kMaxInstanceCount, " batches run at once"));
+  }
   if (groups > 0 && parameter > 0 && parameter != static_cast<uint64_t>(groups)) {
     return absl::InvalidArgumentError(absl::StrCat("parameters['", kMaxConcurrentBatchesParameter,
                                                    "'] ", parameter,
@@ -438,8 +468,17 @@ absl::Status CheckParameters(const inference::ModelConfig& config, const Model& 
   if (config.parameters().empty()) return absl::OkStatus();
   std::vector<std::string> reported = {kMaxBatchRowsParameter, kMaxConcurrentBatchesParameter,
                                        kAccuracyLevelParameter};
-  for (const auto& [key, value] : model.parameters()) reported.push_back(key);
+  const std::vector<std::pair<std::string, std::string>> facts = model.parameters();
+  for (const auto& [key, value] : facts) reported.push_back(key);
   for (const auto& [key, value] : config.parameters()) {
+    auto fact = std::find_if(facts.begin(), facts.end(), [&](const auto& f) {
+      return f.first == key && key != kAccuracyLevelParameter;
+    });
+    if (fact != facts.end() && fact->second != value.string_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config: parameter '", ClientText(key), "' is '", ClientText(value.string_value(), 64),
+          "', but the model's is '", fact->second, "' (a fact of the model, not a setting)"));
+    }
     if (std::find(reported.begin(), reported.end(), key) == reported.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "config: parameter '", ClientText(key), "' is neither a setting of gemmserve "

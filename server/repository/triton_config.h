@@ -63,6 +63,9 @@ inline constexpr int kMaxConfigNesting = 64;
 // model may run at once (max_concurrent_batches), up to this.
 inline constexpr int kMaxInstanceCount = 64;
 
+// The largest max_batch_size (the batcher's limit on rows, 2^24).
+inline constexpr int32_t kMaxBatchSize = int32_t{1} << 24;
+
 // The most versions of one model a version policy may serve at once (each
 // holds its own weights).
 inline constexpr int kMaxServedVersions = 16;
@@ -73,7 +76,8 @@ inline constexpr int kMaxPreferredBatchSizes = 64;
 // The batches of the model that may run at once: instance_group's counts
 // added up (a group of count 0 counts 1, as in Triton), or the
 // max_concurrent_batches parameter; 1 when neither is set. INVALID_ARGUMENT
-// when both are set and differ. CheckConfig bounds both.
+// when both are set and differ, or the parameter is over kMaxInstanceCount
+// (CheckConfig bounds the groups, and calls this).
 absl::StatusOr<int> ConcurrentBatches(const inference::ModelConfig& config);
 
 // The versions `config`'s version_policy serves, ascending, out of those
@@ -122,7 +126,8 @@ absl::StatusOr<inference::ModelConfig> ConfigFromTritonJson(absl::string_view js
 absl::Status CheckConfig(const inference::ModelConfig& config);
 
 // OK when every parameter of `config` is gemmserve's (above) or one `model`
-// reports (its parameters()); INVALID_ARGUMENT naming the first that is not.
+// reports (its parameters()) with the value it reports; INVALID_ARGUMENT
+// naming the first that is not.
 absl::Status CheckParameters(const inference::ModelConfig& config, const Model& model);
 
 }  // namespace gemmserve

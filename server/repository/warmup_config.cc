@@ -160,9 +160,35 @@ absl::StatusOr<WarmupSample> SampleFromConfig(const inference::ModelWarmup& w, i
   return sample;
 }
 
+// `input`'s bytes from its file: exactly the tensor's bytes; with a batch
+// dimension (`batched`), at least one batch item's, which every item of the
+// batch gets (Triton's reading of a batched sample's file).
+absl::Status ReadWarmupFile(const WarmupSample& sample, WarmupInput& input, bool batched,
+                            const ModelFile& file) {
+  const int64_t bytes = *ByteSize(input.shape, input.type);
+  const int64_t items = batched ? std::max<int64_t>(input.shape[0], 1) : 1;
+  const int64_t item = bytes / items;
+  const bool whole = file.size() == bytes, one_item = batched && file.size() >= item;
+  if (!whole && !one_item) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.pbtxt: model_warmup '", ClientText(sample.name), "': input '",
+        ClientText(input.name), "': ", kWarmupDir, "/", ClientText(input.file), " holds ",
+        file.size(), " bytes; dims ", ShapeToString(input.shape), " of ", DataTypeName(input.type),
+        " need ", batched ? absl::StrCat("at least ", item) : "",
+        batched ? " (one batch item) or " : "", bytes));
+  }
+  input.bytes.resize(static_cast<size_t>(bytes));
+  if (whole) return file.Read(0, bytes, input.bytes.data());
+  GEMMSERVE_RETURN_IF_ERROR(file.Read(0, item, input.bytes.data()));
+  for (int64_t i = 1; i < items; ++i) {
+    std::memcpy(input.bytes.data() + i * item, input.bytes.data(), static_cast<size_t>(item));
+  }
+  return absl::OkStatus();
+}
+
 // The samples' bytes, all counted before: read from their files, zeros, or
 // random values from one fixed seed.
-absl::Status MakeBytes(std::vector<WarmupSample>& samples, const ModelFiles& files) {
+absl::Status MakeBytes(std::vector<WarmupSample>& samples, const ModelFiles& files, bool batched) {
   std::mt19937_64 rng(0x9e3779b97f4a7c15ull);
   for (WarmupSample& sample : samples) {
     for (WarmupInput& input : sample.inputs) {
@@ -175,15 +201,7 @@ absl::Status MakeBytes(std::vector<WarmupSample>& samples, const ModelFiles& fil
               absl::StrCat("config.pbtxt: model_warmup '", ClientText(sample.name), "': input '",
                            ClientText(input.name), "': ", file.status().message()));
         }
-        if ((*file)->size() != bytes) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("config.pbtxt: model_warmup '", ClientText(sample.name), "': input '",
-                           ClientText(input.name), "': ", kWarmupDir, "/", ClientText(input.file),
-                           " holds ", (*file)->size(), " bytes; dims ", ShapeToString(input.shape),
-                           " of ", DataTypeName(input.type), " need ", bytes));
-        }
-        input.bytes.resize(static_cast<size_t>(bytes));
-        GEMMSERVE_RETURN_IF_ERROR((*file)->Read(0, bytes, input.bytes.data()));
+        GEMMSERVE_RETURN_IF_ERROR(ReadWarmupFile(sample, input, batched, **file));
         continue;
       }
       input.bytes.assign(static_cast<size_t>(bytes), '\0');
@@ -215,7 +233,7 @@ absl::StatusOr<std::vector<WarmupSample>> WarmupFromConfig(const inference::Mode
                                                 &total_runs, &total_bytes, max_bytes));
     samples.push_back(std::move(sample));
   }
-  GEMMSERVE_RETURN_IF_ERROR(MakeBytes(samples, files));
+  GEMMSERVE_RETURN_IF_ERROR(MakeBytes(samples, files, config.max_batch_size() > 0));
   return samples;
 }
 

@@ -21,6 +21,25 @@
 namespace gemmserve {
 namespace {
 
+// The --builtin_* flags, held to config.pbtxt's limits (docs/models.md), as
+// the built-in models' config says them.
+absl::Status ValidateBuiltinBatching(const BatchingOptions& b) {
+  const int64_t delay_us = absl::ToInt64Microseconds(b.max_queue_delay);
+  if (delay_us < 0 || delay_us > 10'000'000) {
+    return absl::InvalidArgumentError(absl::StrCat("--builtin_max_queue_delay_us ", delay_us,
+                                                   " is outside 0 to 10000000 (10 s)"));
+  }
+  if (b.max_batch_rows < 0 || b.max_batch_rows > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--builtin_max_batch_rows ", b.max_batch_rows, " is outside 0 to 16777216"));
+  }
+  if (b.max_queue_size < 0 || b.max_queue_size > 1'000'000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--builtin_max_queue_size ", b.max_queue_size, " is outside 0 to 1000000"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Validate(const ServingOptions& o) {
   const EngineOptions& e = o.engine;
   if (e.compute_threads < 0)
@@ -41,7 +60,7 @@ absl::Status Validate(const ServingOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--metrics_port ", o.metrics_port, " is not a port number"));
   }
-  return absl::OkStatus();
+  return ValidateBuiltinBatching(o.builtin_batching);
 }
 
 }  // namespace

@@ -130,7 +130,8 @@ class Serving {
   absl::Status ModelMetadata(Authorization authorization,
                              const inference::ModelMetadataRequest& request,
                              inference::ModelMetadataResponse* response) const;
-  // Triton's ModelConfig of the served model (EncodeModelConfig).
+  // Triton's ModelConfig of the served version: the config it was loaded
+  // with, completed at load (configured_model.h).
   absl::Status ModelConfig(Authorization authorization,
                            const inference::ModelConfigRequest& request,
                            inference::ModelConfigResponse* response) const;

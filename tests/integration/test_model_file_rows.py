@@ -195,10 +195,10 @@ class ModelFileRowsTest(GemmServeTestCase):
             "default_queue_policy { default_timeout_microseconds: 3600000001 }":
                 "default_timeout_microseconds",
             "} parameters { key: 'max_concurrent_batches' value { string_value: '65' } ":
-                "max_concurrent_batches 65 is over the limit of 64",
+                "parameters['max_concurrent_batches'] 65 is over the limit of 64",
             "} instance_group { count: 65 ": "instance_group.count 65",
             "} max_batch_size: 16777217 instance_group { ":
-                "max_batch_size 16777217 is over the limit",
+                "max_batch_size 16777217: outside 0 to the limit of 16777216",
             "preferred_batch_size: 0": "preferred_batch_size 0",
             "preferred_batch_size: 8 } max_batch_size: 4 instance_group { ":
                 "outside 1 to max_batch_size 4",

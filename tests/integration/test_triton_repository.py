@@ -252,6 +252,8 @@ class TritonRepositoryTest(GemmServeTestCase):
             "max_batch_sizes: 8": "max_batch_sizes",
             'parameters { key: "max_batch_row" value { string_value: "8" } }': "max_batch_row",
             'version_policy { specific { versions: [ 2 ] } }': "version 2",
+            'parameters { key: "k" value { string_value: "999" } }': "the model's is '16'",
+            'input [ { name: "x" dims: [ -2 ] } ]': "neither -1 (any) nor a size",
         }
         for config, name in cases.items():
             with self.subTest(config):
