@@ -238,6 +238,20 @@ class TritonRepositoryTest(GemmServeTestCase):
                 finally:
                     self.load(name)
 
+    def test_a_batched_warmup_sample_reads_one_item_for_every_item(self):
+        item = np.arange(K, dtype=np.float32)
+        config = ('max_batch_size: 4\nmodel_warmup { name: "w" batch_size: 3 count: 2 '
+                  'inputs { key: "x" value { data_type: TYPE_FP32 dims: [16] '
+                  'input_data_file: "x.bin" } } }\n')
+        files = {"1/model.onnx": xy_model(WEIGHTS[1]), "warmup/x.bin": item.tobytes()}
+        self.load("warmed", config=config, files=files)
+        stats = self.stub.ModelStatistics(pb2.ModelStatisticsRequest(name="warmed")).model_stats
+        self.assertEqual(stats[0].execution_count, 2)  # the sample's two runs
+        self.assertEqual(stats[0].inference_count, 6)  # of 3 batch items each
+        short = {**files, "warmup/x.bin": item.tobytes()[:-4]}
+        error = self.load_error("warmed_short", config, short)
+        self.assertIn("need at least 64 (one batch item)", error.details())
+
     def test_what_gemmserve_cannot_do_is_refused_by_name(self):
         files = {"1/model.onnx": xy_model(WEIGHTS[1])}
         cases = {
