@@ -8,6 +8,7 @@ config, and the refusals by name while the other models serve on."""
 import concurrent.futures
 import os
 import shutil
+import sys
 import tempfile
 import unittest
 
@@ -155,6 +156,8 @@ class TritonRepositoryTest(GemmServeTestCase):
         after = stats()
         inferences, executions = after[0] - before[0], after[1] - before[1]
         self.assertEqual(inferences, 64)
+        print(f"64 concurrent single-row requests to max_batch_size 8: {executions} kernel calls "
+              f"({inferences / executions:.1f} rows per call)", file=sys.stderr)
         self.assertLess(executions, 64, "no two requests were merged into one batch")
 
     def test_backend_and_default_model_filename(self):
