@@ -471,8 +471,9 @@ absl::Status CheckParameters(const inference::ModelConfig& config, const Model& 
   const std::vector<std::pair<std::string, std::string>> facts = model.parameters();
   for (const auto& [key, value] : facts) reported.push_back(key);
   for (const auto& [key, value] : config.parameters()) {
+    const std::string& name = key;  // (a structured binding is not captured before C++20)
     auto fact = std::find_if(facts.begin(), facts.end(), [&](const auto& f) {
-      return f.first == key && key != kAccuracyLevelParameter;
+      return f.first == name && name != kAccuracyLevelParameter;
     });
     if (fact != facts.end() && fact->second != value.string_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
