@@ -31,7 +31,8 @@ const gemmserve::BatchingOptions& kBuiltin = kDefaults.serving.builtin_batching;
 const gemmserve::HttpOptions& kHttp = kDefaults.http;
 }  // namespace
 
-ABSL_FLAG(std::string, host, kDefaults.serving.host, "Address to listen on (gRPC and /metrics).");
+ABSL_FLAG(std::string, host, kDefaults.serving.host,
+          "Address to listen on (gRPC, HTTP/REST and /metrics).");
 ABSL_FLAG(int32_t, grpc_port, kGrpc.port, "gRPC port; 0 picks a free one (printed on stdout).");
 ABSL_FLAG(int32_t, http_port, kHttp.port,
           "HTTP/REST port (KServe v2 REST binding); 0 picks a free one (printed on stdout); "

@@ -245,84 +245,22 @@ class InferHandler {
                              "': expected a non-negative integer (int64 or uint64)"));
   }
 
+  // A value that is not an array or object, read in the frame it is in.
   bool Scalar(Kind k, absl::string_view text) {
     if (stack_.empty()) return Fail("the request must be a JSON object");
     switch (stack_.back()) {
-      case Frame::kRoot:
-        if (key_ == "id") {
-          if (k != kString) return WrongKind(k, "a string");
-          if (!Once(&root_id_, "id")) return false;
-          if (pass_ == 1) request_->id.assign(text.data(), text.size());
-          return true;
-        }
-        if (key_ == "inputs" || key_ == "outputs") return WrongKind(k, "an array");
-        if (key_ == "parameters") return WrongKind(k, "an object");
-        return Fail(absl::StrCat("unknown field '", ClientText(key_),
-                                 "' in the request; expected id, parameters, inputs, outputs"));
-      case Frame::kRootParams:
-        if (pass_ == 2) return true;
-        if (key_ == "priority") return UnsignedParameter(k, text, &request_->view.priority);
-        if (key_ == "timeout") return UnsignedParameter(k, text, &request_->view.timeout_us);
-        if (key_ == "binary_data_output") {
-          if (k != kBool) return WrongKind(k, "a boolean");
-          request_->binary_data_output = bool_;
-          for (HttpRequestedOutput& o : request_->outputs) o.binary = o.binary || bool_;
-        }
-        return true;  // other parameters are not ours to read, as on gRPC
+      case Frame::kRoot: return RootField(k, text);
+      case Frame::kRootParams: return pass_ == 2 || RootParameter(k, text);
       case Frame::kInput: return InputField(k, text);
-      case Frame::kShape: {
-        if (pass_ == 2) return true;
-        InputState& in = Current();
-        int64_t d;
-        if (k != kNumber || !ParseInteger(text, &d)) {
-          return Fail(absl::StrCat("'shape' of ", Where(), ": expected integers"));
-        }
-        if (static_cast<int64_t>(in.shape.size()) >= kMaxRank) {
-          return Fail(
-              absl::StrCat("'shape' of ", Where(), ": rank exceeds the maximum rank ", kMaxRank));
-        }
-        in.shape.push_back(d);
-        return true;
-      }
-      case Frame::kInputParams:
-        if (pass_ == 2) return true;
-        if (key_ == "binary_data_size") {
-          uint64_t size;
-          if (k != kNumber || !ParseInteger(text, &size) ||
-              size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-            return Fail(absl::StrCat("'binary_data_size' of ", Where(),
-                                     ": expected a non-negative integer"));
-          }
-          Current().binary_size = static_cast<int64_t>(size);
-          return true;
-        }
-        return SharedMemoryField(k, text, &Current().shm);
-      case Frame::kData: {
+      case Frame::kShape: return pass_ == 2 || ShapeEntry(k, text);
+      case Frame::kInputParams: return pass_ == 2 || InputParameter(k, text);
+      case Frame::kData:
         if (k != kNumber) {
           return Fail(absl::StrCat("'data' of ", Where(), ": expected numbers, got ", KindName(k)));
         }
         return DataNumber(text);
-      }
-      case Frame::kOutput:
-        if (pass_ == 2) return true;
-        if (key_ == "name") {
-          if (k != kString) return WrongKind(k, "a string");
-          if (output_fields_++ > 0) return Fail("'name' appears twice in a requested output");
-          request_->outputs.back().name.assign(text.data(), text.size());
-          return true;
-        }
-        if (key_ == "parameters") return WrongKind(k, "an object");
-        return Fail(absl::StrCat("unknown field '", ClientText(key_),
-                                 "' in a requested output; expected name, parameters"));
-      case Frame::kOutputParams:
-        if (pass_ == 2) return true;
-        if (key_ == "binary_data") {
-          if (k != kBool) return WrongKind(k, "a boolean");
-          request_->outputs.back().binary = bool_;
-        } else if (key_ == "classification") {
-          return Fail("output parameter 'classification' is not supported");
-        }
-        return SharedMemoryField(k, text, &request_->outputs.back().shm);
+      case Frame::kOutput: return pass_ == 2 || OutputField(k, text);
+      case Frame::kOutputParams: return pass_ == 2 || OutputParameter(k, text);
       case Frame::kInputs:
       case Frame::kOutputs:
         return Fail(absl::StrCat("each entry of '",
@@ -330,6 +268,80 @@ class InferHandler {
                                  "' must be an object, got ", KindName(k)));
     }
     return Fail("unexpected value");
+  }
+
+  bool RootField(Kind k, absl::string_view text) {
+    if (key_ == "id") {
+      if (k != kString) return WrongKind(k, "a string");
+      if (!Once(&root_id_, "id")) return false;
+      if (pass_ == 1) request_->id.assign(text.data(), text.size());
+      return true;
+    }
+    if (key_ == "inputs" || key_ == "outputs") return WrongKind(k, "an array");
+    if (key_ == "parameters") return WrongKind(k, "an object");
+    return Fail(absl::StrCat("unknown field '", ClientText(key_),
+                             "' in the request; expected id, parameters, inputs, outputs"));
+  }
+
+  bool RootParameter(Kind k, absl::string_view text) {
+    if (key_ == "priority") return UnsignedParameter(k, text, &request_->view.priority);
+    if (key_ == "timeout") return UnsignedParameter(k, text, &request_->view.timeout_us);
+    if (key_ == "binary_data_output") {
+      if (k != kBool) return WrongKind(k, "a boolean");
+      request_->binary_data_output = bool_;
+      for (HttpRequestedOutput& o : request_->outputs) o.binary = o.binary || bool_;
+    }
+    return true;  // other parameters are not ours to read, as on gRPC
+  }
+
+  bool ShapeEntry(Kind k, absl::string_view text) {
+    InputState& in = Current();
+    int64_t d;
+    if (k != kNumber || !ParseInteger(text, &d)) {
+      return Fail(absl::StrCat("'shape' of ", Where(), ": expected integers"));
+    }
+    if (static_cast<int64_t>(in.shape.size()) >= kMaxRank) {
+      return Fail(
+          absl::StrCat("'shape' of ", Where(), ": rank exceeds the maximum rank ", kMaxRank));
+    }
+    in.shape.push_back(d);
+    return true;
+  }
+
+  bool InputParameter(Kind k, absl::string_view text) {
+    if (key_ == "binary_data_size") {
+      uint64_t size;
+      if (k != kNumber || !ParseInteger(text, &size) ||
+          size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return Fail(
+            absl::StrCat("'binary_data_size' of ", Where(), ": expected a non-negative integer"));
+      }
+      Current().binary_size = static_cast<int64_t>(size);
+      return true;
+    }
+    return SharedMemoryField(k, text, &Current().shm);
+  }
+
+  bool OutputField(Kind k, absl::string_view text) {
+    if (key_ == "name") {
+      if (k != kString) return WrongKind(k, "a string");
+      if (output_fields_++ > 0) return Fail("'name' appears twice in a requested output");
+      request_->outputs.back().name.assign(text.data(), text.size());
+      return true;
+    }
+    if (key_ == "parameters") return WrongKind(k, "an object");
+    return Fail(absl::StrCat("unknown field '", ClientText(key_),
+                             "' in a requested output; expected name, parameters"));
+  }
+
+  bool OutputParameter(Kind k, absl::string_view text) {
+    if (key_ == "binary_data") {
+      if (k != kBool) return WrongKind(k, "a boolean");
+      request_->outputs.back().binary = bool_;
+    } else if (key_ == "classification") {
+      return Fail("output parameter 'classification' is not supported");
+    }
+    return SharedMemoryField(k, text, &request_->outputs.back().shm);
   }
 
   bool InputField(Kind k, absl::string_view text) {
