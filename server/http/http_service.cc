@@ -433,7 +433,7 @@ int HttpStatusOf(const absl::Status& status) {
     case absl::StatusCode::kAlreadyExists: return 409;
     case absl::StatusCode::kDeadlineExceeded: return 408;
     case absl::StatusCode::kResourceExhausted:
-      return absl::StartsWith(status.message(), "out of memory") ? 429 : 413;
+      return IsOutOfMemory(status) ? 429 : 413;  // the mark, never the message
     case absl::StatusCode::kCancelled: return 499;
     case absl::StatusCode::kUnimplemented: return 501;
     case absl::StatusCode::kUnavailable: return 503;

@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/common/allocation.h"
 
 namespace gemmserve {
 namespace {
@@ -123,6 +124,16 @@ TEST_F(HttpServiceTest, BinaryInferRequestAndResponse) {
   float y;
   std::memcpy(&y, r.body.data() + *r.header_length, 4);
   EXPECT_EQ(y, 23.0f);
+}
+
+// RESOURCE_EXHAUSTED is told apart by its mark, never by its text: memory
+// the server could not get is 429 (retry), a limit the request passes 413.
+TEST(HttpStatusOfTest, OutOfMemoryIsToldByItsMarkNotItsText) {
+  EXPECT_EQ(HttpStatusOf(AllocationFailure("the batch")), 429);
+  EXPECT_EQ(HttpStatusOf(OutOfMemoryError("any words")), 429);
+  EXPECT_EQ(HttpStatusOf(absl::ResourceExhaustedError("out of memory, says only the text")), 413);
+  EXPECT_EQ(HttpStatusOf(absl::ResourceExhaustedError("over --max_message_bytes")), 413);
+  EXPECT_FALSE(IsOutOfMemory(absl::UnavailableError("out of memory")));
 }
 
 }  // namespace

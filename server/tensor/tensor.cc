@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/allocation.h"
 #include "server/common/status_macros.h"
 
 namespace gemmserve {
@@ -31,7 +32,7 @@ absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(int64_t bytes) {
   if (rounded < bytes) return absl::ResourceExhaustedError("allocation size overflows");
   void* p = std::aligned_alloc(kAlignment, static_cast<size_t>(rounded));
   if (p == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat("out of memory allocating ", bytes, " bytes"));
+    return OutOfMemoryError(absl::StrCat("out of memory allocating ", bytes, " bytes"));
   }
   buffer.data_.reset(p);
   buffer.size_ = bytes;
