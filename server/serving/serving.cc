@@ -21,25 +21,6 @@
 namespace gemmserve {
 namespace {
 
-// The --builtin_* flags, held to config.pbtxt's limits (docs/models.md), as
-// the built-in models' config says them.
-absl::Status ValidateBuiltinBatching(const BatchingOptions& b) {
-  const int64_t delay_us = absl::ToInt64Microseconds(b.max_queue_delay);
-  if (delay_us < 0 || delay_us > 10'000'000) {
-    return absl::InvalidArgumentError(absl::StrCat("--builtin_max_queue_delay_us ", delay_us,
-                                                   " is outside 0 to 10000000 (10 s)"));
-  }
-  if (b.max_batch_rows < 0 || b.max_batch_rows > (int64_t{1} << 24)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--builtin_max_batch_rows ", b.max_batch_rows, " is outside 0 to 16777216"));
-  }
-  if (b.max_queue_size < 0 || b.max_queue_size > 1'000'000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--builtin_max_queue_size ", b.max_queue_size, " is outside 0 to 1000000"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Validate(const ServingOptions& o) {
   const EngineOptions& e = o.engine;
   if (e.compute_threads < 0)
@@ -60,7 +41,13 @@ absl::Status Validate(const ServingOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--metrics_port ", o.metrics_port, " is not a port number"));
   }
-  return ValidateBuiltinBatching(o.builtin_batching);
+  const BatchingOptions& b = o.builtin_batching;
+  if (b.max_queue_delay < absl::ZeroDuration() || b.max_batch_rows < 0 || b.max_queue_size < 0) {
+    return absl::InvalidArgumentError(
+        "--builtin_max_queue_delay_us, --builtin_max_batch_rows and --builtin_max_queue_size must "
+        "not be negative");
+  }
+  return absl::OkStatus();  // their upper limits are config.pbtxt's (Start)
 }
 
 }  // namespace
@@ -217,11 +204,17 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(ServingOptions options) 
   s->engine_ = std::make_unique<InferenceEngine>(options.engine);
   // The built-in models merge concurrent requests' problem lists into one
   // kernel call (docs/models.md); their ModelConfig says so.
+  // The flags become their config, read as any model's: one set of limits.
+  const inference::ModelConfig builtin = BuiltinConfig(options.builtin_batching);
+  absl::StatusOr<std::optional<BatchingOptions>> batching = BatchingFromConfig(builtin);
+  if (!batching.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--builtin_* flags: ", batching.status().message()));
+  }
   for (std::unique_ptr<Model>& model : MakeBuiltinModels()) {
-    GEMMSERVE_ASSIGN_OR_RETURN(
-        std::unique_ptr<Model> configured,
-        ConfiguredModel::Make(std::move(model), BuiltinConfig(options.builtin_batching), ""));
-    s->engine_->Install(std::move(configured), options.builtin_batching);
+    GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> configured,
+                               ConfiguredModel::Make(std::move(model), builtin, ""));
+    s->engine_->Install(std::move(configured), *batching);
   }
   s->repository_ = std::make_unique<ModelRepository>(
       options.model_repository, s->engine_.get(),

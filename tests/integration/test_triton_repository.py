@@ -8,6 +8,7 @@ config, and the refusals by name while the other models serve on."""
 import concurrent.futures
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -20,6 +21,7 @@ from onnx import TensorProto, helper
 from gemmserve_client import decode_outputs, make_infer_request, pb2
 from gemmserve_testing.base import GemmServeTestCase
 from gemmserve_testing.onnx_models import model_bytes
+from gemmserve_testing.server import server_binary
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 K, N = 16, 4
@@ -280,6 +282,24 @@ class TritonRepositoryTest(GemmServeTestCase):
                 self.assertIn(name, error.details())
                 x = RNG.integers(-3, 4, (2, K)).astype(np.float32)
                 np.testing.assert_array_equal(self.xy("mm", x), x @ WEIGHTS[1])
+
+
+class BuiltinFlagsTest(unittest.TestCase):
+    """The built-in models' --builtin_* flags become their config and are held to config.pbtxt's
+    limits: past one, the server does not start and names the flag and the limit."""
+
+    def test_flags_past_a_config_limit_stop_the_server_at_start(self):
+        cases = {"--builtin_max_queue_size=1000001": "max_queue_size 1000001 is over the limit",
+                 "--builtin_max_batch_rows=16777217": "max_batch_rows 16777217 is over the limit",
+                 "--builtin_max_queue_delay_us=-1": "must not be negative"}
+        for flag, message in cases.items():
+            with self.subTest(flag):
+                run = subprocess.run([server_binary(), "--grpc_port=0", "--http_port=0",
+                                      "--metrics_port=-1", flag], capture_output=True, text=True,
+                                     timeout=60)
+                self.assertNotEqual(run.returncode, 0)
+                self.assertIn("--builtin_", run.stderr)
+                self.assertIn(message, run.stderr)
 
 
 if __name__ == "__main__":
