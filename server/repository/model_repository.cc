@@ -128,7 +128,7 @@ ModelRepository::~ModelRepository() {
 
 void ModelRepository::WorkerLoop() {
   for (;;) {
-    absl::AnyInvocable<void() &&> job;
+    Job job;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !jobs_.empty(); };
@@ -137,7 +137,7 @@ void ModelRepository::WorkerLoop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    std::move(job)();
+    std::move(job)(/*stopped=*/false);
   }
 }
 
@@ -266,11 +266,14 @@ absl::Status ModelRepository::Load(const std::string& name, const ModelLoadReque
   return status;
 }
 
-bool ModelRepository::TryEnqueue(absl::AnyInvocable<void() &&>& job) {
+absl::Status ModelRepository::TryEnqueue(Job& job) {
   absl::MutexLock lock(&mu_);
-  if (jobs_.size() >= kMaxQueuedLoads) return false;
+  // StopLoads sets the mark before it empties the queue: a job queued after
+  // that would wait for the load in progress.
+  if (loads_stopped()) return Stopped();
+  if (jobs_.size() >= kMaxQueuedLoads) return TooManyWaiting();
   jobs_.push_back(std::move(job));
-  return true;
+  return absl::OkStatus();
 }
 
 absl::Status ModelRepository::Stopped() {
@@ -279,7 +282,16 @@ absl::Status ModelRepository::Stopped() {
       "replica");
 }
 
-void ModelRepository::StopLoads() { loads_stopped_.store(true, std::memory_order_relaxed); }
+void ModelRepository::StopLoads() {
+  loads_stopped_.store(true, std::memory_order_relaxed);
+  // Those queued are answered now, not after the load in progress stops.
+  std::deque<Job> queued;
+  {
+    absl::MutexLock lock(&mu_);
+    queued.swap(jobs_);
+  }
+  for (Job& job : queued) std::move(job)(/*stopped=*/true);
+}
 
 bool ModelRepository::loads_stopped() const {
   return loads_stopped_.load(std::memory_order_relaxed);
@@ -294,11 +306,11 @@ void ModelRepository::LoadAsync(std::string name, ModelLoadRequest request,
                                 absl::AnyInvocable<void(absl::Status) &&> done) {
   if (loads_stopped()) return std::move(done)(Stopped());
   auto shared = std::make_shared<absl::AnyInvocable<void(absl::Status) &&>>(std::move(done));
-  absl::AnyInvocable<void()&&> job = [this, name = std::move(name), request = std::move(request),
-                                      shared]() mutable {
-    std::move (*shared)(Load(name, request));
+  Job job = [this, name = std::move(name), request = std::move(request),
+             shared](bool stopped) mutable {
+    std::move (*shared)(stopped ? Stopped() : Load(name, request));
   };
-  if (!TryEnqueue(job)) std::move (*shared)(TooManyWaiting());
+  if (absl::Status refused = TryEnqueue(job); !refused.ok()) std::move (*shared)(refused);
 }
 
 absl::Status ModelRepository::CheckUnloadable(const std::string& name) const {
@@ -318,10 +330,10 @@ void ModelRepository::UnloadAsync(std::string name,
   if (absl::Status s = CheckUnloadable(name); !s.ok()) return std::move(done)(s);
   if (loads_stopped()) return std::move(done)(Stopped());
   auto shared = std::make_shared<absl::AnyInvocable<void(absl::Status) &&>>(std::move(done));
-  absl::AnyInvocable<void()&&> job = [this, name = std::move(name), shared]() mutable {
-    std::move (*shared)(Unload(name));
+  Job job = [this, name = std::move(name), shared](bool stopped) mutable {
+    std::move (*shared)(stopped ? Stopped() : Unload(name));
   };
-  if (!TryEnqueue(job)) std::move (*shared)(TooManyWaiting());
+  if (absl::Status refused = TryEnqueue(job); !refused.ok()) std::move (*shared)(refused);
 }
 
 absl::Status ModelRepository::Unload(const std::string& name) {

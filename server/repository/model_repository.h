@@ -94,8 +94,12 @@ class ModelRepository {
 
  private:
   void WorkerLoop();
-  // Queues `job` (taking it) unless kMaxQueuedLoads jobs wait already.
-  bool TryEnqueue(absl::AnyInvocable<void() &&>& job);
+  // A queued load or unload: run with `stopped` false on the worker, or with
+  // true by StopLoads, which answers it Stopped() without running it.
+  using Job = absl::AnyInvocable<void(bool stopped) &&>;
+  // Queues `job` (taking it); else the refusal to answer it with: loads
+  // stopped, or kMaxQueuedLoads jobs waiting already.
+  absl::Status TryEnqueue(Job& job);
   static absl::Status TooManyWaiting();
   static absl::Status Stopped();
   bool loads_stopped() const;
@@ -110,7 +114,7 @@ class ModelRepository {
 
   absl::Mutex load_mu_;  // one load or unload at a time
   mutable absl::Mutex mu_;
-  std::deque<absl::AnyInvocable<void() &&>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> loads_stopped_{false};  // StopLoads
   std::thread worker_;
