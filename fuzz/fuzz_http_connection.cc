@@ -23,6 +23,7 @@
 
 #include "fuzz/fuzz_support.h"
 #include "server/http/http_server.h"
+#include "server/root/serving_assembly.h"
 #include "server/serving/serving.h"
 
 namespace gemmserve {
@@ -76,14 +77,14 @@ std::string Exchange(const char* bytes, size_t size, size_t piece) {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   using namespace gemmserve;
   ServingOptions options;
-  options.metrics_port = -1;
-  options.host = "127.0.0.1";
   options.engine.compute_threads = 1;
   options.engine.max_message_bytes = 1 << 20;
   options.engine.max_output_bytes = 4 << 20;
   options.engine.max_inflight_bytes = 64 << 20;
-  absl::StatusOr<std::unique_ptr<Serving>> started = Serving::Start(options);
-  FUZZ_CHECK(started.ok(), "Serving::Start: %s", started.status().ToString().c_str());
+  const absl::Status checked = CheckServingOptions(options);
+  FUZZ_CHECK(checked.ok(), "CheckServingOptions: %s", checked.ToString().c_str());
+  absl::StatusOr<std::unique_ptr<Serving>> started = AssembleServing(options);
+  FUZZ_CHECK(started.ok(), "AssembleServing: %s", started.status().ToString().c_str());
   fuzz::serving = *std::move(started);
   HttpOptions http_options;
   http_options.port = 0;

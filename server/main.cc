@@ -31,7 +31,7 @@ const gemmserve::BatchingOptions& kBuiltin = kDefaults.serving.builtin_batching;
 const gemmserve::HttpOptions& kHttp = kDefaults.http;
 }  // namespace
 
-ABSL_FLAG(std::string, host, kDefaults.serving.host,
+ABSL_FLAG(std::string, host, kDefaults.host,
           "Address to listen on (gRPC, HTTP/REST and /metrics).");
 ABSL_FLAG(int32_t, grpc_port, kGrpc.port, "gRPC port; 0 picks a free one (printed on stdout).");
 ABSL_FLAG(int32_t, http_port, kHttp.port,
@@ -47,7 +47,7 @@ ABSL_FLAG(int64_t, http_idle_timeout_ms, kHttp.idle_timeout_ms,
           "How long an HTTP connection may wait for (the header of) its next request.");
 ABSL_FLAG(int64_t, http_request_timeout_ms, kHttp.request_timeout_ms,
           "How long an HTTP request body may take to arrive, and a response to be taken.");
-ABSL_FLAG(int32_t, metrics_port, kDefaults.serving.metrics_port,
+ABSL_FLAG(int32_t, metrics_port, kDefaults.metrics_port,
           "Prometheus /metrics port; 0 picks a free one (printed on stdout); -1 serves none.");
 ABSL_FLAG(std::string, latency_buckets, "",
           "Upper bounds of the latency histograms in seconds, comma-separated and increasing; "
@@ -183,8 +183,6 @@ gemmserve::EngineOptions EngineFromFlags() {
 absl::StatusOr<gemmserve::ServingOptions> ServingFromFlags() {
   gemmserve::ServingOptions serving;
   serving.engine = EngineFromFlags();
-  serving.host = absl::GetFlag(FLAGS_host);
-  serving.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   serving.model_repository = absl::GetFlag(FLAGS_model_repository);
   serving.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   serving.shm.allow_client_shm = absl::GetFlag(FLAGS_allow_client_shm);
@@ -208,10 +206,12 @@ absl::StatusOr<gemmserve::ServingOptions> ServingFromFlags() {
   return serving;
 }
 
-// Every flag, as the options Server::Start takes.
-absl::StatusOr<gemmserve::ServerOptions> OptionsFromFlags() {
+// Every flag, as the options Server::Start takes, checked once here.
+absl::StatusOr<gemmserve::CheckedServerOptions> OptionsFromFlags() {
   gemmserve::ServerOptions options;
   GEMMSERVE_ASSIGN_OR_RETURN(options.serving, ServingFromFlags());
+  options.host = absl::GetFlag(FLAGS_host);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.grpc = GrpcFromFlags();
   options.http = HttpFromFlags();
   options.address_file = absl::GetFlag(FLAGS_address_file);
@@ -220,7 +220,7 @@ absl::StatusOr<gemmserve::ServerOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--bf16_panels: expected auto, on or off, got '", bf16, "'"));
   }
-  return options;
+  return gemmserve::CheckedServerOptions::Check(std::move(options));
 }
 
 }  // namespace
@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  absl::StatusOr<gemmserve::ServerOptions> options = OptionsFromFlags();
+  absl::StatusOr<gemmserve::CheckedServerOptions> options = OptionsFromFlags();
   absl::StatusOr<std::unique_ptr<gemmserve::Server>> server =
       options.ok() ? gemmserve::Server::Start(*std::move(options)) : options.status();
   if (!server.ok()) {

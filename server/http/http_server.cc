@@ -35,6 +35,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "server/common/allocation.h"
+#include "server/common/host_port.h"
 #include "server/common/logging.h"
 #include "server/common/status_macros.h"
 #include "server/core/reservation.h"
@@ -95,10 +96,10 @@ class HttpServer::Impl {
     if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
     if (ec) {
       return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", HostForPort(host), ":", o.port, ": ", ec.message()));
+          absl::StrCat("cannot listen on ", HostPort(host, o.port), ": ", ec.message()));
     }
     port_ = acceptor_.local_endpoint().port();
-    address_ = absl::StrCat(HostForPort(host), ":", port_);
+    address_ = HostPort(host, port_);
     // Asio opens each context's reactor (an epoll and an eventfd) when the
     // context first needs one; opened now, a context never needs a
     // descriptor later, when there may be none to take.
@@ -256,9 +257,7 @@ HttpServer::~HttpServer() {
   if (impl_) impl_->Shutdown(absl::Now());
 }
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Serving* serving,
-                                                              const std::string& host,
-                                                              const HttpOptions& options) {
+absl::Status CheckHttpOptions(const HttpOptions& options) {
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--http_port ", options.port, " is not a port number"));
@@ -275,6 +274,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Serving* serving,
   if (options.idle_timeout_ms < 1 || options.request_timeout_ms < 1) {
     return absl::InvalidArgumentError("HTTP timeouts must be at least 1 ms");
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Serving* serving,
+                                                              const std::string& host,
+                                                              const HttpOptions& options) {
   auto impl = std::make_unique<Impl>(serving, options);
   impl->shared_->max_body_bytes = serving->max_message_bytes();
   if (absl::Status s = impl->Listen(host, options); !s.ok()) return s;

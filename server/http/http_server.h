@@ -56,10 +56,15 @@ struct HttpOptions {
   TlsOptions tls;
 };
 
+// INVALID_ARGUMENT, naming the flag, for an option out of range (the port
+// -1, "no HTTP front end", is the root's to handle: it is refused here).
+absl::Status CheckHttpOptions(const HttpOptions& options);
+
 class HttpServer {
  public:
-  // INVALID_ARGUMENT for options out of range or unreadable TLS files,
-  // UNAVAILABLE if the port cannot be bound. `serving` must outlive it.
+  // Serves on options CheckHttpOptions accepted. INVALID_ARGUMENT for TLS
+  // files that cannot be read or a host that is not an address, UNAVAILABLE
+  // if the port cannot be bound. `serving` must outlive it.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(Serving* serving,
                                                            const std::string& host,
                                                            const HttpOptions& options);

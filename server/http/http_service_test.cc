@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/common/allocation.h"
+#include "server/root/serving_assembly.h"
 
 namespace gemmserve {
 namespace {
@@ -22,9 +23,9 @@ class HttpServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ServingOptions options;
-    options.metrics_port = -1;
     options.engine.compute_threads = 1;
-    auto s = Serving::Start(options);
+    ASSERT_TRUE(CheckServingOptions(options).ok());
+    auto s = AssembleServing(options);
     ASSERT_TRUE(s.ok()) << s.status();
     serving_ = *std::move(s);
     service_ = std::make_unique<HttpService>(serving_.get());

@@ -2,12 +2,10 @@
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
-#include <exception>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -15,8 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "server/common/model_name.h"
-#include "server/common/status_macros.h"
-#include "server/metrics/exposer_stop.h"
 
 namespace gemmserve {
 namespace {
@@ -118,8 +114,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>* weight_bytes;
 };
 
-absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& bind_address,
-                                                        MetricsOptions options) {
+std::unique_ptr<Metrics> Metrics::Create(MetricsOptions options) {
   std::unique_ptr<Metrics> m(new Metrics);
   if (options.latency_buckets.empty()) options.latency_buckets = DefaultLatencyBuckets();
   m->options_ = std::move(options);
@@ -145,7 +140,6 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& bind_
                             .Add({});
   m->families_ = RegisterFamilies(r);
   m->unknown_ = m->ForModel(kUnknownModelLabel);
-  if (!bind_address.empty()) GEMMSERVE_RETURN_IF_ERROR(m->Expose(bind_address));
   return m;
 }
 
@@ -207,22 +201,7 @@ std::unique_ptr<Metrics::Families> Metrics::RegisterFamilies(prometheus::Registr
   });
 }
 
-absl::Status Metrics::Expose(const std::string& bind_address) {
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(bind_address);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", bind_address, ": ", e.what()));
-  }
-  exposer_->RegisterCollectable(registry_);
-  const std::vector<int> ports = exposer_->GetListeningPorts();
-  port_ = ports.empty() ? 0 : ports.front();
-  bind_address_ = bind_address;
-  return absl::OkStatus();
-}
-
 Metrics::~Metrics() {
-  StopExposerPromptly(std::move(exposer_), bind_address_, port_);
   // Series of names still held elsewhere are dropped with the registry.
   unknown_.reset();
 }

@@ -1,6 +1,7 @@
 // Prometheus metrics of the server (prometheus-cpp, Debian's
-// prometheus-cpp-dev), exposed on --metrics_port at /metrics by the library's
-// own HTTP threads: a scrape never runs on a gRPC or compute thread.
+// prometheus-cpp-dev), served on --metrics_port at /metrics by
+// MetricsEndpoint on the library's own HTTP threads: a scrape never runs on a
+// gRPC or compute thread.
 //
 // Recording takes no global lock: every model gets its metric objects once,
 // when it is installed (ModelMetrics), and the data path only touches those
@@ -31,7 +32,7 @@
 // ModelMetrics (it was unloaded and its last request answered), so loading
 // and unloading many names does not grow a scrape either.
 //
-//   GEMMSERVE_ASSIGN_OR_RETURN(auto metrics, Metrics::Start("0.0.0.0:8002", {}));
+//   std::unique_ptr<Metrics> metrics = Metrics::Create({});
 //   std::shared_ptr<ModelMetrics> m = metrics->ForModel("matmul");
 //   m->RecordQueue(absl::Microseconds(40));
 #ifndef GEMMSERVE_SERVER_METRICS_METRICS_H_
@@ -54,7 +55,6 @@
 
 namespace prometheus {
 class Counter;
-class Exposer;
 class Gauge;
 class Histogram;
 class Registry;
@@ -110,14 +110,10 @@ struct MetricsOptions {
 
 class Metrics {
  public:
-  // Serves /metrics on `bind_address` ("host:port"; port 0 picks one).
-  // Empty address: metrics are recorded but not served (tests, benchmarks).
-  static absl::StatusOr<std::unique_ptr<Metrics>> Start(const std::string& bind_address,
-                                                        MetricsOptions options);
+  // The registry of every metric, recorded and not served: /metrics is
+  // MetricsEndpoint's (metrics_endpoint.h), which the composition root starts.
+  static std::unique_ptr<Metrics> Create(MetricsOptions options);
   ~Metrics();
-
-  // The port actually bound, or 0 when not serving.
-  int port() const { return port_; }
 
   // The metrics of a model label, created on first use (under a lock: call
   // it when a model is installed, not per request) and shared by every
@@ -134,6 +130,9 @@ class Metrics {
 
   // What a scrape would show now, for tests.
   const prometheus::Registry& registry() const { return *registry_; }
+  // The registry, for the endpoint that serves it (shared: a scrape in
+  // progress keeps it).
+  std::shared_ptr<prometheus::Registry> shared_registry() const { return registry_; }
 
   // Parses --latency_buckets: comma-separated increasing seconds.
   static absl::StatusOr<std::vector<double>> ParseBuckets(absl::string_view text);
@@ -146,15 +145,9 @@ class Metrics {
   struct Families;
   // The per-model metric families, registered in `registry`.
   static std::unique_ptr<Families> RegisterFamilies(prometheus::Registry& registry);
-  // Serves the registry on `bind_address` (host:port); UNAVAILABLE when it
-  // cannot listen.
-  absl::Status Expose(const std::string& bind_address);
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  std::string bind_address_;  // as asked, for StopExposerPromptly
-  int port_ = 0;
   MetricsOptions options_;
   mutable absl::Mutex mu_;
   struct Entry {

@@ -1,4 +1,5 @@
 #include "server/metrics/metrics.h"
+#include "server/metrics/metrics_endpoint.h"
 
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
@@ -75,13 +76,11 @@ int SeriesOf(const Metrics& metrics, const std::string& family, const std::strin
 }
 
 TEST(MetricsTest, WhatIsRecordedIsWhatAScrapeShows) {
-  auto metrics = Metrics::Start("127.0.0.1:0", {});
-  ASSERT_TRUE(metrics.ok()) << metrics.status();
-  EXPECT_GT((*metrics)->port(), 0);
-  const Metrics& m = **metrics;
-  std::shared_ptr<ModelMetrics> a = (*metrics)->ForModel("a");
-  EXPECT_EQ((*metrics)->ForModel("a"), a);
-  std::shared_ptr<ModelMetrics> b = (*metrics)->ForModel("b");
+  std::unique_ptr<Metrics> metrics = Metrics::Create({});
+  const Metrics& m = *metrics;
+  std::shared_ptr<ModelMetrics> a = metrics->ForModel("a");
+  EXPECT_EQ(metrics->ForModel("a"), a);
+  std::shared_ptr<ModelMetrics> b = metrics->ForModel("b");
   EXPECT_NE(b, a);
   ASSERT_NE(m.Unknown(), nullptr);
   a->RecordResponse(absl::StatusCode::kOk, absl::Microseconds(30));
@@ -95,8 +94,8 @@ TEST(MetricsTest, WhatIsRecordedIsWhatAScrapeShows) {
   a->RecordAdmitted(4096);
   a->RecordWeightBytes(3 << 20);
   a->RecordWeightBytes(0);
-  (*metrics)->AddInflight(1);
-  (*metrics)->AddInflightBytes(300);
+  metrics->AddInflight(1);
+  metrics->AddInflightBytes(300);
   EXPECT_EQ(Scraped(m, "gemmserve_requests_total", {{"model", "a"}, {"code", "OK"}}), 2);
   EXPECT_EQ(Scraped(m, "gemmserve_requests_total", {{"model", "a"}, {"code", "UNAUTHENTICATED"}}),
             1);
@@ -113,21 +112,20 @@ TEST(MetricsTest, WhatIsRecordedIsWhatAScrapeShows) {
   EXPECT_EQ(Scraped(m, "gemmserve_weight_bytes_total", {{"model", "b"}}), 0);
   EXPECT_EQ(Scraped(m, "gemmserve_inflight_requests", {}), 1);
   EXPECT_EQ(Scraped(m, "gemmserve_inflight_bytes", {}), 300);
-  (*metrics)->AddInflight(-1);
-  (*metrics)->AddInflightBytes(-300);
+  metrics->AddInflight(-1);
+  metrics->AddInflightBytes(-300);
   EXPECT_EQ(Scraped(m, "gemmserve_inflight_requests", {}), 0);
   EXPECT_EQ(Scraped(m, "gemmserve_inflight_bytes", {}), 0);
 }
 
 TEST(MetricsTest, AModelsSeriesGoWithItsLastHolder) {
-  auto metrics = Metrics::Start("", {});
-  ASSERT_TRUE(metrics.ok());
-  const Metrics& m = **metrics;
+  std::unique_ptr<Metrics> metrics = Metrics::Create({});
+  const Metrics& m = *metrics;
   const int unknown_series = SeriesOf(m, "gemmserve_requests_total", "_unknown");
   ASSERT_GT(unknown_series, 0);
   EXPECT_EQ(m.model_label_count(), 1u);
-  std::shared_ptr<ModelMetrics> first = (*metrics)->ForModel("gone");
-  std::shared_ptr<ModelMetrics> second = (*metrics)->ForModel("gone");  // an in-flight request
+  std::shared_ptr<ModelMetrics> first = metrics->ForModel("gone");
+  std::shared_ptr<ModelMetrics> second = metrics->ForModel("gone");  // an in-flight request
   first->RecordResponse(absl::StatusCode::kOk, absl::Microseconds(1));
   EXPECT_EQ(SeriesOf(m, "gemmserve_requests_total", "gone"), unknown_series);
   EXPECT_EQ(m.model_label_count(), 2u);
@@ -145,31 +143,33 @@ TEST(MetricsTest, AModelsSeriesGoWithItsLastHolder) {
   }
   EXPECT_EQ(m.model_label_count(), 1u);
   // A name taken up again starts from zero.
-  std::shared_ptr<ModelMetrics> again = (*metrics)->ForModel("gone");
+  std::shared_ptr<ModelMetrics> again = metrics->ForModel("gone");
   EXPECT_EQ(Scraped(m, "gemmserve_requests_total", {{"model", "gone"}, {"code", "OK"}}), 0);
 }
 
 TEST(MetricsTest, AHundredNamesComeAndGoWithoutGrowingTheScrape) {
-  auto metrics = Metrics::Start("", {});
-  ASSERT_TRUE(metrics.ok());
-  const size_t families_before = (*metrics)->registry().Collect().size();
+  std::unique_ptr<Metrics> metrics = Metrics::Create({});
+  const size_t families_before = metrics->registry().Collect().size();
   size_t series_before = 0;
-  for (const auto& f : (*metrics)->registry().Collect()) series_before += f.metric.size();
+  for (const auto& f : metrics->registry().Collect()) series_before += f.metric.size();
   for (int i = 0; i < 100; ++i) {
-    std::shared_ptr<ModelMetrics> m = (*metrics)->ForModel("model_" + std::to_string(i));
+    std::shared_ptr<ModelMetrics> m = metrics->ForModel("model_" + std::to_string(i));
     m->RecordResponse(absl::StatusCode::kOk, absl::Microseconds(1));
   }
   size_t series_after = 0;
-  for (const auto& f : (*metrics)->registry().Collect()) series_after += f.metric.size();
-  EXPECT_EQ((*metrics)->registry().Collect().size(), families_before);
+  for (const auto& f : metrics->registry().Collect()) series_after += f.metric.size();
+  EXPECT_EQ(metrics->registry().Collect().size(), families_before);
   EXPECT_EQ(series_after, series_before);
-  EXPECT_EQ((*metrics)->model_label_count(), 1u);
+  EXPECT_EQ(metrics->model_label_count(), 1u);
 }
 
 TEST(MetricsTest, ABusyPortIsAClearError) {
-  auto first = Metrics::Start("127.0.0.1:0", {});
-  ASSERT_TRUE(first.ok());
-  auto second = Metrics::Start("127.0.0.1:" + std::to_string((*first)->port()), {});
+  std::unique_ptr<Metrics> metrics = Metrics::Create({});
+  auto first = MetricsEndpoint::Start(*metrics, "127.0.0.1", 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_GT((*first)->port(), 0);
+  EXPECT_EQ((*first)->address(), "127.0.0.1:" + std::to_string((*first)->port()));
+  auto second = MetricsEndpoint::Start(*metrics, "127.0.0.1", (*first)->port());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
 }
 
@@ -177,14 +177,15 @@ TEST(MetricsTest, ABusyPortIsAClearError) {
 // only then (exposer_stop.h); knocked on, it stops at once. 1 s is half its
 // quantum: a knock that failed would wait out 1.5-2 s here.
 TEST(MetricsTest, AServingMetricsStopsWithoutWaitingOutThePollQuantum) {
-  for (const char* address : {"127.0.0.1:0", "0.0.0.0:0", "[::1]:0"}) {
-    auto metrics = Metrics::Start(address, {});
-    if (!metrics.ok() && std::string(address) == "[::1]:0") continue;  // no IPv6 here
-    ASSERT_TRUE(metrics.ok()) << address << ": " << metrics.status();
-    ASSERT_GT((*metrics)->port(), 0);
+  std::unique_ptr<Metrics> metrics = Metrics::Create({});
+  for (const char* host : {"127.0.0.1", "0.0.0.0", "::1"}) {
+    auto endpoint = MetricsEndpoint::Start(*metrics, host, 0);
+    if (!endpoint.ok() && std::string(host) == "::1") continue;  // no IPv6 here
+    ASSERT_TRUE(endpoint.ok()) << host << ": " << endpoint.status();
+    ASSERT_GT((*endpoint)->port(), 0);
     const auto start = std::chrono::steady_clock::now();
-    metrics->reset();
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1)) << address;
+    endpoint->reset();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1)) << host;
   }
 }
 

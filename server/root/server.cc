@@ -50,21 +50,22 @@ void WriteAddressFile(const std::string& path, const std::string& address) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
-  if (const std::string cap = CpuIsaCapError(); !cap.empty()) {
-    return absl::InvalidArgumentError(cap);
-  }
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(CheckedServerOptions checked) {
+  ServerOptions options = checked.options();
   SetBf16Panels(options.compute.bf16_panels);  // before the repository loads
   FitDescriptors(options);
-  options.http.tls = options.grpc.tls;
   std::unique_ptr<Server> server(new Server);
-  const std::string host = options.serving.host;
-  GEMMSERVE_ASSIGN_OR_RETURN(server->serving_, Serving::Start(std::move(options.serving)));
+  GEMMSERVE_ASSIGN_OR_RETURN(server->serving_, AssembleServing(std::move(options.serving)));
   GEMMSERVE_ASSIGN_OR_RETURN(server->grpc_,
-                             GrpcServer::Start(server->serving_.get(), host, options.grpc));
+                             GrpcServer::Start(server->serving_.get(), options.host, options.grpc));
   if (options.http.port != -1) {
-    GEMMSERVE_ASSIGN_OR_RETURN(server->http_,
-                               HttpServer::Start(server->serving_.get(), host, options.http));
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        server->http_, HttpServer::Start(server->serving_.get(), options.host, options.http));
+  }
+  if (options.metrics_port >= 0) {
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        server->metrics_,
+        MetricsEndpoint::Start(server->serving_->metrics(), options.host, options.metrics_port));
   }
   if (!options.address_file.empty()) {
     WriteAddressFile(options.address_file, server->grpc_->address());
@@ -73,13 +74,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
 }
 
 Server::~Server() {
-  // Front ends first: they call into Serving until they are gone.
+  // Endpoints first: they call into Serving until they are gone.
+  metrics_.reset();
   http_.reset();
   grpc_.reset();
   serving_.reset();
 }
 
 std::string Server::http_address() const { return http_ ? http_->address() : std::string(); }
+
+std::string Server::metrics_address() const {
+  return metrics_ ? metrics_->address() : std::string();
+}
 
 std::string Server::Description() const {
   return absl::StrCat(serving_->compute_threads(), " compute threads, kernels ",

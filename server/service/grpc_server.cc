@@ -12,38 +12,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "server/common/host_port.h"
 #include "server/common/logging.h"
 #include "server/common/status_macros.h"
 
 namespace gemmserve {
 namespace {
 constexpr char kInferenceServiceName[] = "inference.GRPCInferenceService";
-
-// Options gRPC can take: a port, and limits that fit its int arguments.
-absl::Status CheckGrpcOptions(const GrpcOptions& g, int64_t max_message_bytes) {
-  if (g.port < 0 || g.port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--grpc_port ", g.port, " is not a port number"));
-  }
-  // gRPC takes the limits as int; protobuf cannot carry 2 GiB anyway.
-  if (max_message_bytes <= 0 || max_message_bytes > std::numeric_limits<int>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max_message_bytes must be in [1, ", std::numeric_limits<int>::max(), "]"));
-  }
-  for (int64_t ms : {g.keepalive_time_ms, g.keepalive_timeout_ms, g.max_connection_idle_ms,
-                     g.max_connection_age_ms, g.max_connection_age_grace_ms}) {
-    if (ms < 0 || ms > std::numeric_limits<int>::max()) {
-      return absl::InvalidArgumentError("gRPC time limits must be in [0, 2^31) milliseconds");
-    }
-  }
-  if (g.max_stream_inflight < 1) {
-    return absl::InvalidArgumentError("--grpc_max_stream_inflight must be at least 1");
-  }
-  if (g.max_concurrent_streams < 1) {
-    return absl::InvalidArgumentError("--grpc_max_concurrent_streams must be at least 1");
-  }
-  return absl::OkStatus();
-}
 
 // The HTTP/2 limits, gRPC's buffer quota and its message limits.
 void SetLimits(const GrpcOptions& g, int64_t max_message_bytes, int64_t max_inflight_bytes,
@@ -82,11 +57,35 @@ void SetLimits(const GrpcOptions& g, int64_t max_message_bytes, int64_t max_infl
 
 }  // namespace
 
+absl::Status CheckGrpcOptions(const GrpcOptions& g, int64_t max_message_bytes) {
+  if (g.port < 0 || g.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--grpc_port ", g.port, " is not a port number"));
+  }
+  // gRPC takes the limits as int; protobuf cannot carry 2 GiB anyway.
+  if (max_message_bytes <= 0 || max_message_bytes > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_message_bytes must be in [1, ", std::numeric_limits<int>::max(), "]"));
+  }
+  for (int64_t ms : {g.keepalive_time_ms, g.keepalive_timeout_ms, g.max_connection_idle_ms,
+                     g.max_connection_age_ms, g.max_connection_age_grace_ms}) {
+    if (ms < 0 || ms > std::numeric_limits<int>::max()) {
+      return absl::InvalidArgumentError("gRPC time limits must be in [0, 2^31) milliseconds");
+    }
+  }
+  if (g.max_stream_inflight < 1) {
+    return absl::InvalidArgumentError("--grpc_max_stream_inflight must be at least 1");
+  }
+  if (g.max_concurrent_streams < 1) {
+    return absl::InvalidArgumentError("--grpc_max_concurrent_streams must be at least 1");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Serving* serving,
                                                              const std::string& listen_host,
                                                              const GrpcOptions& g) {
   const int64_t max_message_bytes = serving->max_message_bytes();
-  GEMMSERVE_RETURN_IF_ERROR(CheckGrpcOptions(g, max_message_bytes));
   auto credentials = MakeServerCredentials(g.tls);
   if (!credentials.ok()) return credentials.status();
 

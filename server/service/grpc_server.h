@@ -31,7 +31,7 @@
 
 namespace gemmserve {
 
-// What only gRPC needs; the rest is ServingOptions. gRPC takes Serving's
+// What only gRPC needs; the rest is the root's ServingOptions. gRPC takes Serving's
 // --max_message_bytes as its message limit and half of --max_inflight_bytes
 // as its buffers' quota.
 struct GrpcOptions {
@@ -51,10 +51,15 @@ struct GrpcOptions {
   int max_stream_inflight = 64;
 };
 
+// INVALID_ARGUMENT, naming the flag, unless gRPC can take `options` and
+// Serving's message limit: a port, and limits that fit its int arguments.
+absl::Status CheckGrpcOptions(const GrpcOptions& options, int64_t max_message_bytes);
+
 class GrpcServer {
  public:
-  // INVALID_ARGUMENT for bad options; UNAVAILABLE if the port cannot be
-  // bound. `serving` must outlive the server.
+  // Serves on options CheckGrpcOptions accepted. INVALID_ARGUMENT for TLS
+  // files that cannot be read; UNAVAILABLE if the port cannot be bound.
+  // `serving` must outlive the server.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(Serving* serving,
                                                            const std::string& host,
                                                            const GrpcOptions& options);

@@ -14,80 +14,8 @@
 #include "server/common/logging.h"
 #include "server/common/status_macros.h"
 #include "server/core/overload.h"
-#include "server/models/builtin_models.h"
-#include "server/repository/configured_model.h"
-#include "server/repository/triton_config.h"
 
 namespace gemmserve {
-namespace {
-
-absl::Status Validate(const ServingOptions& o) {
-  const EngineOptions& e = o.engine;
-  if (e.compute_threads < 0)
-    return absl::InvalidArgumentError("--compute_threads must not be negative");
-  if (e.max_output_bytes < 0) {
-    return absl::InvalidArgumentError("--max_output_bytes must not be negative");
-  }
-  if (e.max_message_bytes <= 0) {
-    return absl::InvalidArgumentError("--max_message_bytes must be positive");
-  }
-  if (o.shm.max_registered_bytes < 0) {
-    return absl::InvalidArgumentError("--max_client_shm_bytes must not be negative");
-  }
-  if (e.max_inflight_bytes <= 0) {
-    return absl::InvalidArgumentError("--max_inflight_bytes must be positive");
-  }
-  if (o.metrics_port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--metrics_port ", o.metrics_port, " is not a port number"));
-  }
-  const BatchingOptions& b = o.builtin_batching;
-  if (b.max_queue_delay < absl::ZeroDuration() || b.max_batch_rows < 0 || b.max_queue_size < 0) {
-    return absl::InvalidArgumentError(
-        "--builtin_max_queue_delay_us, --builtin_max_batch_rows and --builtin_max_queue_size must "
-        "not be negative");
-  }
-  return absl::OkStatus();  // their upper limits are config.pbtxt's (Start)
-}
-
-}  // namespace
-
-std::string HostForPort(const std::string& host) {
-  return host.find(':') != std::string::npos && host.front() != '[' ? absl::StrCat("[", host, "]")
-                                                                    : host;
-}
-
-BatchingOptions DefaultBuiltinBatching() {
-  BatchingOptions b;
-  b.max_queue_delay = absl::Microseconds(100);
-  b.max_batch_rows = 4096;
-  b.max_queue_size = 1024;
-  return b;
-}
-
-namespace {
-
-std::vector<std::unique_ptr<Model>> MakeBuiltinModels() {
-  std::vector<std::unique_ptr<Model>> out;
-  out.push_back(MakeMatMulModel());
-  out.push_back(MakeGroupedMatMulModel());
-  return out;
-}
-
-// The built-in models' config: the --builtin_* flags' batching, as Triton's
-// fields and gemmserve's max_batch_rows parameter.
-inference::ModelConfig BuiltinConfig(const BatchingOptions& b) {
-  inference::ModelConfig config;
-  inference::ModelDynamicBatching* db = config.mutable_dynamic_batching();
-  db->set_max_queue_delay_microseconds(
-      static_cast<uint64_t>(absl::ToInt64Microseconds(b.max_queue_delay)));
-  db->mutable_default_queue_policy()->set_max_queue_size(static_cast<uint32_t>(b.max_queue_size));
-  (*config.mutable_parameters())[kMaxBatchRowsParameter].set_string_value(
-      absl::StrCat(b.max_batch_rows));
-  return config;
-}
-
-}  // namespace
 
 // One inference call between Infer and its answer: what recording the answer
 // needs, shared by the engine's callback and Infer's own refusal path.
@@ -182,53 +110,17 @@ struct Serving::Call {
   }
 };
 
-absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(ServingOptions options) {
-  GEMMSERVE_RETURN_IF_ERROR(Validate(options));
-  std::unique_ptr<Serving> s(new Serving);
-  s->metrics_host_ = HostForPort(options.host);
-  options.metrics.version = kServerVersion;
-  GEMMSERVE_ASSIGN_OR_RETURN(
-      s->metrics_,
-      Metrics::Start(
-          options.metrics_port < 0 ? "" : absl::StrCat(s->metrics_host_, ":", options.metrics_port),
-          options.metrics));
-  if (!options.auth_token_file.empty()) {
-    GEMMSERVE_ASSIGN_OR_RETURN(s->auth_, TokenAuthenticator::FromFile(options.auth_token_file));
-  }
-  s->shm_ = std::make_unique<SharedMemoryManager>(options.shm);
-  GEMMSERVE_ASSIGN_OR_RETURN(
-      s->tracer_, Tracer::Create(options.trace_file, options.trace, options.trace_bounds));
-  s->max_message_bytes_ = options.engine.max_message_bytes;
-  s->allow_log_file_setting_ = options.allow_log_file_setting;
-  options.engine.metrics = s->metrics_.get();
-  s->engine_ = std::make_unique<InferenceEngine>(options.engine);
-  // The built-in models merge concurrent requests' problem lists into one
-  // kernel call (docs/models.md); their ModelConfig says so.
-  // The flags become their config, read as any model's: one set of limits.
-  const inference::ModelConfig builtin = BuiltinConfig(options.builtin_batching);
-  absl::StatusOr<std::optional<BatchingOptions>> batching = BatchingFromConfig(builtin);
-  if (!batching.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--builtin_* flags: ", batching.status().message()));
-  }
-  for (std::unique_ptr<Model>& model : MakeBuiltinModels()) {
-    GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> configured,
-                               ConfiguredModel::Make(std::move(model), builtin, ""));
-    s->engine_->Install(std::move(configured), *batching);
-  }
-  s->repository_ = std::make_unique<ModelRepository>(
-      options.model_repository, s->engine_.get(),
-      std::vector<std::string>{kGroupedMatMulModelName, kMatMulModelName});
-  s->repository_->LoadAll();
-  return s;
-}
+Serving::Serving(ServingParts parts)
+    : metrics_(std::move(parts.metrics)),
+      engine_(std::move(parts.engine)),
+      repository_(std::move(parts.repository)),
+      auth_(std::move(parts.auth)),
+      shm_(std::move(parts.shm)),
+      tracer_(std::move(parts.tracer)),
+      max_message_bytes_(engine_->options().max_message_bytes),
+      allow_log_file_setting_(parts.allow_log_file_setting) {}
 
 Serving::~Serving() = default;
-
-std::string Serving::metrics_address() const {
-  if (metrics_->port() == 0) return "";
-  return absl::StrCat(metrics_host_, ":", metrics_->port());
-}
 
 std::string Serving::ShmOwner(std::optional<absl::string_view> authorization) const {
   return auth_ == nullptr ? std::string() : std::string(authorization.value_or(""));

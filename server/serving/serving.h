@@ -1,18 +1,17 @@
 // Serving: the one API of gemmserve, which both front ends (gRPC and HTTP)
 // call, and the one request path they share.
 //
-// Start builds its pieces from ServingOptions, each from its own layer's
-// options: the metrics (and their /metrics endpoint), the engine, the
-// built-in models, the model repository (loaded), the token check, client
-// shared memory and the tracer. (Server, server/root, builds Serving and the
-// front ends on it.) Every operation of KServe v2 and Triton is one method
-// here with the protocol's messages as its types, and checks the token
-// itself; a front end only decodes its wire format, calls the method (Infer
-// for inferences) and encodes what comes back. Admission while draining,
-// authentication and the recording of every answer happen here, once, for
-// all of them.
+// It is given its parts ready-made (ServingParts: the metrics, the engine
+// with its models, the model repository, the token check, client shared
+// memory and the tracer) by the composition root (server/root), and opens no
+// socket. Every operation of KServe v2 and Triton is one method here with the
+// protocol's messages as its types, and checks the token itself; a front end
+// only decodes its wire format, calls the method (Infer for inferences) and
+// encodes what comes back. Admission while draining, authentication and the
+// recording of every answer happen here, once, for all of them.
 //
-//   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Serving> serving, Serving::Start(options));
+//   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Serving> serving,
+//                              AssembleServing(options));  // server/root
 //   Serving::InferCall call;
 //   call.model_name = wire.model_name();
 //   call.authorization = header;           // nullopt when absent
@@ -39,7 +38,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpc_service.pb.h"
-#include "server/core/dynamic_batcher.h"
 #include "server/core/inference_engine.h"
 #include "server/core/inference_request.h"
 #include "server/metrics/metrics.h"
@@ -53,40 +51,25 @@ namespace gemmserve {
 // The server's version (the project's, from CMake).
 inline constexpr char kServerVersion[] = GEMMSERVE_VERSION;
 
-// `host` ready for ":port": an IPv6 address in brackets.
-std::string HostForPort(const std::string& host);
-
-// The built-in models' dynamic batching (--builtin_* flags).
-BatchingOptions DefaultBuiltinBatching();
-
-struct ServingOptions {
-  EngineOptions engine;  // its `metrics` is set by Start
-  MetricsOptions metrics;
-  BatchingOptions builtin_batching = DefaultBuiltinBatching();
-  // Where /metrics listens: host (--host) and port (--metrics_port; 0 picks
-  // one; -1 serves none, the metrics are still recorded).
-  std::string host = "0.0.0.0";
-  int metrics_port = 8002;
-  std::string model_repository;  // empty: built-in models only
-  std::string auth_token_file;   // empty: no token needed
-  SharedMemoryOptions shm;       // --allow_client_shm, --max_client_shm_bytes
+// What Serving is made of, each built by the composition root from its own
+// layer's options. Every part but `auth` is required; the engine records
+// into `metrics`, and the repository loads into the engine.
+struct ServingParts {
+  std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<InferenceEngine> engine;
+  std::unique_ptr<ModelRepository> repository;
+  std::unique_ptr<TokenAuthenticator> auth;  // null: no token needed
+  std::unique_ptr<SharedMemoryManager> shm;
+  std::unique_ptr<Tracer> tracer;
   // --allow_log_file_setting: LogSettings may change log_file (a path the
   // client picks, opened for writing by the server); off, it is refused.
   bool allow_log_file_setting = false;
-  // --trace_file (empty: tracing cannot be turned on) and the global trace
-  // settings at start (--trace_level, --trace_rate, --trace_count,
-  // --trace_log_frequency); Triton's defaults.
-  std::string trace_file;
-  TraceSettings trace = {false, 1000, -1, 0};
-  TraceFileBounds trace_bounds;  // --trace_max_files, --trace_max_bytes
 };
 
 class Serving {
  public:
-  // INVALID_ARGUMENT for options out of range or an unreadable token file,
-  // UNAVAILABLE when /metrics cannot listen. Loads the repository before it
-  // returns (a model that fails to load is listed, not fatal).
-  static absl::StatusOr<std::unique_ptr<Serving>> Start(ServingOptions options);
+  // Takes the parts (ServingParts says which may be null).
+  explicit Serving(ServingParts parts);
   ~Serving();
 
   // For tests and benchmarks; front ends use the API below.
@@ -95,8 +78,6 @@ class Serving {
   // Whose shared-memory regions a call may use: its credentials when tokens
   // are configured (the `authorization` value as sent), else "" (everyone's).
   std::string ShmOwner(std::optional<absl::string_view> authorization) const;
-  // "host:port" of /metrics, or empty when it is not served.
-  std::string metrics_address() const;
 
   // The protocol extensions the server speaks, by Triton's names, as both
   // front ends' server metadata lists them: system_shared_memory only when
@@ -244,7 +225,6 @@ class Serving {
   bool WaitUntilWritten(absl::Time deadline);
 
  private:
-  Serving() = default;
   struct Call;
   // Reads the inputs in client shared memory into `state` and points their
   // views there, and takes the regions the outputs go to; errors are the
@@ -258,9 +238,8 @@ class Serving {
   std::unique_ptr<TokenAuthenticator> auth_;
   std::unique_ptr<SharedMemoryManager> shm_;
   std::unique_ptr<Tracer> tracer_;
-  int64_t max_message_bytes_ = 0;
-  bool allow_log_file_setting_ = false;
-  std::string metrics_host_;
+  const int64_t max_message_bytes_;
+  const bool allow_log_file_setting_;
   mutable absl::Mutex drain_mu_;
   bool draining_ ABSL_GUARDED_BY(drain_mu_) = false;
   int64_t inflight_ ABSL_GUARDED_BY(drain_mu_) = 0;

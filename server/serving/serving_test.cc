@@ -1,6 +1,6 @@
-// Serving as every front end uses it: what Start builds, and Infer's one
-// path (drain, tokens, the front end's decode error, the engine's answer),
-// each answer recorded once.
+// Serving as every front end uses it, built as the process builds it
+// (AssembleServing): its parts, and Infer's one path (drain, tokens, the
+// front end's decode error, the engine's answer), each answer recorded once.
 #include "server/serving/serving.h"
 
 #include <prometheus/metric_family.h>
@@ -18,14 +18,15 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/root/serving_assembly.h"
 
 namespace gemmserve {
 namespace {
 
-ServingOptions NoNetwork() {
-  ServingOptions o;
-  o.metrics_port = -1;
-  return o;
+// Checked, then assembled, as Server::Start does.
+absl::StatusOr<std::unique_ptr<Serving>> Start(const ServingOptions& o) {
+  if (absl::Status s = CheckServingOptions(o); !s.ok()) return s;
+  return AssembleServing(o);
 }
 
 // Answers of one code for `model`, as a scrape shows them.
@@ -77,8 +78,8 @@ absl::Status RunCall(Serving& s, Serving::InferCall call, float* y = nullptr) {
   return seen;
 }
 
-TEST(ServingTest, StartBuildsTheEngineWithTheBuiltInModels) {
-  auto s = Serving::Start(NoNetwork());
+TEST(ServingTest, AssemblyBuildsTheEngineWithTheBuiltInModels) {
+  auto s = Start(ServingOptions());
   ASSERT_TRUE(s.ok()) << s.status();
   std::vector<std::string> names;
   for (const ModelStatus& m : (*s)->engine().States()) {
@@ -86,7 +87,6 @@ TEST(ServingTest, StartBuildsTheEngineWithTheBuiltInModels) {
     names.push_back(m.name);
   }
   EXPECT_THAT(names, ::testing::ElementsAre("grouped_matmul", "matmul"));
-  EXPECT_EQ((*s)->metrics_address(), "");
   EXPECT_GE((*s)->engine().options().compute_threads, 1);  // 0 became one per core
 }
 
@@ -95,16 +95,18 @@ TEST(ServingTest, OptionsOutOfRangeAreRefused) {
                    +[](ServingOptions& o) { o.engine.max_message_bytes = 0; },
                    +[](ServingOptions& o) { o.engine.max_inflight_bytes = 0; },
                    +[](ServingOptions& o) { o.engine.compute_threads = -2; },
-                   +[](ServingOptions& o) { o.metrics_port = 70000; },
+                   +[](ServingOptions& o) { o.shm.max_registered_bytes = -1; },
+                   +[](ServingOptions& o) { o.builtin_batching.max_batch_rows = -1; },
+                   +[](ServingOptions& o) { o.trace_bounds.max_files = 0; },
                    +[](ServingOptions& o) { o.auth_token_file = "/nonexistent/tokens"; }}) {
-    ServingOptions o = NoNetwork();
+    ServingOptions o;
     set(o);
-    EXPECT_EQ(Serving::Start(o).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(Start(o).status().code(), absl::StatusCode::kInvalidArgument);
   }
 }
 
 TEST(ServingTest, InferAnswersOnceAndRecordsEveryAnswer) {
-  auto s = Serving::Start(NoNetwork());
+  auto s = Start(ServingOptions());
   ASSERT_TRUE(s.ok()) << s.status();
   MatMulCall mm;
   float y = 0;
@@ -130,9 +132,9 @@ TEST(ServingTest, TokensAreCheckedBeforeAnythingElse) {
     std::ofstream f(path);
     f << "right\n";
   }
-  ServingOptions o = NoNetwork();
+  ServingOptions o;
   o.auth_token_file = path;
-  auto s = Serving::Start(o);
+  auto s = Start(o);
   std::remove(path.c_str());
   ASSERT_TRUE(s.ok()) << s.status();
   MatMulCall mm;
@@ -153,9 +155,9 @@ TEST(ServingTest, EveryMethodButHealthNeedsTheToken) {
     std::ofstream f(path);
     f << "right\n";
   }
-  ServingOptions o = NoNetwork();
+  ServingOptions o;
   o.auth_token_file = path;
-  auto started = Serving::Start(o);
+  auto started = Start(o);
   std::remove(path.c_str());
   ASSERT_TRUE(started.ok()) << started.status();
   Serving& s = **started;
@@ -218,9 +220,9 @@ TEST(ServingTest, RegionsAreReleasedBeforeTheAnswerGoes) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, 64), 0);
   close(fd);
-  ServingOptions o = NoNetwork();
+  ServingOptions o;
   o.shm.allow_client_shm = true;
-  auto started = Serving::Start(o);
+  auto started = Start(o);
   ASSERT_TRUE(started.ok()) << started.status();
   Serving& s = **started;
   inference::SystemSharedMemoryRegisterRequest reg;
@@ -250,7 +252,7 @@ TEST(ServingTest, RegionsAreReleasedBeforeTheAnswerGoes) {
 }
 
 TEST(ServingTest, DrainingRefusesNewCallsAndIsIdleOnceAllAreAnswered) {
-  auto s = Serving::Start(NoNetwork());
+  auto s = Start(ServingOptions());
   ASSERT_TRUE(s.ok()) << s.status();
   MatMulCall mm;
   EXPECT_TRUE(RunCall(**s, mm.call()).ok());

@@ -186,14 +186,20 @@ bool WriteAll(int fd, const std::string& text) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Tracer>> Tracer::Create(std::string trace_file,
-                                                       TraceSettings initial,
-                                                       TraceFileBounds bounds) {
+absl::Status Tracer::CheckOptions(const std::string& trace_file, const TraceSettings& initial,
+                                  const TraceFileBounds& bounds) {
   GEMMSERVE_RETURN_IF_ERROR(CheckSettings(initial, trace_file));
   GEMMSERVE_RETURN_IF_ERROR(CheckBounds(bounds));
   if (!initial.timestamps || !initial.rate || !initial.count || !initial.log_frequency) {
     return absl::InvalidArgumentError("every initial trace setting must be given");
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Tracer>> Tracer::Create(std::string trace_file,
+                                                       TraceSettings initial,
+                                                       TraceFileBounds bounds) {
+  GEMMSERVE_RETURN_IF_ERROR(CheckOptions(trace_file, initial, bounds));
   std::string base;
   int dir = -1;
   if (!trace_file.empty()) {

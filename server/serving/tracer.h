@@ -97,6 +97,10 @@ class Tracer {
   static absl::StatusOr<std::unique_ptr<Tracer>> Create(std::string trace_file,
                                                         TraceSettings initial,
                                                         TraceFileBounds bounds = {});
+  // Create's checks of its values (not of the file): what the composition
+  // root checks the --trace_* flags with before it builds anything.
+  static absl::Status CheckOptions(const std::string& trace_file, const TraceSettings& initial,
+                                   const TraceFileBounds& bounds);
   ~Tracer();  // writes what was collected, then stops the writer
 
   // Whether this request of `model` is traced: its id (> 0), else 0.

@@ -302,5 +302,37 @@ class BuiltinFlagsTest(unittest.TestCase):
                 self.assertIn(message, run.stderr)
 
 
+
+class FlagsCheckedFirstTest(unittest.TestCase):
+    """Every flag is checked once, where the flags are parsed, before anything is built: a
+    value out of range for any layer (Serving's, either front end's, /metrics, tracing) stops
+    the server naming the flag, with no model of the repository loaded and no port bound."""
+
+    def test_a_bad_flag_of_any_layer_stops_the_server_before_a_model_loads(self):
+        cases = {"--http_threads=0": "--http_threads",
+                 "--grpc_max_stream_inflight=0": "--grpc_max_stream_inflight",
+                 "--metrics_port=70000": "--metrics_port 70000",
+                 "--max_inflight_bytes=0": "--max_inflight_bytes",
+                 "--max_client_shm_bytes=-1": "--max_client_shm_bytes",
+                 "--trace_max_files=0": "--trace_max_files",
+                 "--max_message_bytes=4294967296": "--max_message_bytes"}
+        for flag, message in cases.items():
+            with self.subTest(flag):
+                run = subprocess.run([server_binary(), "--grpc_port=0", "--http_port=0",
+                                      "--metrics_port=0", f"--model_repository={_REPO}", flag],
+                                     capture_output=True, text=True, timeout=60)
+                self.assertNotEqual(run.returncode, 0)
+                self.assertIn(message, run.stderr)
+                self.assertNotIn("loaded model", run.stderr)
+                self.assertNotIn("listening", run.stdout)
+        run = subprocess.run([server_binary(), "--grpc_port=0", "--http_port=-1",
+                              "--metrics_port=-1", f"--model_repository={_REPO}",
+                              "--trace_file=/nonexistent-dir/trace.json"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("--trace_file's directory", run.stderr)
+        self.assertNotIn("loaded model", run.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
