@@ -1,5 +1,8 @@
 #include "server/core/inference_request.h"
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
 namespace gemmserve {
 
 absl::string_view ContentsKindName(ContentsKind kind) {
@@ -20,6 +23,30 @@ absl::string_view ContentsKindName(ContentsKind kind) {
 
 absl::string_view ContentsName(const InferRequestView& request, ContentsKind kind) {
   return request.contents_name != nullptr ? request.contents_name(kind) : ContentsKindName(kind);
+}
+
+absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryOf(const SharedMemoryParameters& p,
+                                                              absl::string_view what) {
+  if (!p.region && !p.byte_size) {
+    if (p.offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " has shared_memory_offset without shared_memory_region and byte size"));
+    }
+    return std::nullopt;
+  }
+  if (!p.region || !p.byte_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " needs both shared_memory_region and shared_memory_byte_size"));
+  }
+  return std::optional<SharedMemoryRef>(
+      SharedMemoryRef{*p.region, p.offset.value_or(0), *p.byte_size});
+}
+
+absl::Status CheckOutputParameter(absl::string_view key) {
+  if (key == "classification") {
+    return absl::InvalidArgumentError("output parameter 'classification' is not supported");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace gemmserve

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -48,6 +49,25 @@ struct SharedMemoryRef {
   uint64_t offset = 0;
   uint64_t byte_size = 0;
 };
+
+// Triton's shared-memory parameters of a tensor as a front end read them off
+// its wire, each of its type already (a string; non-negative integers).
+struct SharedMemoryParameters {
+  std::optional<absl::string_view> region;
+  std::optional<uint64_t> byte_size;
+  std::optional<uint64_t> offset;
+};
+
+// Triton's rule for them, the same on every front end: none at all
+// (nullopt), or shared_memory_region and shared_memory_byte_size together,
+// with shared_memory_offset (else 0). INVALID_ARGUMENT naming `what` (e.g.
+// "input 'x'") for an offset alone or half a pair.
+absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryOf(const SharedMemoryParameters& p,
+                                                              absl::string_view what);
+
+// A requested output's parameter, by key: INVALID_ARGUMENT for one the server
+// refuses rather than ignore (Triton's classification); OK for the others.
+absl::Status CheckOutputParameter(absl::string_view key);
 
 struct InputTensorView {
   absl::string_view name;

@@ -105,13 +105,14 @@ absl::Status ViewOutputs(HttpInferRequest* request) {
   view.requested_outputs.reserve(request->outputs.size());
   for (HttpRequestedOutput& o : request->outputs) {
     view.requested_outputs.push_back(o.name);
-    if (!o.shm.given()) continue;
-    GEMMSERVE_RETURN_IF_ERROR(
-        CheckSharedMemory(o.shm, absl::StrCat("requested output '", ClientText(o.name), "'")));
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        std::optional<SharedMemoryRef> ref,
+        SharedMemoryOf(o.shm.parameters(),
+                       absl::StrCat("requested output '", ClientText(o.name), "'")));
+    if (!ref) continue;
     // A region takes the output's bytes: binary_data does not apply to it.
     o.binary = false;
-    view.output_shm.push_back(OutputShmView{
-        o.name, SharedMemoryRef{*o.shm.region, o.shm.offset.value_or(0), *o.shm.byte_size}});
+    view.output_shm.push_back(OutputShmView{o.name, *ref});
   }
   return absl::OkStatus();
 }

@@ -41,6 +41,10 @@ struct HttpSharedMemory {
   std::optional<std::string> region;
   std::optional<uint64_t> byte_size, offset;
   bool given() const { return region || byte_size || offset; }
+  // As the rule takes them (SharedMemoryOf); views of `region`.
+  SharedMemoryParameters parameters() const {
+    return {region ? std::optional<absl::string_view>(*region) : std::nullopt, byte_size, offset};
+  }
 };
 
 struct HttpRequestedOutput {

@@ -338,8 +338,10 @@ class InferHandler {
     if (key_ == "binary_data") {
       if (k != kBool) return WrongKind(k, "a boolean");
       request_->outputs.back().binary = bool_;
-    } else if (key_ == "classification") {
-      return Fail("output parameter 'classification' is not supported");
+      return true;
+    }
+    if (absl::Status refused = CheckOutputParameter(key_); !refused.ok()) {
+      return Fail(std::string(refused.message()));
     }
     return SharedMemoryField(k, text, &request_->outputs.back().shm);
   }
@@ -545,7 +547,7 @@ class InferHandler {
       return Fail(absl::StrCat(where, " has both 'data' and binary_data_size; send it one way"));
     }
     if (in.shm.given()) {
-      if (absl::Status s = CheckSharedMemory(in.shm, where); !s.ok()) {
+      if (absl::Status s = SharedMemoryOf(in.shm.parameters(), where).status(); !s.ok()) {
         error = std::move(s);
         return false;
       }
@@ -601,19 +603,6 @@ class InferHandler {
 };
 
 }  // namespace
-
-// Both region and byte size, or neither (and then no offset), as on gRPC.
-absl::Status CheckSharedMemory(const HttpSharedMemory& shm, absl::string_view what) {
-  if (!shm.region && !shm.byte_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " has shared_memory_offset without shared_memory_region and byte size"));
-  }
-  if (!shm.region || !shm.byte_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " needs both shared_memory_region and shared_memory_byte_size"));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status ParseInferHeader(absl::string_view header, HttpInferRequest* request,
                               std::vector<InputState>* inputs, int pass, bool scan_numbers) {

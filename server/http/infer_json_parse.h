@@ -43,10 +43,6 @@ struct InputState {
 absl::Status ParseInferHeader(absl::string_view header, HttpInferRequest* request,
                               std::vector<InputState>* inputs, int pass, bool scan_numbers);
 
-// Both region and byte size, or neither (and then no offset), as on gRPC.
-// INVALID_ARGUMENT naming `what`.
-absl::Status CheckSharedMemory(const HttpSharedMemory& shm, absl::string_view what);
-
 }  // namespace gemmserve
 
 #endif  // GEMMSERVE_SERVER_HTTP_INFER_JSON_PARSE_H_

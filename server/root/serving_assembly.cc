@@ -65,7 +65,8 @@ absl::StatusOr<std::optional<BatchingOptions>> BuiltinBatching(const BatchingOpt
 // merge concurrent requests' problem lists into one kernel call
 // (docs/models.md); their ModelConfig says so.
 absl::Status InstallBuiltinModels(const BatchingOptions& flags, InferenceEngine& engine) {
-  GEMMSERVE_ASSIGN_OR_RETURN(std::optional<BatchingOptions> batching, BuiltinBatching(flags));
+  const absl::StatusOr<std::optional<BatchingOptions>> batching = BuiltinBatching(flags);
+  if (!batching.ok()) return batching.status();
   const inference::ModelConfig config = BuiltinConfig(flags);
   std::vector<std::unique_ptr<Model>> models;
   models.push_back(MakeMatMulModel());
@@ -73,7 +74,7 @@ absl::Status InstallBuiltinModels(const BatchingOptions& flags, InferenceEngine&
   for (std::unique_ptr<Model>& model : models) {
     GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> configured,
                                ConfiguredModel::Make(std::move(model), config, ""));
-    engine.Install(std::move(configured), batching);
+    engine.Install(std::move(configured), *batching);
   }
   return absl::OkStatus();
 }

@@ -91,37 +91,26 @@ absl::Status UnsignedOf(const inference::InferParameter& p, absl::string_view wh
 }
 
 // Triton's shared-memory parameters of a tensor (`what` names it in
-// messages); nullopt when it has none. shared_memory_region and
-// shared_memory_byte_size come together; shared_memory_offset is optional.
-absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryParameters(const Parameters& params,
-                                                                      absl::string_view what) {
-  auto region = params.find("shared_memory_region");
-  auto size = params.find("shared_memory_byte_size");
-  auto offset = params.find("shared_memory_offset");
-  if (region == params.end() && size == params.end()) {
-    if (offset != params.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " has shared_memory_offset without shared_memory_region and byte size"));
+// messages), each of its type, then held to SharedMemoryOf's rule.
+absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryParametersOf(const Parameters& params,
+                                                                        absl::string_view what) {
+  SharedMemoryParameters p;
+  if (auto region = params.find("shared_memory_region"); region != params.end()) {
+    if (region->second.parameter_choice_case() != inference::InferParameter::kStringParam) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": parameter 'shared_memory_region' must be a string"));
     }
-    return std::nullopt;
+    p.region = region->second.string_param();
   }
-  if (region == params.end() || size == params.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " needs both shared_memory_region and shared_memory_byte_size"));
+  for (auto [name, field] : {std::pair("shared_memory_byte_size", &p.byte_size),
+                             std::pair("shared_memory_offset", &p.offset)}) {
+    auto it = params.find(name);
+    if (it == params.end()) continue;
+    uint64_t value;
+    GEMMSERVE_RETURN_IF_ERROR(UnsignedOf(it->second, what, name, &value));
+    *field = value;
   }
-  if (region->second.parameter_choice_case() != inference::InferParameter::kStringParam) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": parameter 'shared_memory_region' must be a string"));
-  }
-  SharedMemoryRef ref;
-  ref.region = region->second.string_param();
-  GEMMSERVE_RETURN_IF_ERROR(
-      UnsignedOf(size->second, what, "shared_memory_byte_size", &ref.byte_size));
-  if (offset != params.end()) {
-    GEMMSERVE_RETURN_IF_ERROR(
-        UnsignedOf(offset->second, what, "shared_memory_offset", &ref.offset));
-  }
-  return std::optional<SharedMemoryRef>(ref);
+  return SharedMemoryOf(p, what);
 }
 
 // Where one input's bytes are: shared memory, its raw_input_contents entry
@@ -171,9 +160,9 @@ absl::Status ViewInputs(const inference::ModelInferRequest& request, InferReques
   int in_memory = 0;
   for (int i = 0; i < request.inputs_size(); ++i) {
     GEMMSERVE_ASSIGN_OR_RETURN(
-        shm[i],
-        SharedMemoryParameters(request.inputs(i).parameters(),
-                               absl::StrCat("input '", ClientText(request.inputs(i).name()), "'")));
+        shm[i], SharedMemoryParametersOf(
+                    request.inputs(i).parameters(),
+                    absl::StrCat("input '", ClientText(request.inputs(i).name()), "'")));
     if (!shm[i]) ++in_memory;
   }
   const int raw_count = request.raw_input_contents_size();
@@ -199,17 +188,15 @@ absl::Status ViewInputs(const inference::ModelInferRequest& request, InferReques
 absl::Status ViewOutputs(const inference::ModelInferRequest& request, InferRequestView& view) {
   view.requested_outputs.reserve(request.outputs_size());
   for (const auto& output : request.outputs()) {
-    // Refused as the HTTP front end refuses it, never silently ignored.
-    if (output.parameters().count("classification") != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output '", ClientText(output.name()),
-                       "': output parameter 'classification' is not supported"));
+    const std::string what = absl::StrCat("output '", ClientText(output.name()), "'");
+    for (const auto& parameter : output.parameters()) {
+      if (absl::Status s = CheckOutputParameter(parameter.first); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
+      }
     }
     view.requested_outputs.push_back(output.name());
-    GEMMSERVE_ASSIGN_OR_RETURN(
-        std::optional<SharedMemoryRef> ref,
-        SharedMemoryParameters(output.parameters(),
-                               absl::StrCat("output '", ClientText(output.name()), "'")));
+    GEMMSERVE_ASSIGN_OR_RETURN(std::optional<SharedMemoryRef> ref,
+                               SharedMemoryParametersOf(output.parameters(), what));
     if (ref) view.output_shm.push_back({output.name(), *ref});
   }
   return absl::OkStatus();

@@ -36,10 +36,9 @@ class StreamInferReactor final : public StreamReactorBase {
     if (authorization) authorization_ = std::string(*authorization);
     has_authorization_ = authorization.has_value();
     traceparent_ = MetadataValue(*context_, "traceparent");
-    absl::Status refused = serving_->Authenticate(authorization);
-    if (refused.ok() && (registry_->draining() || serving_->draining())) {
-      refused = absl::UnavailableError("server is shutting down; retry on another replica");
-    }
+    absl::Status refused = serving_->AdmitStream(authorization);
+    // Or the front end's own drain (StreamRegistry::DrainAll) has begun.
+    if (refused.ok() && registry_->draining()) refused = Serving::ShuttingDown();
     if (refused.ok()) return Step();
     {
       absl::MutexLock lock(&mu_);
@@ -224,10 +223,7 @@ class StreamInferReactor final : public StreamReactorBase {
                        unparsed_message_ - 1,
                        " requests before it were answered, and nothing after it was read"));
     }
-    if (draining_ && !reads_done_) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "server is shutting down; retry on another replica");
-    }
+    if (draining_ && !reads_done_) return ToGrpcStatus(Serving::ShuttingDown());
     return grpc::Status::OK;
   }
 

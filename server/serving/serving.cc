@@ -201,6 +201,15 @@ absl::Status Serving::Authenticate(std::optional<absl::string_view> authorizatio
   return auth_ == nullptr ? absl::OkStatus() : auth_->Check(authorization);
 }
 
+absl::Status Serving::ShuttingDown() {
+  return absl::UnavailableError("server is shutting down; retry on another replica");
+}
+
+absl::Status Serving::AdmitStream(std::optional<absl::string_view> authorization) const {
+  GEMMSERVE_RETURN_IF_ERROR(Authenticate(authorization));
+  return draining() ? ShuttingDown() : absl::OkStatus();
+}
+
 void Serving::Infer(InferCall call, InferDone done) {
   std::shared_ptr<Call> state;
   try {
@@ -217,8 +226,7 @@ void Serving::Infer(InferCall call, InferDone done) {
   }
   if (draining) {
     // Refused at the door: not in flight, not counted.
-    std::move(done)(absl::UnavailableError("server is shutting down; retry on another replica"))
-        .IgnoreError();
+    std::move(done)(ShuttingDown()).IgnoreError();
     return;
   }
   metrics_->AddInflight(1);

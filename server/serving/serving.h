@@ -88,6 +88,14 @@ class Serving {
   // `authorization` header's value (nullopt when absent).
   absl::Status Authenticate(std::optional<absl::string_view> authorization) const;
 
+  // UNAVAILABLE, "server is shutting down; retry on another replica": what
+  // a call, or a stream of them, is refused or ended with while draining.
+  static absl::Status ShuttingDown();
+  // The door of a stream of inference calls (gRPC's ModelStreamInfer), as it
+  // opens: Authenticate, then ShuttingDown() while draining. Each request on
+  // it then goes through Infer like any call.
+  absl::Status AdmitStream(std::optional<absl::string_view> authorization) const;
+
   // ---- The API: one method per operation of KServe v2 / Triton, with the
   // protocol's messages as its types. Front ends decode their wire form into
   // the request, call, and encode the response or the error (HTTP: its
