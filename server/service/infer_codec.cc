@@ -106,7 +106,7 @@ absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryParametersOf(const Pa
                              std::pair("shared_memory_offset", &p.offset)}) {
     auto it = params.find(name);
     if (it == params.end()) continue;
-    uint64_t value;
+    uint64_t value = 0;
     GEMMSERVE_RETURN_IF_ERROR(UnsignedOf(it->second, what, name, &value));
     *field = value;
   }
