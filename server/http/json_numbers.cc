@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "server/tensor/half.h"
 
@@ -69,24 +70,28 @@ float RoundToOddFloat(double v) {
   return f;
 }
 
+// `s` parsed as a T (a float type rounds, an integer type must fit), its
+// bytes written to `dst`.
+template <typename T>
+bool ParseInto(absl::string_view s, uint8_t* dst) {
+  T v;
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!ParseFloat(s, &v)) return false;
+  } else {
+    if (!ParseInteger(s, &v)) return false;
+  }
+  std::memcpy(dst, &v, sizeof(T));
+  return true;
+}
+
 }  // namespace
 
 // Writes one JSON number into `dst` as `type`; false when it does not fit
 // (not an integer for an integer type, or out of range).
 bool ConvertNumber(DataType type, absl::string_view s, uint8_t* dst) {
   switch (type) {
-    case DataType::kFP32: {
-      float v;
-      if (!ParseFloat(s, &v)) return false;
-      std::memcpy(dst, &v, 4);
-      return true;
-    }
-    case DataType::kFP64: {
-      double v;
-      if (!ParseFloat(s, &v)) return false;
-      std::memcpy(dst, &v, 8);
-      return true;
-    }
+    case DataType::kFP32: return ParseInto<float>(s, dst);
+    case DataType::kFP64: return ParseInto<double>(s, dst);
     case DataType::kBF16:
     case DataType::kFP16: {
       double d;
@@ -96,30 +101,10 @@ bool ConvertNumber(DataType type, absl::string_view s, uint8_t* dst) {
       std::memcpy(dst, &h, 2);
       return true;
     }
-    case DataType::kINT32: {
-      int32_t v;
-      if (!ParseInteger(s, &v)) return false;
-      std::memcpy(dst, &v, 4);
-      return true;
-    }
-    case DataType::kINT64: {
-      int64_t v;
-      if (!ParseInteger(s, &v)) return false;
-      std::memcpy(dst, &v, 8);
-      return true;
-    }
-    case DataType::kUINT32: {
-      uint32_t v;
-      if (!ParseInteger(s, &v)) return false;
-      std::memcpy(dst, &v, 4);
-      return true;
-    }
-    case DataType::kUINT64: {
-      uint64_t v;
-      if (!ParseInteger(s, &v)) return false;
-      std::memcpy(dst, &v, 8);
-      return true;
-    }
+    case DataType::kINT32: return ParseInto<int32_t>(s, dst);
+    case DataType::kINT64: return ParseInto<int64_t>(s, dst);
+    case DataType::kUINT32: return ParseInto<uint32_t>(s, dst);
+    case DataType::kUINT64: return ParseInto<uint64_t>(s, dst);
   }
   return false;
 }
