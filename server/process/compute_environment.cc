@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "server/ops/kernels/cpu_features.h"
+#include "server/ops/kernels/kernel_set.h"
 
 namespace gemmserve {
 
@@ -36,9 +36,9 @@ void ReexecWithComputeEnvironment(char** argv) {
   if (std::getenv("BLIS_ARCH_TYPE") == nullptr) {
     bli_init();  // what BLIS would pick by itself (by vendor and family)
     const int own = static_cast<int>(bli_arch_query_id());
-    const CpuFeatures& cpu = Cpu();
-    const bool capped = HighestCpuIsa(cpu) != HighestCpuIsa(DetectCpuFeatures());
-    const int chosen = BlisArchitectureFor(own, cpu.Avx512Build(), cpu.avx2 && cpu.fma, capped);
+    // From the features the kernels were chosen from (kernel_set.h).
+    const KernelSet::Blis& blis = Kernels().blis;
+    const int chosen = BlisArchitectureFor(own, blis.avx512, blis.avx2_fma, blis.capped);
     if (chosen != own) {
       // BLIS 0.9 parses the variable as the number of an arch_t, not a name.
       changed |= setenv("BLIS_ARCH_TYPE", std::to_string(chosen).c_str(), 0) == 0;

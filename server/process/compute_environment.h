@@ -16,6 +16,8 @@
 //       does not know, "haswell"; otherwise BLIS's own choice stands.
 //       Under GEMMSERVE_MAX_CPU_ISA (cpu_features.h) the capped features
 //       decide: "haswell" for avx2, BLIS's reference "generic" for generic.
+//       The features are the kernel set's (KernelSet::blis, kernel_set.h),
+//       so BLIS and gemmserve's own kernels always follow the same record.
 //
 // A variable the user has set is never overridden. Call first thing in main():
 // it re-executes the program once with the settings added if any was missing.
@@ -32,8 +34,8 @@ namespace gemmserve {
 void ReexecWithComputeEnvironment(char** argv);
 
 // The BLIS configuration (an arch_t) to run given BLIS's own choice and the
-// CPU's features (`capped`: lowered by GEMMSERVE_MAX_CPU_ISA); exposed for
-// its test.
+// kernel set's KernelSet::blis (`capped`: lowered by GEMMSERVE_MAX_CPU_ISA);
+// exposed for its test.
 int BlisArchitectureFor(int blis_choice, bool avx512, bool avx2_fma, bool capped = false);
 
 // "skx", "haswell", ...: the BLIS configuration in use.

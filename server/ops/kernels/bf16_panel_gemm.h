@@ -101,6 +101,31 @@ namespace bf16_panel_internal {
 // Forces a path for tests: 0 as the CPU allows, 1 FMA only.
 void ForceFmaPath(bool fma_only);
 bool HaveNativeBf16();
+
+// The tiles, in tables of kBf16TokenRows, for 1 to 12 token rows (index
+// rows - 1): rows x cols of C (at most 12 x 32, row stride ldc) = or, when
+// `accumulate`, += tokens * weights. A pair tile takes `pairs` pairs of K,
+// tokens [pairs][tr] words (tr >= rows per pair), weights [pairs][64]; a half
+// tile `kc` K steps of FP16 panels, tokens [kc][tr] floats widened when
+// packed, weights [kc][32].
+using PairTileFn = void (*)(int64_t pairs, const uint32_t* tokens, int64_t tr,
+                            const uint16_t* weights, float* c, int64_t ldc, int64_t cols,
+                            bool accumulate);
+using HalfTileFn = void (*)(int64_t kc, const float* tokens, int64_t tr, const uint16_t* weights,
+                            float* c, int64_t ldc, int64_t cols, bool accumulate);
+
+// The AVX-512 build (bf16_panel_gemm_avx512.cc): BF16 pairs widened exactly
+// and FP32 FMA (IEEE: subnormals kept), FP16 widened by vcvtph2ps, and the
+// packing of BF16 weights by two-source permutes.
+extern const PairTileFn kFmaTilesAvx512[kBf16TokenRows];
+extern const HalfTileFn kHalfTilesAvx512[kBf16TokenRows];
+void PackBf16PanelsAvx512(const uint16_t* w, int64_t ldw, int64_t k, int64_t n, uint16_t* out);
+// The AVX512-BF16 build (bf16_panel_gemm_avx512bf16.cc): vdpbf16ps, and its
+// flops per FP32 FMA flop measured in registers (Bf16NativeSpeedup).
+extern const PairTileFn kNativeTilesAvx512Bf16[kBf16TokenRows];
+double MeasureNativeSpeedupAvx512Bf16();
+// The portable packing (CPUs without AVX-512).
+void PackBf16PanelsGeneric(const uint16_t* w, int64_t ldw, int64_t k, int64_t n, uint16_t* out);
 }  // namespace bf16_panel_internal
 
 }  // namespace gemmserve

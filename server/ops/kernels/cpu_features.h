@@ -1,10 +1,10 @@
 // The CPU features that gemmserve's kernels dispatch on, read once, in one
 // place, and capped by GEMMSERVE_MAX_CPU_ISA (after oneDNN's
-// ONEDNN_MAX_CPU_ISA). Every dispatcher (streaming, quantized, integer, BF16
-// panel kernels, and the BLIS configuration the server asks for) reads
-// Cpu(), so one variable runs the whole server on a lower instruction set:
-// how the integration suite drives the AVX2 and portable paths through the
-// real API on a CPU that has AVX-512.
+// ONEDNN_MAX_CPU_ISA). Every kernel family and the BLIS configuration the
+// server asks for are chosen from Cpu(), in one place (KernelsFor,
+// kernel_set.h), so one variable runs the whole server on a lower
+// instruction set: how the integration suite drives the AVX2 and portable
+// paths through the real API on a CPU that has AVX-512.
 //
 //   GEMMSERVE_MAX_CPU_ISA   the kernels use at most
 //   avx512_bf16 (or unset)  everything the CPU has
@@ -13,7 +13,7 @@
 //   generic                 portable C++ (and BLIS's reference kernels)
 //
 // A cap never adds a feature the CPU lacks. The variable is read when the
-// first dispatcher runs (at static initialisation); the server refuses to
+// kernel set is first asked for (at static initialisation); the server refuses to
 // start on a value it does not know (CpuIsaCapError).
 //
 // No Abseil here: the AVX-512 and AVX2 translation units may include this

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "server/ops/kernels/gemm.h"
+#include "server/ops/kernels/int8_dot_walk.h"
 #include "server/ops/kernels/kernel_set.h"
 #include "server/tensor/shape.h"
 
@@ -112,18 +113,13 @@ namespace {
 
 constexpr int64_t kPackColumns = 64;
 
-bool FourBit(QuantizedType t) { return t == QuantizedType::kInt4 || t == QuantizedType::kUint4; }
-
 // Rows of a packed unit: a quad, or a pair of quads for 4-bit weights.
-int64_t UnitRows(const QuantizedMatrix& w) { return FourBit(w.type) ? 8 : 4; }
+int64_t UnitRows(const QuantizedMatrix& w) { return IsFourBit(w.type) ? 8 : 4; }
 
 // W[t, j] made unsigned (+128 for INT8, +8 for INT4).
 uint8_t Unsigned(const QuantizedMatrix& w, int64_t t, int64_t j) {
   const int32_t q = QuantizedElement(w.type, w.data, w.first + t * w.n + j);
-  const int32_t offset = w.type == QuantizedType::kInt8   ? 128
-                         : w.type == QuantizedType::kInt4 ? 8
-                                                          : 0;
-  return static_cast<uint8_t>(q + offset);
+  return static_cast<uint8_t>(q + int8_dot_internal::UnsignedOffset(w.type));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "server/ops/kernels/int8_dot.h"
+#include "server/ops/kernels/quantized_layout.h"
 
 namespace gemmserve {
 namespace int8_dot_internal {
@@ -20,13 +21,11 @@ namespace {
 
 constexpr int64_t kColumns = 16;
 
-bool IsFour(QuantizedType t) { return t == QuantizedType::kInt4 || t == QuantizedType::kUint4; }
-
 // Row t's `cols` (<= 16) weights from column j0 as 16 int16 (the columns
 // past `cols` zero), from a row that starts on a byte.
 __m256i LoadRow(const QuantizedMatrix& w, int64_t t, int64_t j0, int64_t cols) {
   const int64_t e = w.first + t * w.n + j0;
-  if (!IsFour(w.type)) {
+  if (!IsFourBit(w.type)) {
     __m128i v;
     if (cols == 16) {
       v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.data + e));
@@ -122,7 +121,7 @@ void Fold(const QuantizedMatrix& w, int64_t scale_row, int64_t j0, int64_t cols,
 void Int8DotAvx2(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
                  int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc) {
   // 4-bit rows must start on a byte: every row (first and n even).
-  if (IsFour(w.type) && (w.first % 2 != 0 || w.n % 2 != 0)) {
+  if (IsFourBit(w.type) && (w.first % 2 != 0 || w.n % 2 != 0)) {
     return Int8DotGeneric(rows, a_rows, a, k_begin, k_end, w, c, ldc);
   }
   alignas(32) int32_t sums[16];

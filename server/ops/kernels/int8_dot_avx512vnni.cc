@@ -25,17 +25,6 @@ namespace {
 // 2-14% faster than leaving the stream to the hardware prefetcher alone.
 constexpr int64_t kPrefetchBytes = 2048;
 
-bool IsFour(QuantizedType t) { return t == QuantizedType::kInt4 || t == QuantizedType::kUint4; }
-
-// The offset that makes the weights unsigned.
-int32_t Offset(QuantizedType t) {
-  switch (t) {
-    case QuantizedType::kInt8: return 128;
-    case QuantizedType::kInt4: return 8;
-    default: return 0;
-  }
-}
-
 __mmask64 ByteMask(int64_t bytes) {
   return bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1;
 }
@@ -44,7 +33,7 @@ __mmask64 ByteMask(int64_t bytes) {
 // column order (the columns past `cols` zero).
 __m512i LoadRow(const QuantizedMatrix& w, int64_t t, int64_t j0, int64_t cols) {
   const int64_t e = w.first + t * w.n + j0;
-  if (!IsFour(w.type)) {
+  if (!IsFourBit(w.type)) {
     const __m512i v = _mm512_maskz_loadu_epi8(ByteMask(cols), w.data + e);
     return w.type == QuantizedType::kInt8 ? _mm512_xor_si512(v, _mm512_set1_epi8(-128)) : v;
   }
@@ -90,18 +79,9 @@ void ToColumns(const __m512i acc[4], __m512i n[4]) {
   n[3] = _mm512_maskz_shuffle_i32x4(0xFFFF, t1, t3, 0xDD);
 }
 
-// Row `src`'s four activations at t (those at or past `end` zero), as one
-// 32-bit value for every lane.
+// A row's four activations at t (ActivationQuad) in every lane.
 __m512i Activations(const int8_t* q, int64_t t, int64_t end) {
-  uint32_t four = 0;
-  if (t + 4 <= end) {
-    std::memcpy(&four, q + t, 4);
-  } else {
-    for (int64_t x = 0; t + x < end; ++x) {
-      four |= static_cast<uint32_t>(static_cast<uint8_t>(q[t + x])) << (8 * x);
-    }
-  }
-  return _mm512_set1_epi32(static_cast<int>(four));
+  return _mm512_set1_epi32(static_cast<int>(ActivationQuad(q, t, end)));
 }
 
 // The block's scales, and zero points plus the offset as int32, of the 16
@@ -119,7 +99,7 @@ void LoadScales(const QuantizedMatrix& w, int64_t row_base, int64_t j0, __mmask1
   *scale = contiguous
                ? _mm512_maskz_loadu_ps(mask, w.scale + base)
                : _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, index, w.scale + base, 4);
-  __m512i z = _mm512_set1_epi32(Offset(w.type));
+  __m512i z = _mm512_set1_epi32(UnsignedOffset(w.type));
   if (w.zero_point != nullptr) {
     const __m512 zf = contiguous ? _mm512_maskz_loadu_ps(mask, w.zero_point + base)
                                  : _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, index,
@@ -174,7 +154,7 @@ void BlockRows(const Int8Rows& a, const int64_t* a_rows, int64_t i0, int64_t t0,
     for (__m512i& v : acc[r]) v = _mm512_setzero_si512();
   }
   if (packed != nullptr) {
-    PackedSums<kCount>(a, src, t0, t1, IsFour(w.type), packed, units, acc);
+    PackedSums<kCount>(a, src, t0, t1, IsFourBit(w.type), packed, units, acc);
   } else {
     __m512i weights[4];
     for (int64_t t = t0; t < t1; t += 4) {
@@ -222,11 +202,10 @@ void BlockRows(const Int8Rows& a, const int64_t* a_rows, int64_t i0, int64_t t0,
 void Int8DotAvx512Vnni(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
                        int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc) {
   if (Int8RowsStartMidByte(w)) return Int8DotGeneric(rows, a_rows, a, k_begin, k_end, w, c, ldc);
+  // chunk: j0, cols, packed, units (WalkInt8Blocks).
   WalkInt8Blocks(rows, a, k_begin, k_end, w,
-                 [&](auto count, int64_t i0, int64_t t0, int64_t t1, int64_t j0, int64_t cols,
-                     const uint8_t* packed, int64_t units) {
-                   BlockRows<decltype(count)::value>(a, a_rows, i0, t0, t1, w, j0, cols, packed,
-                                                     units, c, ldc);
+                 [&](auto count, int64_t i0, int64_t t0, int64_t t1, auto... chunk) {
+                   BlockRows<decltype(count)::value>(a, a_rows, i0, t0, t1, w, chunk..., c, ldc);
                  });
 }
 

@@ -40,23 +40,12 @@ constexpr int64_t kPrefetchBytes = 2048;
 // Lines a pass of kCount rows accumulates: eight accumulators in all.
 constexpr int LinesFor(int count) { return count == 1 ? 4 : count == 2 ? 2 : 1; }
 
-bool IsFour(QuantizedType t) { return t == QuantizedType::kInt4 || t == QuantizedType::kUint4; }
-
-// The offset that makes the weights unsigned.
-int32_t Offset(QuantizedType t) {
-  switch (t) {
-    case QuantizedType::kInt8: return 128;
-    case QuantizedType::kInt4: return 8;
-    default: return 0;
-  }
-}
-
 // Row t's `cols` (1 .. 16) weights from column j as 16 unsigned bytes in
 // column order, from a row that starts on a byte (the columns past `cols`
 // are not used).
 __m128i LoadRow(const QuantizedMatrix& w, int64_t t, int64_t j, int64_t cols) {
   const int64_t e = w.first + t * w.n + j;
-  if (!IsFour(w.type)) {
+  if (!IsFourBit(w.type)) {
     __m128i v;
     if (cols >= kLine) {
       v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.data + e));
@@ -98,18 +87,9 @@ void LoadFour(const QuantizedMatrix& w, int64_t t, int64_t present, int64_t j, i
   out[1] = _mm256_set_m128i(_mm_unpackhi_epi16(hi01, hi23), _mm_unpacklo_epi16(hi01, hi23));
 }
 
-// A row's four activations at t (those at or past `end` zero), as one
-// 32-bit value for every lane.
+// A row's four activations at t (ActivationQuad) in every lane.
 __m256i Activations(const int8_t* q, int64_t t, int64_t end) {
-  uint32_t four = 0;
-  if (t + 4 <= end) {
-    std::memcpy(&four, q + t, 4);
-  } else {
-    for (int64_t x = 0; t + x < end; ++x) {
-      four |= static_cast<uint32_t>(static_cast<uint8_t>(q[t + x])) << (8 * x);
-    }
-  }
-  return _mm256_set1_epi32(static_cast<int>(four));
+  return _mm256_set1_epi32(static_cast<int>(ActivationQuad(q, t, end)));
 }
 
 // The sums of kCount rows (their integers at q[r]) over one block [t0, t1)
@@ -189,7 +169,7 @@ void LoadScales(const QuantizedMatrix& w, int64_t row_base, int64_t j, bool whol
     return whole ? _mm256_loadu_ps(p + base) : _mm256_maskload_ps(p + base, mask);
   };
   *scale = load(w.scale);
-  __m256i z = _mm256_set1_epi32(Offset(w.type));
+  __m256i z = _mm256_set1_epi32(UnsignedOffset(w.type));
   if (w.zero_point != nullptr) z = _mm256_add_epi32(z, _mm256_cvttps_epi32(load(w.zero_point)));
   *zero = z;
 }
@@ -250,7 +230,7 @@ void BlockRows(const Int8Rows& a, const int64_t* a_rows, int64_t i0, int64_t t0,
       for (__m256i& v : acc[r]) v = _mm256_setzero_si256();
     }
     if (packed != nullptr) {
-      PackedSums<kCount, kRegs>(q, t0, t1, IsFour(w.type), packed + l0 * 64, units, acc);
+      PackedSums<kCount, kRegs>(q, t0, t1, IsFourBit(w.type), packed + l0 * 64, units, acc);
     } else {
       RowMajorSums<kCount, kRegs>(q, t0, t1, w, j0 + j, cols - j, acc);
     }
@@ -268,11 +248,10 @@ void BlockRows(const Int8Rows& a, const int64_t* a_rows, int64_t i0, int64_t t0,
 void Int8DotAvxVnni(int64_t rows, const int64_t* a_rows, const Int8Rows& a, int64_t k_begin,
                     int64_t k_end, const QuantizedMatrix& w, float* c, int64_t ldc) {
   if (Int8RowsStartMidByte(w)) return Int8DotGeneric(rows, a_rows, a, k_begin, k_end, w, c, ldc);
+  // chunk: j0, cols, packed, units (WalkInt8Blocks).
   WalkInt8Blocks(rows, a, k_begin, k_end, w,
-                 [&](auto count, int64_t i0, int64_t t0, int64_t t1, int64_t j0, int64_t cols,
-                     const uint8_t* packed, int64_t units) {
-                   BlockRows<decltype(count)::value>(a, a_rows, i0, t0, t1, w, j0, cols, packed,
-                                                     units, c, ldc);
+                 [&](auto count, int64_t i0, int64_t t0, int64_t t1, auto... chunk) {
+                   BlockRows<decltype(count)::value>(a, a_rows, i0, t0, t1, w, chunk..., c, ldc);
                  });
 }
 

@@ -1,11 +1,11 @@
-// Integer GEMM: runtime dispatch to the best build of int_gemm_impl.inc for
-// this CPU, and rows of C split across threads.
+// Integer GEMM: the portable build of int_gemm_impl.inc, the build the
+// kernel set (kernel_set.h) chose for this CPU called on rows of C split
+// across threads.
 #include <omp.h>
 
 #include <algorithm>
 #include <type_traits>
 
-#include "server/ops/kernels/cpu_features.h"
 #include "server/ops/kernels/gemm.h"
 #include "server/ops/kernels/kernel_set.h"
 #include "server/ops/kernels/int_gemm_internal.h"
@@ -16,16 +16,7 @@ namespace {
 #include "server/ops/kernels/int_gemm_impl.inc"
 }  // namespace
 
-void IntGemmRows32_generic(int64_t row_begin, int64_t row_end, int64_t n, int64_t k,
-                           const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb,
-                           uint32_t* c, int64_t ldc) {
-  IntGemmRows32(row_begin, row_end, n, k, a, lda, b, ldb, c, ldc);
-}
-void IntGemmRows64_generic(int64_t row_begin, int64_t row_end, int64_t n, int64_t k,
-                           const uint64_t* a, int64_t lda, const uint64_t* b, int64_t ldb,
-                           uint64_t* c, int64_t ldc) {
-  IntGemmRows64(row_begin, row_end, n, k, a, lda, b, ldb, c, ldc);
-}
+GEMMSERVE_INT_GEMM_DEFINE(generic)
 
 const char* IntGemmIsa() { return Kernels().int_isa; }
 

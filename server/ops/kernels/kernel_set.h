@@ -1,10 +1,19 @@
 // KernelSet: every kernel family's entry points for this CPU, chosen once and
-// in one place from the CPU's features under GEMMSERVE_MAX_CPU_ISA (Cpu()),
-// as BLIS fills its context of kernels once per configuration. The families
-// (streaming decode, quantized decode and dequantization, integer GEMM, BF16
-// pair panels) call through it; each ISA build of a family is a file of its
-// own, built with that ISA's compiler flags, and runs only when the set
-// names it.
+// in one place, KernelsFor, from the CPU's features under
+// GEMMSERVE_MAX_CPU_ISA (Cpu()), as BLIS fills its context of kernels once
+// per configuration. The families (streaming decode, quantized decode and
+// dequantization, 8-bit-activation dot products, integer GEMM, the FP32
+// panel tiles and the BF16/FP16 pair panels) call through it and never test
+// a CPU feature themselves; so does the BLIS configuration the process asks
+// for (`blis`). Each ISA build of a family is a translation unit of its own,
+// `<family>_<isa>.cc`, compiled with that ISA's flags (server/CMakeLists.txt)
+// and run only when the set names it; a family's portable build and its
+// public entry points are `<family>.cc`.
+//
+// Adding a build: write its file, declare its entry points beside the
+// family's other builds (the `*_internal` namespace of the family's header),
+// pick it in KernelsFor, and give the file its flags in CMake
+// (gemmserve_kernel_build).
 //
 // No Abseil here, for the reason cpu_features.h gives.
 //
@@ -15,16 +24,20 @@
 
 #include <cstdint>
 
+#include "server/ops/kernels/bf16_panel_gemm.h"
 #include "server/ops/kernels/cpu_features.h"
 #include "server/ops/kernels/int8_dot.h"
+#include "server/ops/kernels/panel_gemm.h"
 #include "server/ops/kernels/quantized_gemm.h"
 #include "server/tensor/datatype.h"
 
 namespace gemmserve {
 
 struct KernelSet {
-  // The builds the features allow: AVX-512 (F, BW, VL, DQ, FMA), AVX2 (with
-  // FMA and F16C), and AVX512-BF16's vdpbf16ps and vcvtne2ps2bf16.
+  // The builds the features allow, for tests and benchmarks that run each:
+  // AVX-512 (F, BW, VL, DQ, FMA), AVX2 (with FMA and F16C), and
+  // AVX512-BF16's vdpbf16ps and vcvtne2ps2bf16. The kernels never branch on
+  // these; they call through the entries below.
   bool avx512 = false;
   bool avx2 = false;
   bool avx512_bf16 = false;
@@ -60,10 +73,39 @@ struct KernelSet {
   void (*int_rows64)(int64_t row_begin, int64_t row_end, int64_t n, int64_t k, const uint64_t* a,
                      int64_t lda, const uint64_t* b, int64_t ldb, uint64_t* c,
                      int64_t ldc) = nullptr;
+
+  // Our tiles on packed panels, tables of 12 for 1 to 12 token rows (index
+  // rows - 1); null where the CPU has no build of them. FP32 token panels
+  // that are not full (panel_gemm.h; AVX-512; without them BLIS's kernel
+  // computes every tile), and BF16 pair panels on FP32 FMA and on vdpbf16ps
+  // and FP16 panels (bf16_panel_gemm.h; AVX-512, AVX512-BF16, AVX-512;
+  // without the FMA tiles there are no BF16 or FP16 panels at all).
+  const panel_gemm_internal::PartialTileFn* fp32_partial_tiles = nullptr;
+  const bf16_panel_internal::PairTileFn* bf16_fma_tiles = nullptr;
+  const bf16_panel_internal::PairTileFn* bf16_native_tiles = nullptr;
+  const bf16_panel_internal::HalfTileFn* fp16_tiles = nullptr;
+  // BF16 weights into pair panels (PackBf16Panels).
+  void (*pack_bf16_panels)(const uint16_t* w, int64_t ldw, int64_t k, int64_t n,
+                           uint16_t* out) = nullptr;
+  // vdpbf16ps's flops per FP32 FMA flop, measured in registers
+  // (Bf16NativeSpeedup); null without AVX512-BF16.
+  double (*measure_bf16_native_speedup)() = nullptr;
+
+  // What the BLIS configuration is chosen from (BlisArchitectureFor in
+  // server/process/compute_environment.h): BLIS's AVX-512 kernels (skx) want
+  // the AVX-512 build's set, its AVX2 ones (haswell, zen) AVX2 and FMA; and
+  // whether the features are below the level the CPU reports (a
+  // GEMMSERVE_MAX_CPU_ISA cap).
+  struct Blis {
+    bool avx512 = false;
+    bool avx2_fma = false;
+    bool capped = false;
+  } blis;
 };
 
 // The set for `features`: every family's best build they allow. Tests use
-// it to reach each build the CPU has.
+// it to reach each build the CPU has; only `blis.capped` reads the CPU (the
+// level it reports).
 KernelSet KernelsFor(const CpuFeatures& features);
 
 // The set for this process: KernelsFor(Cpu()), resolved once.

@@ -1,19 +1,11 @@
 #include "server/ops/kernels/panel_gemm.h"
 
 #include <blis.h>
-// GCC 12's AVX-512 intrinsics warn on their own undefined start vectors
-// where they are inlined (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "server/ops/kernels/cpu_features.h"
 #include "server/ops/kernels/kernel_set.h"
-#include "server/ops/kernels/tile32.h"
 
 namespace gemmserve {
 namespace {
@@ -64,67 +56,11 @@ void PackTokens(const PanelGeometry& g, int64_t m, int64_t k0, int64_t kc, const
   }
 }
 
-// Our own tile for a token panel that is not full, on AVX-512 where BLIS's
-// kernel is column-preferring with 32-wide weight panels (skx): R valid token
-// rows x 32 weight columns, C row-major. BLIS's micro-kernel always computes
-// all its NR token rows, so a decode call with one row would do twelve rows'
-// work; this one does R.
-template <int R>
-__attribute__((target("avx512f"))) void PartialTile(int64_t kc, const float* weights, int64_t wld,
-                                                    const float* tokens, int64_t tld, float* c,
-                                                    int64_t ldc, int64_t cols, bool accumulate) {
-  __m512 acc[R][2];
-  tile32::Zero(acc);
-  int64_t kk = 0;
-  if constexpr (R <= 4) {
-    // Few rows (decode): a second set of accumulators for odd k hides the
-    // FMA latency that R chains alone would not.
-    __m512 odd[R][2];
-    tile32::Zero(odd);
-    for (; kk + 2 <= kc; kk += 2) {
-      const __m512 w0 = _mm512_load_ps(weights + kk * wld);
-      const __m512 w1 = _mm512_load_ps(weights + kk * wld + 16);
-      const __m512 v0 = _mm512_load_ps(weights + (kk + 1) * wld);
-      const __m512 v1 = _mm512_load_ps(weights + (kk + 1) * wld + 16);
-      const float* t = tokens + kk * tld;
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const __m512 x = _mm512_set1_ps(t[r]), y = _mm512_set1_ps(t[tld + r]);
-        acc[r][0] = _mm512_fmadd_ps(x, w0, acc[r][0]);
-        acc[r][1] = _mm512_fmadd_ps(x, w1, acc[r][1]);
-        odd[r][0] = _mm512_fmadd_ps(y, v0, odd[r][0]);
-        odd[r][1] = _mm512_fmadd_ps(y, v1, odd[r][1]);
-      }
-    }
-    tile32::Add(acc, odd);
-  }
-  for (; kk < kc; ++kk) {
-    const __m512 w0 = _mm512_load_ps(weights + kk * wld);
-    const __m512 w1 = _mm512_load_ps(weights + kk * wld + 16);
-    const float* t = tokens + kk * tld;
-#pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) {
-      const __m512 x = _mm512_set1_ps(t[r]);
-      acc[r][0] = _mm512_fmadd_ps(x, w0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(x, w1, acc[r][1]);
-    }
-  }
-  tile32::Store(acc, c, ldc, cols, accumulate);
-}
-
-using PartialTileFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*,
-                               int64_t, int64_t, bool);
-constexpr int kPartialRows = 12;
-constexpr PartialTileFn kPartialTiles[kPartialRows] = {
-    PartialTile<1>, PartialTile<2>,  PartialTile<3>,  PartialTile<4>,
-    PartialTile<5>, PartialTile<6>,  PartialTile<7>,  PartialTile<8>,
-    PartialTile<9>, PartialTile<10>, PartialTile<11>, PartialTile<12>};
-
 }  // namespace
 
 bool PanelGemmHasPartialTiles(const PanelGeometry& g) {
-  return Kernels().avx512 && g.weights_are_a && g.weight_lanes == 32 && g.weight_ld == 32 &&
-         g.token_lanes <= kPartialRows;
+  return Kernels().fp32_partial_tiles != nullptr && g.weights_are_a && g.weight_lanes == 32 &&
+         g.weight_ld == 32 && g.token_lanes <= panel_gemm_internal::kPartialTileRows;
 }
 
 const PanelGeometry& Fp32PanelGeometry() {
@@ -191,6 +127,9 @@ void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const fl
   bli_auxinfo_set_params(nullptr, &aux);
   cntx_t* cntx = bli_gks_query_cntx();
 
+  // The kernel set's tiles for token panels that are not full, where they fit.
+  const panel_gemm_internal::PartialTileFn* partial_tiles =
+      PanelGemmHasPartialTiles(g) ? Kernels().fp32_partial_tiles : nullptr;
   const int64_t k_block = CallKBlock(g, m, k);
   for (int64_t k0 = 0; k0 < k; k0 += k_block) {
     const int64_t kc = std::min(k_block, k - k0);
@@ -214,8 +153,8 @@ void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const fl
             bli_auxinfo_set_next_a(weight_panel(next_p), &aux);
             bli_auxinfo_set_next_b(token_panel(t), &aux);
             float* tile = c + t * g.token_lanes * ldc + (p * g.weight_lanes - j_first);
-            if (token_rows(t) < g.token_lanes && PanelGemmHasPartialTiles(g)) {
-              kPartialTiles[token_rows(t) - 1](kc, weight_panel(p), g.weight_ld, token_panel(t),
+            if (token_rows(t) < g.token_lanes && partial_tiles != nullptr) {
+              partial_tiles[token_rows(t) - 1](kc, weight_panel(p), g.weight_ld, token_panel(t),
                                                g.token_ld, tile, ldc, weight_cols(p), k0 > 0);
               continue;
             }

@@ -74,6 +74,20 @@ void PanelGemm(const PanelGeometry& g, int64_t m, int64_t k, int64_t n, const fl
                const int64_t* a_rows, const float* packed_w, int64_t panel_begin, int64_t panel_end,
                float* c, int64_t ldc, float* scratch);
 
+namespace panel_gemm_internal {
+// Our tile for a token panel that is not full: `rows` valid token rows x 32
+// weight columns over kc K steps, C row-major (row stride ldc, its first
+// `cols` columns), added to C when `accumulate`. BLIS's micro-kernel always
+// computes all its NR token rows, so a decode call with one row would do
+// twelve rows' work; this one does `rows`. Tables of kPartialTileRows tiles,
+// for 1 to 12 rows (index rows - 1).
+using PartialTileFn = void (*)(int64_t kc, const float* weights, int64_t wld, const float* tokens,
+                               int64_t tld, float* c, int64_t ldc, int64_t cols, bool accumulate);
+inline constexpr int kPartialTileRows = 12;
+// The AVX-512 build (panel_gemm_avx512.cc), for skx's 32-wide weight panels.
+extern const PartialTileFn kPartialTilesAvx512[kPartialTileRows];
+}  // namespace panel_gemm_internal
+
 }  // namespace gemmserve
 
 #endif  // GEMMSERVE_SERVER_OPS_KERNELS_PANEL_GEMM_H_

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/process/compute_environment.h"
 #include "server/ops/kernels/gemm_testing.h"
+#include "server/ops/kernels/kernel_set.h"
 #include "server/ops/packed_weights.h"
 #include "server/tensor/half.h"
 
@@ -292,6 +294,27 @@ TEST(Fp16PanelGemmTest, MatchesTheExactProductOverEdgeShapesAndSubnormals) {
   for (const Case& c : {Case{13, 70, 40, true}, Case{1, 9, 3, false}}) {
     CheckHalfPanels(DataType::kFP16, c, 0x1p-20, rng);
     if (HasFailure()) return;
+  }
+}
+
+// The AVX-512 packing of BF16 weights (where the CPU has it) writes the
+// portable one's panels, padding included, over odd K, partial panels and a
+// row stride past N.
+TEST(Bf16PanelGemmTest, EveryPackingBuildWritesThePortablePanels) {
+  if (!Kernels().avx512) GTEST_SKIP() << "no AVX-512 here: the portable packing alone";
+  std::mt19937_64 rng(20);
+  for (const Case& c : Bf16Cases()) {
+    const int64_t ldw = c.n + 3;
+    std::vector<uint16_t> w(static_cast<size_t>(std::max<int64_t>(c.k * ldw, 1)));
+    for (uint16_t& v : w) v = static_cast<uint16_t>(rng());
+    const int64_t size = Bf16PanelCount(c.n) * Bf16PanelStride(c.k);
+    Aligned<uint16_t> portable(size), avx512(size);
+    std::fill(portable.data, portable.data + size, uint16_t{0xdead});
+    std::fill(avx512.data, avx512.data + size, uint16_t{0xbeef});
+    bf16_panel_internal::PackBf16PanelsGeneric(w.data(), ldw, c.k, c.n, portable.data);
+    bf16_panel_internal::PackBf16PanelsAvx512(w.data(), ldw, c.k, c.n, avx512.data);
+    ASSERT_TRUE(std::equal(portable.data, portable.data + size, avx512.data))
+        << "k=" << c.k << " n=" << c.n;
   }
 }
 

@@ -1,3 +1,5 @@
+// The quantized family's portable build, and its entry points through the
+// kernel set (kernel_set.h).
 #include "server/ops/kernels/quantized_gemm.h"
 
 #include <algorithm>
@@ -6,7 +8,7 @@
 
 #include "server/ops/kernels/bf16_panel_gemm.h"
 #include "server/ops/kernels/kernel_set.h"
-#include "server/ops/kernels/streaming_gemm.h"
+#include "server/ops/kernels/quantized_layout.h"
 #include "server/tensor/half.h"
 
 namespace gemmserve {
@@ -60,6 +62,21 @@ void DequantizeBf16Panels(const QuantizedMatrix& w, int64_t k_begin, int64_t k_e
 }
 
 namespace streaming_internal {
+namespace {
+namespace generic {
+
+#include "server/ops/kernels/half_rows_generic.inc"
+
+#include "server/ops/kernels/streaming_gemm_impl.inc"  // the row kernels it shares
+#include "server/ops/kernels/quantized_gemm_impl.inc"
+
+}  // namespace generic
+}  // namespace
+
+void QuantizedGeneric(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
+                      const QuantizedMatrix& w, float* c, int64_t ldc) {
+  generic::AccumulateQuantized(rows, k_begin, k_end, a, lda, w, c, ldc);
+}
 
 void DequantizeBf16PanelsGeneric(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end,
                                  int64_t j0, int64_t width, uint16_t* out) {

@@ -100,13 +100,14 @@ void DequantizeBf16PanelsGeneric(const QuantizedMatrix& w, int64_t k_begin, int6
                                  int64_t j0, int64_t width, uint16_t* out);
 void DequantizeBf16PanelsAvx512(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end,
                                 int64_t j0, int64_t width, uint16_t* out);
-// The part of DequantizeBf16PanelsAvx512 that rounds with vcvtne2ps2bf16:
-// only on CPUs with AVX512-BF16, for matrices with scales_factorable, 4-bit
-// rows starting on a byte and an even j0.
+// The AVX512-BF16 build (only on CPUs with it): rounds with vcvtne2ps2bf16
+// where the matrix has scales_factorable, 4-bit rows start on a byte and j0
+// is even; DequantizeBf16PanelsAvx512 elsewhere.
 void DequantizeBf16PanelsAvx512Bf16(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end,
                                     int64_t j0, int64_t width, uint16_t* out);
-// Both builds, for tests that compare them on any machine that has AVX-512
-// (defined beside the streaming kernel they share their loops with).
+// The decode kernel's builds (quantized_gemm.cc, quantized_gemm_avx2.cc,
+// quantized_gemm_avx512.cc; they share the streaming kernel's loops), for
+// the kernel set and for tests that compare them where the CPU has them.
 void QuantizedGeneric(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
                       const QuantizedMatrix& w, float* c, int64_t ldc);
 void QuantizedAvx512(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,

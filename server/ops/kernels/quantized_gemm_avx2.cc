@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "server/ops/kernels/quantized_gemm.h"
-#include "server/ops/kernels/streaming_gemm.h"
+#include "server/ops/kernels/quantized_layout.h"
 #include "server/tensor/half.h"
 
 namespace gemmserve {
@@ -23,25 +23,6 @@ namespace avx2 {
 constexpr int kDepth = 8;      // rows of W per step
 constexpr int kGroupRows = 8;  // rows of A per register group
 constexpr int64_t kPrefetchRows = 2 * kDepth;
-
-template <QuantizedType kType>
-constexpr bool kFourBit = kType == QuantizedType::kInt4 || kType == QuantizedType::kUint4;
-
-// One row of a quantized matrix, resolved once per row: where its elements,
-// scales and zero points start.
-struct QuantizedRow {
-  const uint8_t* data;  // the row's first element (4-bit: its byte; rows start on one)
-  const float* scale;   // scale of column 0 (per column), or the row's one scale
-  const float* zero;    // likewise, or nullptr
-};
-
-template <QuantizedType kType>
-inline QuantizedRow RowOf(const QuantizedMatrix& w, int64_t r) {
-  const int64_t e = w.first + r * w.n;
-  const int64_t block = (r / w.block_rows) * w.scale_row_stride;
-  return {w.data + (kFourBit<kType> ? e >> 1 : e), w.scale + block,
-          w.zero_point == nullptr ? nullptr : w.zero_point + block};
-}
 
 // Eight integers of a row, columns j .. j + 7 (j a multiple of 8), as floats.
 // 4-bit: the four bytes broadcast to every lane and each lane's nibble
@@ -146,8 +127,8 @@ void QuantizedRowGroupFor(const QuantizedMatrix& w, int64_t k, int64_t k_end, co
                           int64_t lda, float* c, int64_t ldc, bool prefetch) {
   static_assert(!kFactor || kValue == DataType::kFP32);
   const int64_t n = w.n, n8 = n & ~int64_t{7};
-  const int64_t row_bytes = kFourBit<kType> ? n / 2 : n;
-  constexpr int64_t kLineColumns = kFourBit<kType> ? 128 : 64;  // one cache line of a row
+  const int64_t row_bytes = IsFourBit(kType) ? n / 2 : n;
+  constexpr int64_t kLineColumns = IsFourBit(kType) ? 128 : 64;  // one cache line of a row
   const QuantizedRow first = RowOf<kType>(w, k);
   const bool ahead = prefetch && k + kPrefetchRows + kDepth <= k_end;
   const uint8_t* next = first.data + kPrefetchRows * row_bytes;
@@ -155,7 +136,7 @@ void QuantizedRowGroupFor(const QuantizedMatrix& w, int64_t k, int64_t k_end, co
   const __m256 one_zero = kZero && !kPerColumn ? _mm256_set1_ps(first.zero[0]) : __m256{};
   for (int64_t j = 0; j < n8; j += 8) {
     if (ahead && j % kLineColumns == 0) {
-      const int64_t byte = kFourBit<kType> ? j / 2 : j;
+      const int64_t byte = IsFourBit(kType) ? j / 2 : j;
       for (int t = 0; t < kDepth; ++t) {
         _mm_prefetch(reinterpret_cast<const char*>(next + t * row_bytes + byte), _MM_HINT_T0);
       }
@@ -191,14 +172,10 @@ void QuantizedRowGroupFor(const QuantizedMatrix& w, int64_t k, int64_t k_end, co
 template <QuantizedType kType>
 void FusedForType(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
                   const QuantizedMatrix& w, float* c, int64_t ldc, bool factor) {
-  const bool per_column = w.scale_col_stride != 0, zero = w.zero_point != nullptr;
-  if (per_column && zero)
-    return BlocksForValue<kType, true, true>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
-  if (per_column)
-    return BlocksForValue<kType, true, false>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
-  if (zero)
-    return BlocksForValue<kType, false, true>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
-  return BlocksForValue<kType, false, false>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
+  WithScaleLayout(w, [&](auto per_column, auto zero) {
+    BlocksForValue<kType, decltype(per_column)::value, decltype(zero)::value>(
+        rows, k_begin, k_end, a, lda, w, c, ldc, factor);
+  });
 }
 
 // Whether every activation of rows x [k_begin, k_end) is within
@@ -215,24 +192,13 @@ bool ActivationsFactorable(int64_t rows, int64_t k_begin, int64_t k_end, const f
 
 void AccumulateQuantizedAvx2(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
                              int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc) {
-  // Scales per column or per row (blocked or not); 4-bit rows starting on a byte.
-  const bool four = w.type == QuantizedType::kInt4 || w.type == QuantizedType::kUint4;
-  if (!(w.scale_col_stride == 0 || w.scale_col_stride == 1) ||
-      (four && (w.first % 2 != 0 || w.n % 2 != 0))) {
+  if (!QuantizedFusedApplies(w))
     return AccumulateQuantized(rows, k_begin, k_end, a, lda, w, c, ldc);
-  }
   const bool factor = w.value_type == DataType::kFP32 && w.scales_factorable &&
                       ActivationsFactorable(rows, k_begin, k_end, a, lda);
-  switch (w.type) {
-    case QuantizedType::kInt8:
-      return FusedForType<QuantizedType::kInt8>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
-    case QuantizedType::kUint8:
-      return FusedForType<QuantizedType::kUint8>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
-    case QuantizedType::kInt4:
-      return FusedForType<QuantizedType::kInt4>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
-    case QuantizedType::kUint4:
-      return FusedForType<QuantizedType::kUint4>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
-  }
+  WithQuantizedType(w.type, [&](auto type) {
+    FusedForType<decltype(type)::value>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
+  });
 }
 
 }  // namespace avx2

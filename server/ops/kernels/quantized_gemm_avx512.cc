@@ -1,6 +1,8 @@
 // The quantized decode kernel and the BF16-panel dequantization built for
 // AVX-512 (compiled with -mavx512f -mavx512bw -mavx512vl -mfma -mf16c; they
-// run only where the kernel set, kernel_set.h, names this build).
+// run only where the kernel set, kernel_set.h, names this build). The panels'
+// rounding by vcvtne2ps2bf16 is the AVX512-BF16 build's
+// (quantized_gemm_avx512bf16.cc).
 #include <immintrin.h>
 
 // GCC 12 flags the deliberately undefined register inside _mm512_cvtph_ps as
@@ -12,9 +14,8 @@
 #include <algorithm>
 
 #include "server/ops/kernels/bf16_panel_gemm.h"
-#include "server/ops/kernels/kernel_set.h"
 #include "server/ops/kernels/quantized_gemm.h"
-#include "server/ops/kernels/streaming_gemm.h"
+#include "server/ops/kernels/quantized_layout.h"
 #include "server/tensor/half.h"
 
 namespace gemmserve {
@@ -36,52 +37,19 @@ constexpr int64_t kPrefetchRows = 2 * kDepth;
 
 #include "server/ops/kernels/quantized_avx512_impl.inc"
 
-// The quantized path with the dequantization in registers, the loop of
-// AccumulateHalfFused: per column block and four rows of W, each 16 columns
-// are dequantized once and applied to every row of A.
+#include "server/ops/kernels/fused_rows_avx512.inc"
+
+// The quantized path with the dequantization in registers
+// (AccumulateFusedRows): each 16 columns of four rows of W are dequantized
+// once and applied to every row of A.
 template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue>
 void AccumulateQuantizedFused(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
                               int64_t lda, const QuantizedMatrix& w, float* c, int64_t ldc) {
-  const int64_t n = w.n;
-  for (int64_t j0 = 0; j0 < n; j0 += kColumnBlock) {
-    const int64_t j1 = std::min(n, j0 + kColumnBlock);
-    int64_t k = k_begin;
-    for (; k + 4 <= k_end; k += 4) {
-      const QuantizedRow r0 = RowOf<kType>(w, k), r1 = RowOf<kType>(w, k + 1),
-                         r2 = RowOf<kType>(w, k + 2), r3 = RowOf<kType>(w, k + 3);
-      for (int64_t j = j0; j < j1; j += 16) {
-        const int count = static_cast<int>(std::min<int64_t>(16, j1 - j));
-        const __mmask16 mask = count == 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
-        const __m512 w0 = Dequantize16<kType, kPerColumn, kZero, kValue>(r0, j, mask, count),
-                     w1 = Dequantize16<kType, kPerColumn, kZero, kValue>(r1, j, mask, count),
-                     w2 = Dequantize16<kType, kPerColumn, kZero, kValue>(r2, j, mask, count),
-                     w3 = Dequantize16<kType, kPerColumn, kZero, kValue>(r3, j, mask, count);
-        for (int64_t i = 0; i < rows; ++i) {
-          const float* ai = a + i * lda + k;
-          float* ci = c + i * ldc + j;
-          __m512 p = _mm512_mul_ps(_mm512_set1_ps(ai[0]), w0);
-          __m512 q = _mm512_mul_ps(_mm512_set1_ps(ai[2]), w2);
-          p = _mm512_fmadd_ps(_mm512_set1_ps(ai[1]), w1, p);
-          q = _mm512_fmadd_ps(_mm512_set1_ps(ai[3]), w3, q);
-          const __m512 acc = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, ci), _mm512_add_ps(p, q));
-          _mm512_mask_storeu_ps(ci, mask, acc);
-        }
-      }
-    }
-    for (; k < k_end; ++k) {
-      const QuantizedRow r0 = RowOf<kType>(w, k);
-      for (int64_t j = j0; j < j1; j += 16) {
-        const int count = static_cast<int>(std::min<int64_t>(16, j1 - j));
-        const __mmask16 mask = count == 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
-        const __m512 w0 = Dequantize16<kType, kPerColumn, kZero, kValue>(r0, j, mask, count);
-        for (int64_t i = 0; i < rows; ++i) {
-          float* ci = c + i * ldc + j;
-          const __m512 acc = _mm512_maskz_loadu_ps(mask, ci);
-          _mm512_mask_storeu_ps(ci, mask, _mm512_fmadd_ps(_mm512_set1_ps(a[i * lda + k]), w0, acc));
-        }
-      }
-    }
-  }
+  AccumulateFusedRows(
+      rows, k_begin, k_end, w.n, a, lda, c, ldc, [&w](int64_t k) { return RowOf<kType>(w, k); },
+      [](const QuantizedRow& row, int64_t j, __mmask16 mask, int count) {
+        return Dequantize16<kType, kPerColumn, kZero, kValue>(row, j, mask, count);
+      });
 }
 
 // Eight rows of W that share their scales (one K block; scales per column or
@@ -125,18 +93,11 @@ void QuantizedRowGroup(const QuantizedMatrix& w, int64_t k, int64_t k_end, const
       if constexpr (!kFactor) wv[t] = ScaleAndRound<kValue>(wv[t], scale);
     }
     for (int i = 0; i < kRows; ++i) {
-      const float* ai = a + i * lda + k;
-      __m512 p = _mm512_mul_ps(_mm512_set1_ps(ai[0]), wv[0]);
-      __m512 q = _mm512_mul_ps(_mm512_set1_ps(ai[1]), wv[1]);
-      for (int t = 2; t < kDepth; t += 2) {
-        p = _mm512_fmadd_ps(_mm512_set1_ps(ai[t]), wv[t], p);
-        q = _mm512_fmadd_ps(_mm512_set1_ps(ai[t + 1]), wv[t + 1], q);
-      }
+      const __m512 sum = DepthSum(a + i * lda + k, wv);
       float* ci = c + i * ldc + j;
       const __m512 ci_old = _mm512_maskz_loadu_ps(mask, ci);
-      _mm512_mask_storeu_ps(ci, mask,
-                            kFactor ? _mm512_fmadd_ps(_mm512_add_ps(p, q), scale, ci_old)
-                                    : _mm512_add_ps(ci_old, _mm512_add_ps(p, q)));
+      _mm512_mask_storeu_ps(
+          ci, mask, kFactor ? _mm512_fmadd_ps(sum, scale, ci_old) : _mm512_add_ps(ci_old, sum));
     }
   }
 }
@@ -260,7 +221,7 @@ template <QuantizedType kType, bool kPerColumn, bool kZero, DataType kValue, boo
           int kRows>
 void QuantizedRowGroupFor(const QuantizedMatrix& w, int64_t k, int64_t k_end, const float* a,
                           int64_t lda, float* c, int64_t ldc, bool prefetch) {
-  if constexpr (kType == QuantizedType::kInt4 || kType == QuantizedType::kUint4) {
+  if constexpr (IsFourBit(kType)) {
     Quantized4RowGroup<kType, kPerColumn, kZero, kValue, kFactor, kRows>(w, k, k_end, a, lda, c,
                                                                          ldc, prefetch);
   } else {
@@ -297,20 +258,15 @@ void FusedForValue(int64_t rows, int64_t k_begin, int64_t k_end, const float* a,
 template <QuantizedType kType>
 void FusedForType(int64_t rows, int64_t k_begin, int64_t k_end, const float* a, int64_t lda,
                   const QuantizedMatrix& w, float* c, int64_t ldc, bool factor) {
-  const bool per_column = w.scale_col_stride != 0, zero = w.zero_point != nullptr;
-  if (per_column && zero)
-    return BlocksForValue<kType, true, true>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
-  if (per_column)
-    return BlocksForValue<kType, true, false>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
-  // One scale per row (blocks shorter than a step): four rows at a time.
-  if (w.block_rows < kDepth) {
-    if (zero) return FusedForValue<kType, false, true>(rows, k_begin, k_end, a, lda, w, c, ldc);
-    return FusedForValue<kType, false, false>(rows, k_begin, k_end, a, lda, w, c, ldc);
-  }
-  // One scale per tensor, or per block of rows.
-  if (zero)
-    return BlocksForValue<kType, false, true>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
-  return BlocksForValue<kType, false, false>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
+  WithScaleLayout(w, [&](auto per_column, auto zero) {
+    constexpr bool kPerColumn = decltype(per_column)::value, kZero = decltype(zero)::value;
+    // One scale per row (blocks shorter than a step): four rows at a time.
+    if (!kPerColumn && w.block_rows < kDepth) {
+      return FusedForValue<kType, false, kZero>(rows, k_begin, k_end, a, lda, w, c, ldc);
+    }
+    // Scales per column, or one per tensor or block of rows.
+    BlocksForValue<kType, kPerColumn, kZero>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
+  });
 }
 
 // Whether every activation of rows x [k_begin, k_end) is within
@@ -338,16 +294,9 @@ void AccumulateQuantizedAvx512(int64_t rows, int64_t k_begin, int64_t k_end, con
     return AccumulateQuantized(rows, k_begin, k_end, a, lda, w, c, ldc);
   const bool factor = w.value_type == DataType::kFP32 && w.scales_factorable &&
                       ActivationsFactorable(rows, k_begin, k_end, a, lda);
-  switch (w.type) {
-    case QuantizedType::kInt8:
-      return FusedForType<QuantizedType::kInt8>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
-    case QuantizedType::kUint8:
-      return FusedForType<QuantizedType::kUint8>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
-    case QuantizedType::kInt4:
-      return FusedForType<QuantizedType::kInt4>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
-    case QuantizedType::kUint4:
-      return FusedForType<QuantizedType::kUint4>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
-  }
+  WithQuantizedType(w.type, [&](auto type) {
+    FusedForType<decltype(type)::value>(rows, k_begin, k_end, a, lda, w, c, ldc, factor);
+  });
 }
 
 template <QuantizedType kType, bool kPerColumn, bool kZero>
@@ -363,17 +312,6 @@ void DequantizePanelsAs(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end
       });
 }
 
-template <QuantizedType kType>
-void DequantizePanelsFor(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end, int64_t j0,
-                         int64_t width, uint16_t* out) {
-  const bool per_column = w.scale_col_stride != 0, zero = w.zero_point != nullptr;
-  if (per_column && zero)
-    return DequantizePanelsAs<kType, true, true>(w, k_begin, k_end, j0, width, out);
-  if (per_column) return DequantizePanelsAs<kType, true, false>(w, k_begin, k_end, j0, width, out);
-  if (zero) return DequantizePanelsAs<kType, false, true>(w, k_begin, k_end, j0, width, out);
-  return DequantizePanelsAs<kType, false, false>(w, k_begin, k_end, j0, width, out);
-}
-
 }  // namespace avx512
 }  // namespace
 
@@ -385,23 +323,15 @@ void QuantizedAvx512(int64_t rows, int64_t k_begin, int64_t k_end, const float* 
 void DequantizeBf16PanelsAvx512(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end,
                                 int64_t j0, int64_t width, uint16_t* out) {
   // 4-bit rows must start on a byte, and the tile on an even column.
-  if (!avx512::QuantizedFusedApplies(w) || j0 % 2 != 0) {
+  if (!QuantizedFusedApplies(w) || j0 % 2 != 0) {
     return DequantizeBf16PanelsGeneric(w, k_begin, k_end, j0, width, out);
   }
-  if (w.scales_factorable && Kernels().avx512_bf16) {
-    return DequantizeBf16PanelsAvx512Bf16(w, k_begin, k_end, j0, width, out);
-  }
-  using avx512::DequantizePanelsFor;
-  switch (w.type) {
-    case QuantizedType::kInt8:
-      return DequantizePanelsFor<QuantizedType::kInt8>(w, k_begin, k_end, j0, width, out);
-    case QuantizedType::kUint8:
-      return DequantizePanelsFor<QuantizedType::kUint8>(w, k_begin, k_end, j0, width, out);
-    case QuantizedType::kInt4:
-      return DequantizePanelsFor<QuantizedType::kInt4>(w, k_begin, k_end, j0, width, out);
-    case QuantizedType::kUint4:
-      return DequantizePanelsFor<QuantizedType::kUint4>(w, k_begin, k_end, j0, width, out);
-  }
+  WithQuantizedType(w.type, [&](auto type) {
+    WithScaleLayout(w, [&](auto per_column, auto zero) {
+      avx512::DequantizePanelsAs<decltype(type)::value, decltype(per_column)::value,
+                                 decltype(zero)::value>(w, k_begin, k_end, j0, width, out);
+    });
+  });
 }
 
 }  // namespace streaming_internal

@@ -238,8 +238,16 @@ TEST(QuantizedGemmTest, TheDispatcherUsesABuildThatMatches) {
 }
 
 TEST(QuantizedGemmTest, PanelsHoldDequantizeLinearRoundedToBf16) {
-  std::vector<bool> builds = {false};
-  if (Kernels().avx512) builds.push_back(true);
+  struct PanelBuild {
+    const char* name;
+    decltype(KernelSet::dequantize_bf16_panels) dequantize;
+  };
+  std::vector<PanelBuild> builds = {{"generic", streaming_internal::DequantizeBf16PanelsGeneric}};
+  if (Kernels().avx512)
+    builds.push_back({"avx512", streaming_internal::DequantizeBf16PanelsAvx512});
+  if (Kernels().avx512_bf16) {
+    builds.push_back({"avx512_bf16", streaming_internal::DequantizeBf16PanelsAvx512Bf16});
+  }
   struct PanelCase {
     int64_t k, n, block, j0, width, k_begin, k_end;
   };
@@ -250,7 +258,7 @@ TEST(QuantizedGemmTest, PanelsHoldDequantizeLinearRoundedToBf16) {
       {64, 64, 32, 0, 64, 0, 64},  {33, 70, 32, 32, 38, 0, 33}, {16, 48, 16, 0, 17, 0, 16},
       {40, 64, 8, 32, 32, 16, 40}, {33, 70, 32, 0, 70, 32, 33}, {21, 34, 4, 0, 34, 5, 14}};
   std::mt19937_64 rng(7);
-  for (bool avx512 : builds) {
+  for (const PanelBuild& build : builds) {
     for (const TypeRange& tr : kTypes) {
       for (bool per_column : {true, false}) {
         for (bool zp : {false, true}) {
@@ -277,19 +285,14 @@ TEST(QuantizedGemmTest, PanelsHoldDequantizeLinearRoundedToBf16) {
                                 per_column ? pc.n : 0,
                                 per_column ? 1 : 0,
                                 DataType::kBF16};
-              // Both roundings of the AVX-512 build: vcvtne2ps2bf16 where the
-              // scales allow it (and the CPU has it), integer arithmetic where not.
+              // Both roundings of the AVX512-BF16 build: vcvtne2ps2bf16 where
+              // the scales allow it, the AVX-512 build's integer arithmetic
+              // where not.
               w.scales_factorable = factorable && ScalesFactorable(scale.data(), scale.size());
               const int64_t kb = pc.k_end - pc.k_begin;
               const int64_t stride = Bf16PanelStride(kb), panels = Bf16PanelCount(pc.width);
               std::vector<uint16_t> out(stride * panels, 0xdead);
-              if (avx512) {
-                streaming_internal::DequantizeBf16PanelsAvx512(w, pc.k_begin, pc.k_end, pc.j0,
-                                                               pc.width, out.data());
-              } else {
-                streaming_internal::DequantizeBf16PanelsGeneric(w, pc.k_begin, pc.k_end, pc.j0,
-                                                                pc.width, out.data());
-              }
+              build.dequantize(w, pc.k_begin, pc.k_end, pc.j0, pc.width, out.data());
               for (int64_t p = 0; p < panels; ++p) {
                 for (int64_t rr = 0; rr < (kb + 1) / 2 * 2; ++rr) {
                   for (int64_t l = 0; l < kBf16PanelLanes; ++l) {
@@ -302,11 +305,11 @@ TEST(QuantizedGemmTest, PanelsHoldDequantizeLinearRoundedToBf16) {
                     }
                     const uint16_t got = out[p * stride + (rr / 2) * 64 + 2 * l + rr % 2];
                     ASSERT_EQ(got, want)
-                        << tr.name << (avx512 ? " avx512" : " generic")
-                        << (per_column ? " blocked" : " per tensor") << (zp ? " zero points" : "")
-                        << (w.scales_factorable ? " factorable" : "") << " K " << pc.k << " N "
-                        << pc.n << " j0 " << pc.j0 << " width " << pc.width << " rows "
-                        << pc.k_begin << "-" << pc.k_end << " at row " << r << " column " << j;
+                        << tr.name << " " << build.name << (per_column ? " blocked" : " per tensor")
+                        << (zp ? " zero points" : "") << (w.scales_factorable ? " factorable" : "")
+                        << " K " << pc.k << " N " << pc.n << " j0 " << pc.j0 << " width "
+                        << pc.width << " rows " << pc.k_begin << "-" << pc.k_end << " at row " << r
+                        << " column " << j;
                   }
                 }
               }

@@ -11,8 +11,9 @@
 // cost half the bandwidth of FP32.
 //
 // A and C are FP32 (FP64 for FP64 B); B may be FP32, FP16 or BF16 bits, or
-// FP64. Runtime dispatch picks an AVX-512 build where the CPU has it, else an
-// AVX2 (with FMA and F16C) build, else a portable build of the same code.
+// FP64. The kernel set (kernel_set.h) picks an AVX-512 build where the CPU
+// has it, else an AVX2 (with FMA and F16C) build, else a portable build of
+// the same code.
 //
 //   std::vector<float> c(rows * n, 0.0f);
 //   StreamingGemmAccumulate(DataType::kBF16, rows, 0, k, n, a, k, b, n, c.data(), n);
@@ -59,6 +60,24 @@ void AccumulateAvx2(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, con
 void WidenAvx2(DataType type, const uint16_t* src, float* dst, int64_t n);
 void WidenGeneric(DataType type, const uint16_t* src, float* dst, int64_t n);
 }  // namespace streaming_internal
+
+// Defines a build's entry points above (AccumulateIsa for FP32 and FP64,
+// WidenIsa) in streaming_internal, on the streaming_gemm_impl.inc its file
+// included in namespace `ns`: FP32 through ns::f32 (the included
+// AccumulateFloat, or the build's own).
+#define GEMMSERVE_STREAMING_DEFINE(Isa, ns, f32)                                                 \
+  void Accumulate##Isa(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, \
+                       const float* a, int64_t lda, const void* b, int64_t ldb, float* c,        \
+                       int64_t ldc) {                                                            \
+    ns::f32(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);                            \
+  }                                                                                              \
+  void Accumulate##Isa(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, const double* a, \
+                       int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc) {      \
+    ns::AccumulateDirect(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);                       \
+  }                                                                                              \
+  void Widen##Isa(DataType type, const uint16_t* src, float* dst, int64_t n) {                   \
+    ns::WidenRow(type, src, dst, n);                                                             \
+  }
 
 }  // namespace gemmserve
 

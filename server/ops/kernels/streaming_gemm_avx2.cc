@@ -24,24 +24,7 @@ namespace avx2 {
 }  // namespace avx2
 }  // namespace
 
-void AccumulateAvx2(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_end, int64_t n,
-                    const float* a, int64_t lda, const void* b, int64_t ldb, float* c,
-                    int64_t ldc) {
-  avx2::AccumulateFloat(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
-}
-
-void AccumulateAvx2(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, const double* a,
-                    int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc) {
-  avx2::AccumulateDirect(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
-}
-
-void WidenAvx2(DataType type, const uint16_t* src, float* dst, int64_t n) {
-  if (type == DataType::kBF16) {
-    avx2::WidenBf16Row(src, dst, n);
-  } else {
-    avx2::WidenHalfRow(src, dst, n);
-  }
-}
+GEMMSERVE_STREAMING_DEFINE(Avx2, avx2, AccumulateFloat)
 
 }  // namespace streaming_internal
 }  // namespace gemmserve

@@ -12,9 +12,6 @@
 
 #include <algorithm>
 
-#include "server/ops/kernels/bf16_panel_gemm.h"
-#include "server/ops/kernels/kernel_set.h"
-#include "server/ops/kernels/quantized_gemm.h"
 #include "server/ops/kernels/streaming_gemm.h"
 #include "server/tensor/half.h"
 
@@ -27,49 +24,20 @@ namespace avx512 {
 
 #include "server/ops/kernels/streaming_gemm_impl.inc"
 
-// The half-precision path with the widening fused into the multiply: per
-// column block and four rows of B, each 16 columns are loaded and widened once,
-// in registers, and applied to every row of A; no widened copy of B is
-// written anywhere, and B is still read in address order.
+#include "server/ops/kernels/fused_rows_avx512.inc"
+
+// The half-precision path with the widening fused into the multiply
+// (AccumulateFusedRows): each 16 columns of four rows of B are loaded and
+// widened once, in registers, and applied to every row of A; no widened
+// copy of B is written anywhere.
 template <bool kBf16>
 void AccumulateHalfFused(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, const float* a,
                          int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
-  for (int64_t j0 = 0; j0 < n; j0 += kColumnBlock) {
-    const int64_t j1 = std::min(n, j0 + kColumnBlock);
-    int64_t k = k_begin;
-    for (; k + 4 <= k_end; k += 4) {
-      const uint16_t* w = b + k * ldb;
-      for (int64_t j = j0; j < j1; j += 16) {
-        const __mmask16 mask = j1 - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (j1 - j)) - 1);
-        const __m512 w0 = Widen16<kBf16>(w + j, mask), w1 = Widen16<kBf16>(w + ldb + j, mask),
-                     w2 = Widen16<kBf16>(w + 2 * ldb + j, mask),
-                     w3 = Widen16<kBf16>(w + 3 * ldb + j, mask);
-        for (int64_t i = 0; i < rows; ++i) {
-          const float* ai = a + i * lda + k;
-          float* ci = c + i * ldc + j;
-          // Two independent pairs, then C: a shorter dependency chain than
-          // four FMAs in a row onto C.
-          __m512 p = _mm512_mul_ps(_mm512_set1_ps(ai[0]), w0);
-          __m512 q = _mm512_mul_ps(_mm512_set1_ps(ai[2]), w2);
-          p = _mm512_fmadd_ps(_mm512_set1_ps(ai[1]), w1, p);
-          q = _mm512_fmadd_ps(_mm512_set1_ps(ai[3]), w3, q);
-          const __m512 acc = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, ci), _mm512_add_ps(p, q));
-          _mm512_mask_storeu_ps(ci, mask, acc);
-        }
-      }
-    }
-    for (; k < k_end; ++k) {
-      for (int64_t j = j0; j < j1; j += 16) {
-        const __mmask16 mask = j1 - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (j1 - j)) - 1);
-        const __m512 w0 = Widen16<kBf16>(b + k * ldb + j, mask);
-        for (int64_t i = 0; i < rows; ++i) {
-          float* ci = c + i * ldc + j;
-          const __m512 acc = _mm512_maskz_loadu_ps(mask, ci);
-          _mm512_mask_storeu_ps(ci, mask, _mm512_fmadd_ps(_mm512_set1_ps(a[i * lda + k]), w0, acc));
-        }
-      }
-    }
-  }
+  AccumulateFusedRows(
+      rows, k_begin, k_end, n, a, lda, c, ldc, [b, ldb](int64_t k) { return b + k * ldb; },
+      [](const uint16_t* row, int64_t j, __mmask16 mask, int) {
+        return Widen16<kBf16>(row + j, mask);
+      });
 }
 
 // The decode kernel proper (1 to 16 rows per expert, FP32, FP16 or BF16 B):
@@ -116,16 +84,9 @@ void RowGroup(int64_t k, int64_t k_end, int64_t n, const float* a, int64_t lda, 
     __m512 wv[kDepth];
     for (int t = 0; t < kDepth; ++t) wv[t] = LoadB16<kKind>(b, (k + t) * ldb + j, mask);
     for (int i = 0; i < kRows; ++i) {
-      const float* ai = a + i * lda + k;
-      __m512 p = _mm512_mul_ps(_mm512_set1_ps(ai[0]), wv[0]);
-      __m512 q = _mm512_mul_ps(_mm512_set1_ps(ai[1]), wv[1]);
-      for (int t = 2; t < kDepth; t += 2) {
-        p = _mm512_fmadd_ps(_mm512_set1_ps(ai[t]), wv[t], p);
-        q = _mm512_fmadd_ps(_mm512_set1_ps(ai[t + 1]), wv[t + 1], q);
-      }
+      const __m512 sum = DepthSum(a + i * lda + k, wv);
       float* ci = c + i * ldc + j;
-      _mm512_mask_storeu_ps(ci, mask,
-                            _mm512_add_ps(_mm512_maskz_loadu_ps(mask, ci), _mm512_add_ps(p, q)));
+      _mm512_mask_storeu_ps(ci, mask, _mm512_add_ps(_mm512_maskz_loadu_ps(mask, ci), sum));
     }
   }
 }
@@ -172,46 +133,24 @@ void AccumulateFew(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, cons
 
 // Every row count takes the register kernel (the scheduler sends at most
 // kStreamingMaxRows = 16 rows here), in groups of eight.
-template <BKind kKind>
-void AccumulateAny(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, const float* a,
-                   int64_t lda, const void* b, int64_t ldb, float* c, int64_t ldc) {
-  AccumulateFew<kKind>(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
+void AccumulateAny(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_end, int64_t n,
+                   const float* a, int64_t lda, const void* b, int64_t ldb, float* c, int64_t ldc) {
+  const auto* half = static_cast<const uint16_t*>(b);
+  switch (b_type) {
+    case DataType::kBF16:
+      return AccumulateFew<BKind::kBf16>(rows, k_begin, k_end, n, a, lda, half, ldb, c, ldc);
+    case DataType::kFP16:
+      return AccumulateFew<BKind::kFp16>(rows, k_begin, k_end, n, a, lda, half, ldb, c, ldc);
+    case DataType::kFP32:
+      return AccumulateFew<BKind::kFp32>(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
+    default: return AccumulateFloat(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
+  }
 }
 
 }  // namespace avx512
 }  // namespace
 
-void AccumulateAvx512(DataType b_type, int64_t rows, int64_t k_begin, int64_t k_end, int64_t n,
-                      const float* a, int64_t lda, const void* b, int64_t ldb, float* c,
-                      int64_t ldc) {
-  const auto* half = static_cast<const uint16_t*>(b);
-  switch (b_type) {
-    case DataType::kBF16:
-      return avx512::AccumulateAny<avx512::BKind::kBf16>(rows, k_begin, k_end, n, a, lda, half, ldb,
-                                                         c, ldc);
-    case DataType::kFP16:
-      return avx512::AccumulateAny<avx512::BKind::kFp16>(rows, k_begin, k_end, n, a, lda, half, ldb,
-                                                         c, ldc);
-    case DataType::kFP32:
-      return avx512::AccumulateAny<avx512::BKind::kFp32>(rows, k_begin, k_end, n, a, lda, b, ldb, c,
-                                                         ldc);
-    default:
-      return avx512::AccumulateFloat(b_type, rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
-  }
-}
-
-void AccumulateAvx512(int64_t rows, int64_t k_begin, int64_t k_end, int64_t n, const double* a,
-                      int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc) {
-  avx512::AccumulateDirect(rows, k_begin, k_end, n, a, lda, b, ldb, c, ldc);
-}
-
-void WidenAvx512(DataType type, const uint16_t* src, float* dst, int64_t n) {
-  if (type == DataType::kBF16) {
-    avx512::WidenBf16Row(src, dst, n);
-  } else {
-    avx512::WidenHalfRow(src, dst, n);
-  }
-}
+GEMMSERVE_STREAMING_DEFINE(Avx512, avx512, AccumulateAny)
 
 }  // namespace streaming_internal
 }  // namespace gemmserve

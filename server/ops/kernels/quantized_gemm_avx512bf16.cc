@@ -1,7 +1,8 @@
-// The BF16 pair panels of quantized weights rounded by vcvtne2ps2bf16 (this
-// file alone is compiled with -mavx512bf16 besides the AVX-512 flags of
-// streaming_gemm_avx512.cc; DequantizeBf16PanelsAvx512 calls it only where
-// the CPU has AVX512-BF16 and the scales allow it).
+// The quantized family's AVX512-BF16 build (quantized_gemm.h; compiled with
+// -mavx512bf16 besides the AVX-512 flags, it runs only where the kernel set,
+// kernel_set.h, names it): the BF16 pair panels of quantized weights rounded
+// by vcvtne2ps2bf16 where the scales allow it, the AVX-512 build's panels
+// elsewhere.
 #include <immintrin.h>
 
 // GCC 12 flags the deliberately undefined register inside _mm512_cvtph_ps as
@@ -14,6 +15,7 @@
 
 #include "server/ops/kernels/bf16_panel_gemm.h"
 #include "server/ops/kernels/quantized_gemm.h"
+#include "server/ops/kernels/quantized_layout.h"
 
 namespace gemmserve {
 namespace streaming_internal {
@@ -51,34 +53,22 @@ void DequantizePanelsNative(const QuantizedMatrix& w, int64_t k_begin, int64_t k
       });
 }
 
-template <QuantizedType kType>
-void NativeFor(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end, int64_t j0, int64_t width,
-               uint16_t* out) {
-  const bool per_column = w.scale_col_stride != 0, zero = w.zero_point != nullptr;
-  if (per_column && zero)
-    return DequantizePanelsNative<kType, true, true>(w, k_begin, k_end, j0, width, out);
-  if (per_column)
-    return DequantizePanelsNative<kType, true, false>(w, k_begin, k_end, j0, width, out);
-  if (zero) return DequantizePanelsNative<kType, false, true>(w, k_begin, k_end, j0, width, out);
-  return DequantizePanelsNative<kType, false, false>(w, k_begin, k_end, j0, width, out);
-}
-
 }  // namespace avx512bf16
 }  // namespace
 
 void DequantizeBf16PanelsAvx512Bf16(const QuantizedMatrix& w, int64_t k_begin, int64_t k_end,
                                     int64_t j0, int64_t width, uint16_t* out) {
-  using avx512bf16::NativeFor;
-  switch (w.type) {
-    case QuantizedType::kInt8:
-      return NativeFor<QuantizedType::kInt8>(w, k_begin, k_end, j0, width, out);
-    case QuantizedType::kUint8:
-      return NativeFor<QuantizedType::kUint8>(w, k_begin, k_end, j0, width, out);
-    case QuantizedType::kInt4:
-      return NativeFor<QuantizedType::kInt4>(w, k_begin, k_end, j0, width, out);
-    case QuantizedType::kUint4:
-      return NativeFor<QuantizedType::kUint4>(w, k_begin, k_end, j0, width, out);
+  // 4-bit rows must start on a byte, the tile on an even column, and the
+  // scales be factorable (above).
+  if (!QuantizedFusedApplies(w) || j0 % 2 != 0 || !w.scales_factorable) {
+    return DequantizeBf16PanelsAvx512(w, k_begin, k_end, j0, width, out);
   }
+  WithQuantizedType(w.type, [&](auto type) {
+    WithScaleLayout(w, [&](auto per_column, auto zero) {
+      avx512bf16::DequantizePanelsNative<decltype(type)::value, decltype(per_column)::value,
+                                         decltype(zero)::value>(w, k_begin, k_end, j0, width, out);
+    });
+  });
 }
 
 }  // namespace streaming_internal
