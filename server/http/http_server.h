@@ -22,6 +22,7 @@
 //
 //   HttpOptions options;
 //   options.port = 0;
+//   GEMMSERVE_RETURN_IF_ERROR(CheckHttpOptions(options));
 //   GEMMSERVE_ASSIGN_OR_RETURN(auto http, HttpServer::Start(&serving, "127.0.0.1", options));
 //   std::cout << "gemmserve http on " << http->address() << "\n";
 //   ...

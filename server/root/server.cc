@@ -56,21 +56,29 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(CheckedServerOptions check
   FitDescriptors(options);
   std::unique_ptr<Server> server(new Server);
   GEMMSERVE_ASSIGN_OR_RETURN(server->serving_, AssembleServing(std::move(options.serving)));
-  GEMMSERVE_ASSIGN_OR_RETURN(server->grpc_,
-                             GrpcServer::Start(server->serving_.get(), options.host, options.grpc));
-  if (options.http.port != -1) {
-    GEMMSERVE_ASSIGN_OR_RETURN(
-        server->http_, HttpServer::Start(server->serving_.get(), options.host, options.http));
-  }
-  if (options.metrics_port >= 0) {
-    GEMMSERVE_ASSIGN_OR_RETURN(
-        server->metrics_,
-        MetricsEndpoint::Start(server->serving_->metrics(), options.host, options.metrics_port));
+  if (absl::Status started = server->StartEndpoints(options); !started.ok()) {
+    // Those already listening may have taken calls: they are refused from
+    // here on, and the endpoints close as the server goes.
+    server->serving_->StartDraining();
+    return started;
   }
   if (!options.address_file.empty()) {
     WriteAddressFile(options.address_file, server->grpc_->address());
   }
   return server;
+}
+
+absl::Status Server::StartEndpoints(const ServerOptions& options) {
+  GEMMSERVE_ASSIGN_OR_RETURN(grpc_, GrpcServer::Start(serving_.get(), options.host, options.grpc));
+  if (options.http.port != -1) {
+    GEMMSERVE_ASSIGN_OR_RETURN(http_,
+                               HttpServer::Start(serving_.get(), options.host, options.http));
+  }
+  if (options.metrics_port >= 0) {
+    GEMMSERVE_ASSIGN_OR_RETURN(
+        metrics_, MetricsEndpoint::Start(serving_->metrics(), options.host, options.metrics_port));
+  }
+  return absl::OkStatus();
 }
 
 Server::~Server() {
@@ -84,7 +92,7 @@ Server::~Server() {
 std::string Server::http_address() const { return http_ ? http_->address() : std::string(); }
 
 std::string Server::metrics_address() const {
-  return metrics_ ? metrics_->address() : std::string();
+  return metrics_ && metrics_->port() != 0 ? metrics_->address() : std::string();
 }
 
 std::string Server::Description() const {

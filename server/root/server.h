@@ -40,7 +40,8 @@ class Server {
   // repository), then starts gRPC, HTTP and /metrics. INVALID_ARGUMENT for
   // files that cannot be read (tokens, TLS, the trace directory),
   // UNAVAILABLE when a port cannot be bound; nothing is left running on an
-  // error.
+  // error. (A port found busy after the repository loaded fails the start
+  // then, as Triton's does: the endpoints start once the server is built.)
   static absl::StatusOr<std::unique_ptr<Server>> Start(CheckedServerOptions checked);
   ~Server();
 
@@ -62,6 +63,8 @@ class Server {
 
  private:
   Server() = default;
+  // gRPC, HTTP (unless its port is -1), then /metrics (unless negative).
+  absl::Status StartEndpoints(const ServerOptions& options);
 
   std::unique_ptr<Serving> serving_;  // outlives every endpoint
   std::unique_ptr<GrpcServer> grpc_;

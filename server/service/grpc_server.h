@@ -6,6 +6,7 @@
 //
 //   GrpcOptions options;
 //   options.port = 0;  // pick a free port
+//   GEMMSERVE_RETURN_IF_ERROR(CheckGrpcOptions(options, serving.max_message_bytes()));
 //   GEMMSERVE_ASSIGN_OR_RETURN(auto grpc, GrpcServer::Start(&serving, "127.0.0.1", options));
 //   std::cout << "listening on " << grpc->address() << "\n";
 //   ...

@@ -10,8 +10,8 @@
 // encodes what comes back. Admission while draining, authentication and the
 // recording of every answer happen here, once, for all of them.
 //
-//   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Serving> serving,
-//                              AssembleServing(options));  // server/root
+//   GEMMSERVE_RETURN_IF_ERROR(CheckServingOptions(options));  // server/root
+//   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Serving> serving, AssembleServing(options));
 //   Serving::InferCall call;
 //   call.model_name = wire.model_name();
 //   call.authorization = header;           // nullopt when absent
