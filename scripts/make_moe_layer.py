@@ -25,8 +25,19 @@ Qwen-MoE and DeepSeek names (`mlp.experts.{e}.{gate,up,down}_proj.weight`, `mlp.
 (`block_sparse_moe.experts.{e}.w1/w3/w2.weight`, `block_sparse_moe.gate.weight`: top-k then
 softmax); Linear weights are stored [out, in] and transposed.
 
+Sharded by expert (issue 53): `--shards N --shard_addresses A0,A1|A1b,...` makes `--out` a
+directory holding `router/` and `shard0/` ... `shard<N-1>/`, each a model repository with the
+model `--name`: shard j holds experts [j*G/N, (j+1)*G/N) in the caller-routed form
+(config parameter expert_range), the router the routing and the shared expert and lists its
+shards (parameter shards; `|` between one shard's replicas). Its model.onnx names the routed
+experts' weights by shape only (external data "experts_on_shards", never read). With the same
+--seed or checkpoint, the sharded layer is the unsharded one.
+
+  /usr/bin/python3 scripts/make_moe_layer.py --out /srv/moe --shards 2 \
+      --shard_addresses dns:///moe-shard-0:8001,dns:///moe-shard-1:8001 --g 64 --s 8
+
 Python: `layer_graph(...)` returns the onnx.GraphProto; `evaluate(model, feeds)` the float64
-outputs of any graph of the operators above.
+outputs of any graph of the operators above; `shard_models(...)` the sharded models.
 """
 import argparse
 import json
@@ -187,6 +198,110 @@ def quantize_layer(model, bits=4, block_size=32, symmetric=True):
     del out.graph.node[:]
     out.graph.node.extend(dequantize + list(graph.node))
     return out
+
+
+# ------------------------------------------------------------------ sharded by expert
+
+# The routed experts' weights, as the unquantized graph names them.
+ROUTED_EXPERTS = ("W_gu", "W_g", "W_u", "W_d")
+# Where a router's graph says its experts' data is: nowhere it reads.
+ON_SHARDS = "experts_on_shards"
+
+
+def _whole_weights(graph):
+    """The float64 arrays of an unquantized layer graph's initializers, by name, with a fused
+    W_gu split into W_g and W_u (what layer_graph's `weights` takes)."""
+    w = {init.name: qm.read_float_tensor(init) for init in graph.initializer
+         if init.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16)}
+    if "W_gu" in w:
+        i = w["W_gu"].shape[-1] // 2
+        w["W_g"], w["W_u"] = w["W_gu"][..., :i], w["W_gu"][..., i:]
+        del w["W_gu"]
+    return w
+
+
+def _stub(init):
+    """An initializer's name, type and shape, its data on the shards."""
+    t = TensorProto()
+    t.name, t.data_type = init.name, init.data_type
+    t.dims.extend(init.dims)
+    t.data_location = TensorProto.EXTERNAL
+    entry = t.external_data.add()
+    entry.key, entry.value = "location", ON_SHARDS
+    return t
+
+
+def expert_ranges(g, shards):
+    if not 1 <= shards <= g:
+        raise SystemExit(f"--shards {shards}: expected 1 to G={g}")
+    return [(j * g // shards, (j + 1) * g // shards) for j in range(shards)]
+
+
+def shard_models(whole, shards, bits=0, block_size=32, symmetric=True):
+    """(router model, [(first, last, shard model)]) of the unquantized layer model `whole`:
+    the shards in the caller-routed form (ids INT64), without the shared expert; the router
+    the whole graph (quantized as the layer would be) with its routed experts' weights as
+    stubs."""
+    graph = whole.graph
+    w = _whole_weights(graph)
+    g, k, i = w["W_g"].shape
+    s = next(d.type.tensor_type.shape.dim[1].dim_value for d in graph.input if d.name == "w") \
+        if any(d.name == "w" for d in graph.input) else \
+        int(next(numpy_helper.to_array(t) for t in graph.initializer if t.name == "k_top")[0])
+    t = graph.input[0].type.tensor_type.elem_type
+    dtype = {v[1]: name for name, v in TYPES.items()}[t]
+    fused = any(init.name == "W_gu" for init in graph.initializer)
+    gelu = any(n.op_type == "Gelu" for n in graph.node)
+    out = []
+    for first, last in expert_ranges(g, shards):
+        part = {name: w[name][first:last] for name in ("W_g", "W_u", "W_d")}
+        model = layer_model(layer_graph(k, i, last - first, s, dtype,
+                                        "fused" if fused else "separate",
+                                        "gelu" if gelu else "silu", "given", weights=part))
+        if bits:
+            model = quantize_layer(model, bits, block_size, symmetric)
+        out.append((first, last, model))
+    router = quantize_layer(whole, bits, block_size, symmetric) if bits else whole
+    routed = set(ROUTED_EXPERTS) | {f"{n}{x}" for n in ROUTED_EXPERTS
+                                    for x in ("_q", "_scale", "_zp")}
+    inits = [_stub(init) if init.name in routed else init for init in router.graph.initializer]
+    stubbed = onnx.ModelProto()
+    stubbed.CopyFrom(router)
+    del stubbed.graph.initializer[:]
+    stubbed.graph.initializer.extend(inits)
+    return stubbed, out
+
+
+def _config(name, parameters):
+    lines = [f'name: "{name}"', 'backend: "onnxruntime"',
+             "dynamic_batching { max_queue_delay_microseconds: 100 }"]
+    lines += [f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}'
+              for k, v in parameters.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_sharded(out_dir, name, whole, shards, addresses, bits=0, block_size=32,
+                  symmetric=True):
+    """Writes out_dir/router/<name>/ and out_dir/shard<j>/<name>/: the router and the shards'
+    model repositories. `addresses`: one entry per shard, its replicas joined by '|'."""
+    if len(addresses) != shards:
+        raise SystemExit(f"--shard_addresses: {len(addresses)} entries for {shards} shards")
+    router, parts = shard_models(whole, shards, bits, block_size, symmetric)
+    for j, (first, last, model) in enumerate(parts):
+        folder = os.path.join(out_dir, f"shard{j}", name)
+        os.makedirs(os.path.join(folder, "1"), exist_ok=True)
+        path = os.path.join(folder, "1", "model.onnx")
+        onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location="model.onnx.weights", size_threshold=1024)
+        with open(os.path.join(folder, "config.pbtxt"), "w") as f:
+            f.write(_config(name, {"expert_range": f"{first}:{last}"}))
+    shards_text = ";".join(f"{first}:{last}={a}" for (first, last, _), a in zip(parts, addresses))
+    folder = os.path.join(out_dir, "router", name)
+    os.makedirs(os.path.join(folder, "1"), exist_ok=True)
+    onnx.save_model(router, os.path.join(folder, "1", "model.onnx"))  # stubs stay stubs
+    with open(os.path.join(folder, "config.pbtxt"), "w") as f:
+        f.write(_config(name, {"shards": shards_text}))
+    return shards_text
 
 
 # ------------------------------------------------------------------ Hugging Face checkpoints
@@ -438,7 +553,14 @@ def checkpoint_graph(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True, help="model.onnx to write")
+    parser.add_argument("--out", required=True,
+                        help="model.onnx to write (with --shards: a directory)")
+    parser.add_argument("--shards", type=int, default=0,
+                        help="split the experts into N equal ranges: a router and N shards")
+    parser.add_argument("--shard_addresses", default="",
+                        help="with --shards: one gRPC address per shard, comma-separated, "
+                        "'|' between a shard's replicas")
+    parser.add_argument("--name", default="moe_layer", help="with --shards: the model's name")
     for name, default in (("k", 64), ("i", 32), ("g", 8), ("s", None), ("seed", 1)):
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--checkpoint", help="a Hugging Face checkpoint: a .safetensors file "
@@ -465,6 +587,12 @@ def main():
                             args.activation, args.routing or "softmax_topk", args.normalise,
                             args.shared_expert, args.seed)
     model = layer_model(graph)
+    if args.shards:
+        text = write_sharded(args.out, args.name, model, args.shards,
+                             args.shard_addresses.split(",") if args.shard_addresses else [],
+                             args.bits, args.block_size, not args.asymmetric)
+        print(f"{args.out}: router (shards {text}) and {args.shards} shards")
+        return
     if args.bits:
         model = quantize_layer(model, args.bits, args.block_size, not args.asymmetric)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

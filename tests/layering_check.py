@@ -27,8 +27,10 @@ LAYERS = {
     "serving": {"common", "tensor", "metrics", "core", "shm", "repository"},
     "service": {"common", "tensor", "metrics", "core", "shm", "repository", "serving"},
     "http": {"common", "tensor", "metrics", "core", "shm", "repository", "serving"},
+    # The router of a sharded layer: its shards over gRPC, behind models' RemoteExperts.
+    "remote": {"common", "tensor", "metrics", "core", "models"},
     "root": {"common", "tensor", "ops", "process", "metrics", "core", "models", "repository",
-             "shm", "serving", "service", "http"},
+             "shm", "serving", "service", "http", "remote"},
 }
 MAIN_MAY_INCLUDE = {"common", "process", "root"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"server/([a-z_]+)/', re.MULTILINE)

@@ -402,6 +402,7 @@ absl::Status InferenceEngine::AdmitTo(std::shared_ptr<ServedModel> served, absl:
   GEMMSERVE_ASSIGN_OR_RETURN(BoundInputs bound, BindInputs(metadata, *request));
   GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<PreparedInference> prepared,
                              served->model().Prepare(bound));
+  prepared->set_deadline(request->deadline);
   const DataType type = bound.empty() ? DataType::kFP32 : bound.front().type;
   const int64_t response_tensor_bytes =
       ResponseTensorBytes(*prepared, type, *request);

@@ -72,8 +72,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/core/inference_request.h"
 #include "server/tensor/datatype.h"
 #include "server/tensor/shape.h"
@@ -142,8 +144,15 @@ class PreparedInference {
   int64_t weight_bytes_read() const { return weight_bytes_read_; }
   void set_weight_bytes_read(int64_t bytes) { weight_bytes_read_ = bytes; }
 
+  // The client's deadline (absl::InfiniteFuture() for none), set by the
+  // engine after Prepare: a model that calls other servers (a sharded
+  // layer's router) gives them no more time than its callers have.
+  absl::Time deadline() const { return deadline_; }
+  void set_deadline(absl::Time deadline) { deadline_ = deadline; }
+
  private:
   int64_t weight_bytes_read_ = 0;
+  absl::Time deadline_ = absl::InfiniteFuture();
 };
 
 using InferOutputs = absl::StatusOr<std::vector<NamedTensor>>;
@@ -171,6 +180,10 @@ class Model {
   // Reads what the model keeps resident (weights), at warmup before it turns
   // READY, so that the first request finds it as later ones do.
   virtual void TouchResident() const {}
+  // OK while the model can compute. A model that depends on other servers
+  // (a sharded layer's router) is UNAVAILABLE, naming what it lacks, while
+  // one of them is missing; ModelReady and the repository index say so.
+  virtual absl::Status Available() const { return absl::OkStatus(); }
   // Model-specific facts for the ModelConfig RPC (e.g. "groups" of a
   // resident GroupedMatMul, which clients need to send valid indices).
   virtual std::vector<std::pair<std::string, std::string>> parameters() const { return {}; }

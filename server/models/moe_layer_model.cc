@@ -71,15 +71,19 @@ class HeldProjection {
 // asked for until the request is answered).
 class PreparedMoeLayer final : public PreparedInference {
  public:
+  // `remote_bytes`: what a router's call on its shards holds for these rows.
   PreparedMoeLayer(const MoeLayer& layer, std::string output_name, BoundInput x,
-                   std::optional<BoundInput> ids, std::optional<BoundInput> w)
+                   std::optional<BoundInput> ids, std::optional<BoundInput> w, int64_t remote_bytes)
       : layer_(layer),
+        remote_bytes_(remote_bytes),
         output_name_(std::move(output_name)),
         x_(std::move(x)),
         ids_(std::move(ids)),
         w_(std::move(w)) {}
   int64_t m() const { return x_.shape[0]; }
-  int64_t output_bytes() const override { return x_.byte_size; }  // [M, K] of T, as x
+  int64_t output_bytes() const override {  // [M, K] of T, as x; of FP32 from a shard
+    return layer_.fp32_out ? SaturatingMul(SaturatingMul(m(), layer_.k), 4) : x_.byte_size;
+  }
   std::vector<std::pair<std::string, Shape>> output_shapes() const override {
     return {{output_name_, x_.shape}};
   }
@@ -89,9 +93,14 @@ class PreparedMoeLayer final : public PreparedInference {
     // Its rows of the batch's x, int64 ids and float weights, its output
     // twice, and its share of the layer's scratch (MoeLayerWorkBytes grows
     // no faster than linearly, so shares add up).
+    // A router also holds an FP32 sum and its shards' requests and answers.
     const int64_t routing = SaturatingMul(SaturatingMul(m(), layer_.s), 12);
-    return ResidentHeldBytes(SaturatingAdd(x_.byte_size, routing), output_bytes(),
-                             MoeLayerWorkBytes(layer_, m(), threads));
+    int64_t work = MoeLayerWorkBytes(layer_, m(), threads);
+    if (remote_bytes_ > 0) {
+      work = SaturatingAdd(
+          work, SaturatingAdd(remote_bytes_, SaturatingMul(SaturatingMul(m(), 4), layer_.k)));
+    }
+    return ResidentHeldBytes(SaturatingAdd(x_.byte_size, routing), output_bytes(), work);
   }
   const BoundInput& x() const { return x_; }
   const std::optional<BoundInput>& ids() const { return ids_; }
@@ -99,6 +108,7 @@ class PreparedMoeLayer final : public PreparedInference {
 
  private:
   const MoeLayer layer_;
+  const int64_t remote_bytes_;
   std::string output_name_;
   BoundInput x_;
   std::optional<BoundInput> ids_, w_;
@@ -136,6 +146,9 @@ class MoeLayerModel final : public Model {
     for (const HeldProjection* p : Projections()) p->Touch();
     TouchMemory(router_.raw_data(), router_.byte_size());
   }
+  absl::Status Available() const override {
+    return spec_.remote ? spec_.remote->Available() : absl::OkStatus();
+  }
 
  private:
   MoeLayerModel() = default;
@@ -149,36 +162,52 @@ class MoeLayerModel final : public Model {
   }
   absl::Status RunTogether(absl::Span<PreparedInference* const> batch, int threads,
                            std::vector<InferOutputs>* results) const;
+  // The router's call: routing, the shared expert here and the routed pairs
+  // on the shards, summed in FP32 and rounded to T once into `out`.
+  absl::Status RunSharded(const MoeLayerCall& call, absl::Time deadline, int threads) const;
+  // A request's ids (widened into `dst`) against the layer's G, or for a
+  // shard against 0.
+  absl::Status CheckIds(const PreparedMoeLayer& r, int64_t* dst) const;
 
   MoeLayerSpec spec_;  // names and shapes; the weights moved into the held projections
   std::optional<HeldProjection> gate_up_, gate_, up_, down_, shared_gate_, shared_up_, shared_down_;
   Tensor router_;  // FP32 [K, G]
   int accuracy_level_ = 0;
   MoeLayer layer_;
+  MoeLayer local_;  // a router's: the shared expert alone, on given routing, into FP32
   ModelMetadata metadata_;
 };
 
 std::vector<std::pair<std::string, std::string>> MoeLayerModel::parameters() const {
   int64_t bytes = router_.byte_size();
   for (const HeldProjection* p : Projections()) bytes += p->bytes();
-  const HeldProjection& down = *down_;
   std::vector<std::pair<std::string, std::string>> p = {
       {"layer", "moe_ffn"},
       {"activation", MoeActivationName(layer_.activation)},
       {"routing", MoeRoutingName(layer_.routing)},
       {"normalised", layer_.normalise ? "true" : "false"},
-      {"gate_up", gate_up_ ? "fused" : "separate"},
       {"shared_expert", shared_down_ ? "true" : "false"},
       {"groups", absl::StrCat(layer_.g)},
       {"k", absl::StrCat(layer_.k)},
       {"i", absl::StrCat(layer_.i)},
       {"s", absl::StrCat(layer_.s)},
-      {"bias",
-       down.has_bias() || (gate_up_ ? gate_up_->has_bias() : gate_->has_bias()) ? "true" : "false"},
-      {"weights_layout", down.layout()},
       {"weights_bytes", absl::StrCat(bytes)},
       {"wave_rows", absl::StrCat(MoeWaveRows(layer_))}};
   if (shared_down_) p.emplace_back("shared_i", absl::StrCat(layer_.shared_i));
+  if (spec_.remote) {  // a router: its experts' facts are its shards'
+    p.emplace_back(kShardsParameter, spec_.shards);
+    return p;
+  }
+  const HeldProjection& down = *down_;
+  p.emplace_back("gate_up", gate_up_ ? "fused" : "separate");
+  p.emplace_back("bias", down.has_bias() || (gate_up_ ? gate_up_->has_bias() : gate_->has_bias())
+                             ? "true"
+                             : "false");
+  p.emplace_back("weights_layout", down.layout());
+  if (spec_.expert_range) {
+    p.emplace_back(kExpertRangeParameter, ExpertRangeText(*spec_.expert_range));
+    p.emplace_back("partial_sum", "FP32");
+  }
   if (down.quantized()) {
     AddQuantizationParameters(*down.quantized(), &p);
     p.push_back(AccuracyLevelParameter(accuracy_level_));
@@ -207,14 +236,73 @@ absl::StatusOr<std::unique_ptr<PreparedInference>> MoeLayerModel::Prepare(
             "] (M from '", spec_.x.name, "'), got ", ShapeToString(bound->shape)));
       }
     }
-    if (w->type != layer_.type) {
+    const bool shard_fp32 = spec_.expert_range && w->type == DataType::kFP32;
+    if (w->type != layer_.type && !shard_fp32) {
       return absl::InvalidArgumentError(absl::StrCat("input '", spec_.w->name, "': expected ",
                                                      DataTypeName(layer_.type), ", got ",
                                                      DataTypeName(w->type)));
     }
   }
+  const int64_t remote_bytes = spec_.remote ? spec_.remote->WorkBytes(x.shape[0]) : 0;
   return std::make_unique<PreparedMoeLayer>(layer_, spec_.output_name, x, std::move(ids),
-                                            std::move(w));
+                                            std::move(w), remote_bytes);
+}
+
+absl::Status MoeLayerModel::CheckIds(const PreparedMoeLayer& r, int64_t* dst) const {
+  const int64_t count = r.m() * layer_.s;
+  WidenIndices(*r.ids(), count, dst);
+  if (spec_.expert_range) {  // the whole layer's ids: only negative ones are wrong here
+    for (int64_t j = 0; j < count; ++j) {
+      if (dst[j] < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("input '", spec_.ids->name, "': index ",
+                                                       dst[j], " at [", j / layer_.s, ",",
+                                                       j % layer_.s, "] is negative"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::Status valid = ValidateGroupIndices(absl::MakeConstSpan(dst, count), layer_.s, layer_.g);
+  if (valid.ok()) return valid;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "input '", spec_.ids->name, "'", valid.message().substr(valid.message().find(':'))));
+}
+
+absl::Status MoeLayerModel::RunSharded(const MoeLayerCall& call, absl::Time deadline,
+                                       int threads) const {
+  const int64_t m = call.m, k = layer_.k, s = layer_.s;
+  std::vector<int64_t> routed_ids;
+  std::vector<float> routed_w;
+  const int64_t* ids = call.ids;
+  const float* w = call.w;
+  if (ids == nullptr) {  // routed here, as the unsharded layer routes
+    routed_ids.resize(static_cast<size_t>(m * s));
+    routed_w.resize(routed_ids.size());
+    GEMMSERVE_RETURN_IF_ERROR(
+        RouteMoeLayer(layer_, m, call.x, routed_ids.data(), routed_w.data(), threads));
+    ids = routed_ids.data();
+    w = routed_w.data();
+  }
+  std::vector<float> acc(static_cast<size_t>(m * k), 0.0f);
+  if (local_.shared_down) {
+    MoeLayerCall shared{m, call.x, ids, w, acc.data()};
+    GEMMSERVE_RETURN_IF_ERROR(RunMoeLayer(local_, shared, threads));
+  }
+  RemoteExpertsCall remote;
+  remote.m = m;
+  remote.k = k;
+  remote.s = s;
+  remote.type = layer_.type;
+  remote.x = call.x;
+  remote.ids = ids;
+  remote.w = w;
+  remote.deadline = deadline;
+  GEMMSERVE_RETURN_IF_ERROR(spec_.remote->AddRoutedExperts(remote, acc.data()));
+  if (layer_.type == DataType::kFP32) {
+    std::memcpy(call.out, acc.data(), acc.size() * sizeof(float));
+  } else {  // the one rounding to T
+    FloatToHalfBlock(layer_.type, acc.data(), static_cast<uint16_t*>(call.out), m * k);
+  }
+  return absl::OkStatus();
 }
 
 // Every request's rows concatenated along M: one layer call. Given ids are
@@ -223,14 +311,17 @@ absl::StatusOr<std::unique_ptr<PreparedInference>> MoeLayerModel::Prepare(
 absl::Status MoeLayerModel::RunTogether(absl::Span<PreparedInference* const> batch, int threads,
                                         std::vector<InferOutputs>* results) const {
   const int64_t k = layer_.k, s = layer_.s, es = DataTypeSize(layer_.type);
+  const int64_t out_es = layer_.fp32_out ? 4 : es;
   const bool given = spec_.ids.has_value();
   int64_t capacity = 0;
+  absl::Time deadline = absl::InfiniteFuture();
   for (PreparedInference* p : batch) {
     const auto* r = static_cast<const PreparedMoeLayer*>(p);
     if (r->x().byte_size != SaturatingMul(SaturatingMul(r->m(), k), es)) {
       return absl::InternalError("mixture-of-experts layer: a request differs from its plan");
     }
     GEMMSERVE_ASSIGN_OR_RETURN(capacity, CheckedAdd(capacity, r->m()));
+    deadline = std::min(deadline, p->deadline());
   }
   GEMMSERVE_ASSIGN_OR_RETURN(Tensor x, Tensor::Allocate(layer_.type, {capacity, k}));
   std::vector<int64_t> ids(given ? static_cast<size_t>(capacity * s) : 0);
@@ -242,12 +333,8 @@ absl::Status MoeLayerModel::RunTogether(absl::Span<PreparedInference* const> bat
     const auto* r = static_cast<const PreparedMoeLayer*>(batch[i]);
     const int64_t m = r->m();
     if (given) {
-      int64_t* dst = ids.data() + rows * s;
-      WidenIndices(*r->ids(), m * s, dst);
-      absl::Status valid = ValidateGroupIndices(absl::MakeConstSpan(dst, m * s), s, layer_.g);
-      if (!valid.ok()) {
-        (*results)[i] = absl::InvalidArgumentError(absl::StrCat(
-            "input '", spec_.ids->name, "'", valid.message().substr(valid.message().find(':'))));
+      if (absl::Status valid = CheckIds(*r, ids.data() + rows * s); !valid.ok()) {
+        (*results)[i] = valid;
         continue;
       }
       WidenWeights(*r->w(), m * s, w.data() + rows * s);
@@ -258,7 +345,8 @@ absl::Status MoeLayerModel::RunTogether(absl::Span<PreparedInference* const> bat
     parts.emplace_back(m, Shape{m, k});
   }
   if (ran.empty()) return absl::OkStatus();
-  GEMMSERVE_ASSIGN_OR_RETURN(Tensor out, Tensor::Allocate(layer_.type, {rows, k}));
+  GEMMSERVE_ASSIGN_OR_RETURN(
+      Tensor out, Tensor::Allocate(layer_.fp32_out ? DataType::kFP32 : layer_.type, {rows, k}));
   MoeLayerCall call;
   call.m = rows;
   call.x = x.raw_data();
@@ -266,10 +354,15 @@ absl::Status MoeLayerModel::RunTogether(absl::Span<PreparedInference* const> bat
   call.w = given ? w.data() : nullptr;
   call.out = out.raw_data();
   int64_t weight_bytes = 0;
-  GEMMSERVE_RETURN_IF_ERROR(RunMoeLayer(layer_, call, threads, &weight_bytes));
+  if (spec_.remote) {
+    GEMMSERVE_RETURN_IF_ERROR(RunSharded(call, deadline, threads));
+  } else {
+    GEMMSERVE_RETURN_IF_ERROR(RunMoeLayer(layer_, call, threads, &weight_bytes));
+  }
   batch[ran[0]]->set_weight_bytes_read(weight_bytes);
   std::vector<InferOutputs> computed(ran.size());
-  GEMMSERVE_RETURN_IF_ERROR(SplitRows(std::move(out), k * es, parts, spec_.output_name, &computed));
+  GEMMSERVE_RETURN_IF_ERROR(
+      SplitRows(std::move(out), k * out_es, parts, spec_.output_name, &computed));
   for (size_t j = 0; j < ran.size(); ++j) (*results)[ran[j]] = std::move(computed[j]);
   return absl::OkStatus();
 }
@@ -332,6 +425,33 @@ absl::Status CheckRoutingInputs(const MoeLayerSpec& spec, DataType type) {
   return absl::OkStatus();
 }
 
+// A shard: caller-routed, no shared expert (its router computes it), its
+// range as wide as its weights. A router: no expert weights of its own.
+absl::Status CheckSharding(const MoeLayerSpec& spec) {
+  if (spec.expert_range && spec.remote) return Invalid("a layer is a shard or a router, not both");
+  if (spec.expert_range) {
+    if (spec.routing != MoeRouting::kGiven) {
+      return Invalid(absl::StrCat(kExpertRangeParameter,
+                                  ": a shard takes the caller-routed form (inputs x, ids, w); "
+                                  "this graph routes"));
+    }
+    if (spec.shared_gate || spec.shared_up || spec.shared_down) {
+      return Invalid(absl::StrCat(kExpertRangeParameter,
+                                  ": a shard has no shared expert (its router computes it)"));
+    }
+    if (spec.expert_range->count() != spec.g) {
+      return Invalid(absl::StrCat(kExpertRangeParameter, " '", ExpertRangeText(*spec.expert_range),
+                                  "' holds ", spec.expert_range->count(),
+                                  " experts; the model file holds ", spec.g));
+    }
+  }
+  if (spec.remote && (spec.gate_up || spec.gate || spec.up || !spec.down.dense.shape().empty() ||
+                      spec.down.quantized)) {
+    return Invalid("a sharded layer's router holds no experts' weights");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckSpec(const MoeLayerSpec& spec) {
   if (spec.x.datatypes.size() != 1) return Invalid("input x: expected one datatype");
   const DataType t = spec.x.datatypes[0];
@@ -339,7 +459,9 @@ absl::Status CheckSpec(const MoeLayerSpec& spec) {
     return Invalid(absl::StrCat("input '", spec.x.name,
                                 "': the layer serves FP32, FP16 or BF16, got ", DataTypeName(t)));
   }
-  if (spec.k < 1 || spec.i < 1 || spec.g < 1 || spec.s < 1 || spec.s > spec.g) {
+  // A shard holds a few of the layer's experts; a token's S may exceed them.
+  if (spec.k < 1 || spec.i < 1 || spec.g < 1 || spec.s < 1 ||
+      (spec.s > spec.g && !spec.expert_range)) {
     return Invalid(absl::StrCat("expected K, I, G >= 1 and 1 <= S <= G, got K=", spec.k,
                                 " I=", spec.i, " G=", spec.g, " S=", spec.s));
   }
@@ -347,16 +469,19 @@ absl::Status CheckSpec(const MoeLayerSpec& spec) {
     return Invalid(absl::StrCat("input '", spec.x.name, "': expected [M, K] with K=", spec.k,
                                 ", got ", ShapeToString(spec.x.shape)));
   }
-  if (spec.gate_up.has_value() == (spec.gate || spec.up) ||
-      (spec.gate.has_value() != spec.up.has_value())) {
-    return Invalid("gate/up: expected one fused projection or both gate and up");
-  }
+  GEMMSERVE_RETURN_IF_ERROR(CheckSharding(spec));
   const int64_t g = spec.g, k = spec.k, i = spec.i;
-  if (spec.gate_up)
-    GEMMSERVE_RETURN_IF_ERROR(CheckWeights(*spec.gate_up, "gate_up", t, {g, k, 2 * i}));
-  if (spec.gate) GEMMSERVE_RETURN_IF_ERROR(CheckWeights(*spec.gate, "gate", t, {g, k, i}));
-  if (spec.up) GEMMSERVE_RETURN_IF_ERROR(CheckWeights(*spec.up, "up", t, {g, k, i}));
-  GEMMSERVE_RETURN_IF_ERROR(CheckWeights(spec.down, "down", t, {g, i, k}));
+  if (!spec.remote) {  // a router's experts are on its shards
+    if (spec.gate_up.has_value() == (spec.gate || spec.up) ||
+        (spec.gate.has_value() != spec.up.has_value())) {
+      return Invalid("gate/up: expected one fused projection or both gate and up");
+    }
+    if (spec.gate_up)
+      GEMMSERVE_RETURN_IF_ERROR(CheckWeights(*spec.gate_up, "gate_up", t, {g, k, 2 * i}));
+    if (spec.gate) GEMMSERVE_RETURN_IF_ERROR(CheckWeights(*spec.gate, "gate", t, {g, k, i}));
+    if (spec.up) GEMMSERVE_RETURN_IF_ERROR(CheckWeights(*spec.up, "up", t, {g, k, i}));
+    GEMMSERVE_RETURN_IF_ERROR(CheckWeights(spec.down, "down", t, {g, i, k}));
+  }
   const int shared =
       spec.shared_gate.has_value() + spec.shared_up.has_value() + spec.shared_down.has_value();
   if (shared != 0 && shared != 3) return Invalid("shared expert: expected gate, up and down");
@@ -381,9 +506,11 @@ absl::Status CheckSpec(const MoeLayerSpec& spec) {
       GEMMSERVE_RETURN_IF_ERROR(CheckAccuracyLevel(
           spec.accuracy_level, (*w)->quantized ? &*(*w)->quantized : nullptr, what));
     }
-    GEMMSERVE_RETURN_IF_ERROR(CheckAccuracyLevel(
-        spec.accuracy_level, spec.down.quantized ? &*spec.down.quantized : nullptr,
-        "the down weights"));
+    if (!spec.remote) {
+      GEMMSERVE_RETURN_IF_ERROR(CheckAccuracyLevel(
+          spec.accuracy_level, spec.down.quantized ? &*spec.down.quantized : nullptr,
+          "the down weights"));
+    }
   }
   return absl::OkStatus();
 }
@@ -413,7 +540,7 @@ absl::StatusOr<std::unique_ptr<Model>> MoeLayerModel::Make(MoeLayerSpec spec) {
   GEMMSERVE_RETURN_IF_ERROR(hold(&spec.gate_up, &m->gate_up_));
   GEMMSERVE_RETURN_IF_ERROR(hold(&spec.gate, &m->gate_));
   GEMMSERVE_RETURN_IF_ERROR(hold(&spec.up, &m->up_));
-  GEMMSERVE_RETURN_IF_ERROR(hold(&down, &m->down_));
+  if (!spec.remote) GEMMSERVE_RETURN_IF_ERROR(hold(&down, &m->down_));
   GEMMSERVE_RETURN_IF_ERROR(hold(&spec.shared_gate, &m->shared_gate_));
   GEMMSERVE_RETURN_IF_ERROR(hold(&spec.shared_up, &m->shared_up_));
   GEMMSERVE_RETURN_IF_ERROR(hold(&spec.shared_down, &m->shared_down_));
@@ -430,12 +557,23 @@ absl::StatusOr<std::unique_ptr<Model>> MoeLayerModel::Make(MoeLayerSpec spec) {
   if (m->gate_up_) l.gate_up = m->gate_up_->View();
   if (m->gate_) l.gate = m->gate_->View();
   if (m->up_) l.up = m->up_->View();
-  l.down = m->down_->View();
+  if (m->down_) l.down = m->down_->View();
+  l.experts_elsewhere = spec.remote != nullptr;
+  if (spec.expert_range) {
+    l.first_expert = spec.expert_range->first;
+    l.fp32_out = true;
+  }
   if (m->shared_down_) {
     l.shared_gate = m->shared_gate_->View();
     l.shared_up = m->shared_up_->View();
     l.shared_down = m->shared_down_->View();
     l.shared_i = m->shared_down_->View().weights.shape()[0];
+  }
+  if (spec.remote) {  // the shared expert alone, on the routing computed or given
+    m->local_ = l;
+    m->local_.routing = MoeRouting::kGiven;
+    m->local_.router = nullptr;
+    m->local_.fp32_out = true;
   }
   spec.x.shape[1] = spec.k;
   ModelMetadata& md = m->metadata_;
@@ -446,6 +584,10 @@ absl::StatusOr<std::unique_ptr<Model>> MoeLayerModel::Make(MoeLayerSpec spec) {
   if (spec.ids) md.inputs.insert(md.inputs.end(), {*spec.ids, *spec.w});
   for (size_t j = 1; j < md.inputs.size(); ++j) md.inputs[j].shape[1] = spec.s;
   md.outputs = {{spec.output_name, spec.x.datatypes, spec.x.shape, false, false}};
+  if (spec.expert_range) {  // the FP32 partial sum; routing weights of T or FP32
+    md.outputs[0].datatypes = {DataType::kFP32};
+    if (l.type != DataType::kFP32) md.inputs[2].datatypes.push_back(DataType::kFP32);
+  }
   m->spec_ = std::move(spec);
   return std::unique_ptr<Model>(std::move(m));
 }

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "server/core/model.h"
 #include "server/ops/moe_layer.h"
+#include "server/models/sharded_layer.h"
 #include "server/ops/quantized_weights.h"
 #include "server/tensor/tensor.h"
 
@@ -49,11 +50,23 @@ struct MoeLayerSpec : MoeLayerForm {
   // accuracy_level (config): 4 runs every projection on 8-bit activations;
   // refused unless all of them are quantized.
   int accuracy_level = 0;
+  // A shard (sharded_layer.h): the model's G experts are experts
+  // [first, last) of the whole layer. It takes the caller-routed form with
+  // the whole layer's ids (pairs of other shards add nothing; a negative id
+  // is refused) and w of T or FP32, has no shared expert, and answers the
+  // FP32 partial sum.
+  std::optional<ExpertRange> expert_range;
+  // A router: its routed experts are on these shards (gate/up and down are
+  // then absent; G, I and the types come from the graph), `shards` the
+  // config's text as the model reports it.
+  std::shared_ptr<RemoteExperts> remote;
+  std::string shards;
 };
 
 // INVALID_ARGUMENT naming the tensor when the spec disagrees with itself
-// (types, shapes against K, I, G, S, routing inputs); RESOURCE_EXHAUSTED if
-// the packed weights cannot be allocated.
+// (types, shapes against K, I, G, S, routing inputs, a shard's range or a
+// router's missing experts); RESOURCE_EXHAUSTED if the packed weights cannot
+// be allocated.
 absl::StatusOr<std::unique_ptr<Model>> MakeMoeLayerModel(MoeLayerSpec spec);
 
 }  // namespace gemmserve

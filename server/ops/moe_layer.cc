@@ -31,28 +31,43 @@ struct SortedPairs {
   std::vector<Segment> segments;
 };
 
+// The expert a pair's id names among those the layer holds, or -1 when it
+// is held elsewhere (another shard's, or every routed expert of a router).
+int64_t HeldExpert(const MoeLayer& layer, int64_t id) {
+  const int64_t local = id - layer.first_expert;
+  return layer.experts_elsewhere || local < 0 || local >= layer.g ? -1 : local;
+}
+
 SortedPairs SortPairs(const MoeLayer& layer, int64_t m, const int64_t* ids, const float* w) {
   const int64_t pairs = m * layer.s;
   std::vector<int64_t> start(static_cast<size_t>(layer.g + 1), 0);
-  for (int64_t p = 0; p < pairs; ++p) ++start[ids[p] + 1];
+  int64_t held = 0;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t e = HeldExpert(layer, ids[p]);
+    if (e < 0) continue;
+    ++start[e + 1];
+    ++held;
+  }
   for (int64_t e = 0; e < layer.g; ++e) start[e + 1] += start[e];
   SortedPairs sorted;
   const int64_t shared = layer.shared_down ? m : 0;
-  sorted.token.resize(static_cast<size_t>(pairs + shared));
-  sorted.weight.resize(static_cast<size_t>(pairs + shared));
+  sorted.token.resize(static_cast<size_t>(held + shared));
+  sorted.weight.resize(static_cast<size_t>(held + shared));
   for (int64_t e = 0; e < layer.g; ++e) {
     if (start[e + 1] > start[e]) sorted.segments.push_back({e, start[e], start[e + 1] - start[e]});
   }
   for (int64_t p = 0; p < pairs; ++p) {  // stable: a token's slots in order
-    const int64_t at = start[ids[p]]++;
+    const int64_t e = HeldExpert(layer, ids[p]);
+    if (e < 0) continue;
+    const int64_t at = start[e]++;
     sorted.token[at] = p / layer.s;
     sorted.weight[at] = w[p];
   }
   for (int64_t t = 0; t < shared; ++t) {
-    sorted.token[pairs + t] = t;
-    sorted.weight[pairs + t] = 1.0f;
+    sorted.token[held + t] = t;
+    sorted.weight[held + t] = 1.0f;
   }
-  if (shared > 0) sorted.segments.push_back({kSharedExpert, pairs, shared});
+  if (shared > 0) sorted.segments.push_back({kSharedExpert, held, shared});
   return sorted;
 }
 
@@ -294,8 +309,11 @@ bool Consistent(const MoeLayer& layer) {
   const bool separate = layer.gate.has_value() && layer.up.has_value();
   const bool shared = layer.shared_gate && layer.shared_up && layer.shared_down;
   const bool no_shared = !layer.shared_gate && !layer.shared_up && !layer.shared_down;
-  return fused != separate && layer.down.has_value() && (shared || no_shared) && layer.k > 0 &&
-         layer.i > 0 && layer.s > 0 && layer.s <= layer.g &&
+  const bool experts = layer.experts_elsewhere ? !fused && !layer.gate && !layer.up && !layer.down
+                                               : fused != separate && layer.down.has_value();
+  return experts && (shared || no_shared) && layer.k > 0 && layer.first_expert >= 0 &&
+         layer.i > 0 && layer.s > 0 &&
+         (layer.s <= layer.g || layer.routing == MoeRouting::kGiven) &&
          (layer.routing == MoeRouting::kGiven) == (layer.router == nullptr) &&
          (layer.type == DataType::kFP32 || layer.type == DataType::kFP16 ||
           layer.type == DataType::kBF16);
@@ -408,7 +426,8 @@ absl::Status RunMoeLayer(const MoeLayer& layer, const MoeLayerCall& call, int th
     GEMMSERVE_ASSIGN_OR_RETURN(buf.tile, AlignedBuffer::Allocate(wave * TileWidth(layer) * es));
     GEMMSERVE_ASSIGN_OR_RETURN(buf.down, AlignedBuffer::Allocate(wave * k * es));
     std::vector<float> acc;
-    if (layer.type == DataType::kFP32) {
+    const bool fp32_out = layer.type == DataType::kFP32 || layer.fp32_out;
+    if (fp32_out) {
       buf.acc = static_cast<float*>(call.out);
     } else {
       acc.resize(static_cast<size_t>(m * k));
@@ -416,7 +435,7 @@ absl::Status RunMoeLayer(const MoeLayer& layer, const MoeLayerCall& call, int th
     }
     std::fill(buf.acc, buf.acc + m * k, 0.0f);
     GEMMSERVE_RETURN_IF_ERROR(RunWaves(layer, call, sorted, &buf, threads));
-    if (layer.type != DataType::kFP32) {  // the one rounding to T
+    if (!fp32_out) {  // the one rounding to T
       const int64_t count = m * k;
       const int64_t chunks = (count + kChunk - 1) / kChunk;
 #pragma omp parallel for num_threads(threads) schedule(static) if (count >= kParallelElements)

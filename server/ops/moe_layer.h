@@ -72,16 +72,26 @@ struct MoeLayer : MoeLayerForm {
   int64_t shared_i = 0;
   // Quantized projections on 8-bit activations (GemmProblem::int8_activations).
   bool int8_activations = false;
+  // A shard of a sharded layer (issue 53) holds experts [first_expert,
+  // first_expert + g) of the whole layer: ids are the whole layer's, and a
+  // pair whose expert lies outside the range adds nothing. The router of a
+  // sharded layer holds none (experts_elsewhere: no gate/up/down; every
+  // routed pair adds nothing here, only its shared expert is computed).
+  int64_t first_expert = 0;
+  bool experts_elsewhere = false;
+  // out is the FP32 sum [M, K], not rounded to T (a shard's partial sum).
+  bool fp32_out = false;
 };
 
 // One call: m tokens. `ids` and `w` ([M, S]) when the routing is given (the
-// ids already checked to lie in [0, G)), null when the layer routes.
+// ids already checked to lie in [0, G), or, for a shard, to be >= 0), null
+// when the layer routes.
 struct MoeLayerCall {
   int64_t m = 0;
   const void* x = nullptr;       // [M, K] of T
   const int64_t* ids = nullptr;  // [M, S]
   const float* w = nullptr;      // [M, S]
-  void* out = nullptr;           // [M, K] of T
+  void* out = nullptr;           // [M, K] of T (of FP32 with fp32_out)
 };
 
 // Rows a wave holds at most, for a layer of type T: its two tiles stay near

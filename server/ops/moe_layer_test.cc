@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -417,6 +418,110 @@ TEST(MoeLayerTest, NanLogitsStillChooseValidExperts) {
   Tensor out = *Tensor::Allocate(DataType::kFP32, {2, f.k});
   MoeLayerCall call{2, x.raw_data(), nullptr, nullptr, out.raw_data()};
   EXPECT_TRUE(RunMoeLayer(l.view, call, 2).ok());
+}
+
+// A projection's groups [first, first + count) as a projection of their own
+// (a shard's file holds only its experts), in the same storage.
+Projection SliceGroups(const Form& f, const Projection& whole, int64_t first, int64_t count) {
+  Projection p;
+  p.groups = count;
+  p.k = whole.k;
+  p.n = whole.n;
+  const int64_t per = whole.k * whole.n, es = DataTypeSize(f.type);
+  p.values.assign(whole.values.begin() + first * per, whole.values.begin() + (first + count) * per);
+  p.dense = *Tensor::Allocate(f.type, {count, whole.k, whole.n});
+  std::memcpy(p.dense.raw_data(),
+              static_cast<const uint8_t*>(whole.dense.raw_data()) + first * per * es,
+              static_cast<size_t>(count * per * es));
+  if (f.storage == Storage::kPanels && PackedWeights::Supports(f.type)) {
+    p.packed = *PackedWeights::Pack(p.dense);
+  }
+  if (!whole.bias.empty()) {
+    p.bias.assign(whole.bias.begin() + first * whole.n,
+                  whole.bias.begin() + (first + count) * whole.n);
+    p.bias_tensor = *Tensor::Allocate(f.type, {count, whole.n});
+    std::memcpy(p.bias_tensor.raw_data(),
+                static_cast<const uint8_t*>(whole.bias_tensor.raw_data()) + first * whole.n * es,
+                static_cast<size_t>(count * whole.n * es));
+  }
+  return p;
+}
+
+// A sharded layer: each shard's partial FP32 sum over its own experts (ids
+// of the whole layer; other shards' ids add nothing), plus the router's
+// shared expert, add up to the whole layer's answer.
+TEST(MoeLayerTest, ShardsPartialSumsAddUpToTheWholeLayer) {
+  for (DataType type : {DataType::kFP32, DataType::kBF16}) {
+    for (Storage storage : {Storage::kRowMajor, Storage::kPanels}) {
+      Form f;
+      f.type = type;
+      f.storage = storage;
+      f.m = 37;
+      f.k = 24;
+      f.i = 16;
+      f.g = 7;
+      f.s = 3;
+      f.fused = storage == Storage::kPanels;
+      f.shared = true;
+      f.bias = true;
+      SCOPED_TRACE(f.Name());
+      Layer l(f);
+      std::mt19937_64 rng(5);
+      Tensor x = *Tensor::Allocate(type, {f.m, f.k});
+      FillRandom(type, x.raw_data(), f.m * f.k, rng);
+      std::vector<int64_t> ids(static_cast<size_t>(f.m * f.s));
+      std::vector<float> w(ids.size());
+      std::uniform_int_distribution<int64_t> expert(0, f.g - 1);
+      for (size_t p = 0; p < ids.size(); ++p) {
+        ids[p] = expert(rng);
+        w[p] = 0.25f + 0.125f * static_cast<float>(p % 5);
+      }
+      std::vector<float> sum(static_cast<size_t>(f.m * f.k), 0.0f);
+      auto add = [&](const MoeLayer& view) {
+        Tensor part = *Tensor::Allocate(DataType::kFP32, {f.m, f.k});
+        MoeLayerCall call{f.m, x.raw_data(), ids.data(), w.data(), part.raw_data()};
+        ASSERT_TRUE(RunMoeLayer(view, call, 2).ok());
+        for (size_t j = 0; j < sum.size(); ++j) sum[j] += part.data<float>()[j];
+      };
+      MoeLayer router = l.view;  // the shared expert alone
+      router.gate_up.reset();
+      router.gate.reset();
+      router.up.reset();
+      router.down.reset();
+      router.experts_elsewhere = true;
+      router.fp32_out = true;
+      add(router);
+      for (const auto& [first, last] : {std::make_pair<int64_t>(0, 3), {3, 4}, {4, 7}}) {
+        std::optional<Projection> gate_up, gate, up, down;
+        MoeLayer shard = l.view;
+        shard.shared_gate.reset();
+        shard.shared_up.reset();
+        shard.shared_down.reset();
+        shard.shared_i = 0;
+        shard.g = last - first;
+        shard.first_expert = first;
+        shard.fp32_out = true;
+        if (l.gate_up)
+          shard.gate_up = (gate_up = SliceGroups(f, *l.gate_up, first, shard.g))->View();
+        if (l.gate) shard.gate = (gate = SliceGroups(f, *l.gate, first, shard.g))->View();
+        if (l.up) shard.up = (up = SliceGroups(f, *l.up, first, shard.g))->View();
+        shard.down = (down = SliceGroups(f, *l.down, first, shard.g))->View();
+        add(shard);
+      }
+      double max_ref = 0, max_err = 0;
+      std::vector<double> w_ref(w.begin(), w.end());
+      for (int64_t t = 0; t < f.m; ++t) {
+        std::vector<double> xt;
+        for (int64_t q = 0; q < f.k; ++q) xt.push_back(ValueAt(type, x.raw_data(), t * f.k + q));
+        const std::vector<double> ref = ReferenceToken(l, xt, &ids[t * f.s], &w_ref[t * f.s]);
+        for (int64_t j = 0; j < f.k; ++j) {
+          max_ref = std::max(max_ref, std::fabs(ref[j]));
+          max_err = std::max(max_err, std::fabs(sum[t * f.k + j] - ref[j]));
+        }
+      }
+      EXPECT_LE(max_err, Tolerance(type) * max_ref) << max_err << " of " << max_ref;
+    }
+  }
 }
 
 }  // namespace

@@ -253,7 +253,10 @@ std::vector<InferOutputs> ConfiguredModel::RunBatch(absl::Span<PreparedInference
   if (config_.max_batch_size() <= 0) return inner_->RunBatch(batch, threads);
   std::vector<PreparedInference*> inner;
   inner.reserve(batch.size());
-  for (PreparedInference* p : batch) inner.push_back(static_cast<BatchedInference*>(p)->inner());
+  for (PreparedInference* p : batch) {
+    inner.push_back(static_cast<BatchedInference*>(p)->inner());
+    inner.back()->set_deadline(p->deadline());
+  }
   std::vector<InferOutputs> out = inner_->RunBatch(inner, threads);
   for (size_t i = 0; i < batch.size(); ++i) {
     batch[i]->set_weight_bytes_read(inner[i]->weight_bytes_read());

@@ -65,6 +65,7 @@ class ConfiguredModel final : public Model {
   std::vector<InferOutputs> RunBatch(absl::Span<PreparedInference* const> batch,
                                      int threads) const override;
   void TouchResident() const override { inner_->TouchResident(); }
+  absl::Status Available() const override { return inner_->Available(); }
   std::vector<std::pair<std::string, std::string>> parameters() const override {
     return inner_->parameters();
   }

@@ -23,6 +23,27 @@
 namespace gemmserve {
 namespace {
 
+// expert_range (a shard) and shards (a router) from the config's parameters,
+// their grammar checked before any file is read (ranges against G at load).
+absl::Status ShardingFromConfig(const inference::ModelConfig& config, OnnxLoadOptions* options) {
+  const auto& parameters = config.parameters();
+  if (auto it = parameters.find(kExpertRangeParameter); it != parameters.end()) {
+    absl::StatusOr<ExpertRange> range = ParseExpertRange(it->second.string_value());
+    if (!range.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("config: parameter '", kExpertRangeParameter,
+                                                     "': ", range.status().message()));
+    }
+    options->expert_range = *range;
+  }
+  if (auto it = parameters.find(kShardsParameter); it != parameters.end()) {
+    if (it->second.string_value().empty()) {
+      return absl::InvalidArgumentError("config: parameter 'shards' is empty");
+    }
+    options->shards = it->second.string_value();
+  }
+  return absl::OkStatus();
+}
+
 namespace fs = std::filesystem;
 
 constexpr char kConfigFile[] = "config.pbtxt";
@@ -113,8 +134,12 @@ absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
 }
 
 ModelRepository::ModelRepository(std::string root, InferenceEngine* engine,
-                                 std::vector<std::string> builtin)
-    : root_(std::move(root)), engine_(engine), builtin_(std::move(builtin)) {
+                                 std::vector<std::string> builtin,
+                                 RemoteExpertsFactory remote_experts)
+    : root_(std::move(root)),
+      engine_(engine),
+      builtin_(std::move(builtin)),
+      remote_experts_(std::move(remote_experts)) {
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -204,6 +229,9 @@ absl::Status ModelRepository::LoadFrom(const std::string& name, const ModelFiles
                              WarmupFromConfig(config, files, engine_->options().max_message_bytes));
   OnnxLoadOptions options;
   GEMMSERVE_ASSIGN_OR_RETURN(options.accuracy_level, AccuracyLevel(config));
+  GEMMSERVE_RETURN_IF_ERROR(ShardingFromConfig(config, &options));
+  options.remote_experts = remote_experts_;
+  options.metrics = engine_->options().metrics;
   std::vector<ModelVersion> served;
   for (int64_t version : *versions) {
     GEMMSERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,

@@ -38,6 +38,7 @@
 #include "model_config.pb.h"
 #include "server/core/dynamic_batcher.h"
 #include "server/core/inference_engine.h"
+#include "server/models/sharded_layer.h"
 #include "server/repository/model_files.h"
 #include "server/repository/triton_config.h"
 
@@ -58,7 +59,10 @@ absl::StatusOr<std::optional<BatchingOptions>> BatchingFromConfig(
 class ModelRepository {
  public:
   // `root` may be empty: no repository, only the built-in models.
-  ModelRepository(std::string root, InferenceEngine* engine, std::vector<std::string> builtin);
+  // `remote_experts` reaches the shards of a sharded layer's router (a
+  // config with parameter 'shards'); without it such a model is refused.
+  ModelRepository(std::string root, InferenceEngine* engine, std::vector<std::string> builtin,
+                  RemoteExpertsFactory remote_experts = nullptr);
   ~ModelRepository();
 
   // Loads every model directory under the root, one by one; failures are
@@ -111,6 +115,7 @@ class ModelRepository {
   const std::string root_;
   InferenceEngine* const engine_;
   const std::vector<std::string> builtin_;
+  const RemoteExpertsFactory remote_experts_;
 
   absl::Mutex load_mu_;  // one load or unload at a time
   mutable absl::Mutex mu_;

@@ -128,7 +128,7 @@ absl::StatusOr<TensorSpec> InputSpec(const onnx::GraphProto& graph, const std::s
 
 absl::StatusOr<MoeLayerSpec> ReadMoeLayerGraph(const onnx::ModelProto& model,
                                                const ModelFiles& files, const std::string& version,
-                                               const Context& ctx) {
+                                               const Context& ctx, bool read_experts) {
   const onnx::GraphProto& graph = model.graph();
   GEMMSERVE_ASSIGN_OR_RETURN(LayerGraph l, WalkMoeLayerGraph(graph, ctx));
   MoeLayerSpec spec;
@@ -152,10 +152,12 @@ absl::StatusOr<MoeLayerSpec> ReadMoeLayerGraph(const onnx::ModelProto& model,
     GEMMSERVE_ASSIGN_OR_RETURN(*to, ReadWeights(*from, model, inits, files, version, ctx));
     return absl::OkStatus();
   };
-  GEMMSERVE_RETURN_IF_ERROR(read(l.gate_up, &spec.gate_up));
-  GEMMSERVE_RETURN_IF_ERROR(read(l.gate, &spec.gate));
-  GEMMSERVE_RETURN_IF_ERROR(read(l.up, &spec.up));
-  GEMMSERVE_ASSIGN_OR_RETURN(spec.down, ReadWeights(l.down, model, inits, files, version, ctx));
+  if (read_experts) {
+    GEMMSERVE_RETURN_IF_ERROR(read(l.gate_up, &spec.gate_up));
+    GEMMSERVE_RETURN_IF_ERROR(read(l.gate, &spec.gate));
+    GEMMSERVE_RETURN_IF_ERROR(read(l.up, &spec.up));
+    GEMMSERVE_ASSIGN_OR_RETURN(spec.down, ReadWeights(l.down, model, inits, files, version, ctx));
+  }
   GEMMSERVE_RETURN_IF_ERROR(read(l.shared_gate, &spec.shared_gate));
   GEMMSERVE_RETURN_IF_ERROR(read(l.shared_up, &spec.shared_up));
   GEMMSERVE_RETURN_IF_ERROR(read(l.shared_down, &spec.shared_down));

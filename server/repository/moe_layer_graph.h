@@ -32,10 +32,13 @@
 
 namespace gemmserve {
 
-// The spec's name and version are ctx.model() and `version`.
+// The spec's name and version are ctx.model() and `version`. Without
+// `read_experts` (a sharded layer's router, whose experts are on its shards)
+// the routed experts' weights are checked from the protos' dimensions and
+// types but not read: their data may be absent.
 absl::StatusOr<MoeLayerSpec> ReadMoeLayerGraph(const onnx::ModelProto& model,
                                                const ModelFiles& files, const std::string& version,
-                                               const Context& ctx);
+                                               const Context& ctx, bool read_experts = true);
 
 }  // namespace gemmserve
 

@@ -203,6 +203,39 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGroupedMatMul(
   return WithContext(MakeResidentGroupedMatMulModel(std::move(spec)), ctx);
 }
 
+// A layer graph: the whole layer, a shard of it, or a sharded layer's
+// router (its shards reached through options.remote_experts).
+absl::StatusOr<std::unique_ptr<Model>> LoadMoeLayer(const onnx::ModelProto& proto,
+                                                    const ModelFiles& files,
+                                                    const std::string& version,
+                                                    const OnnxLoadOptions& options,
+                                                    const Context& ctx) {
+  const bool router = !options.shards.empty();
+  GEMMSERVE_ASSIGN_OR_RETURN(MoeLayerSpec spec,
+                             ReadMoeLayerGraph(proto, files, version, ctx, !router));
+  spec.accuracy_level = options.accuracy_level;
+  spec.expert_range = options.expert_range;
+  if (router) {
+    if (!options.remote_experts) {
+      return ctx.Invalid("parameter 'shards': this server was built without a shard client");
+    }
+    ShardedLayerPlan plan;
+    plan.model = ctx.model();
+    plan.k = spec.k;
+    plan.s = spec.s;
+    plan.g = spec.g;
+    plan.type = spec.x.datatypes[0];
+    plan.metrics = options.metrics;
+    absl::StatusOr<std::vector<ShardSpec>> shards = ParseShards(options.shards, spec.g);
+    if (!shards.ok())
+      return ctx.Invalid(absl::StrCat("parameter 'shards': ", shards.status().message()));
+    plan.shards = *std::move(shards);
+    GEMMSERVE_ASSIGN_OR_RETURN(spec.remote, options.remote_experts(plan));
+    spec.shards = options.shards;
+  }
+  return WithContext(MakeMoeLayerModel(std::move(spec)), ctx);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_name,
@@ -214,9 +247,12 @@ absl::StatusOr<std::unique_ptr<Model>> LoadOnnxModel(const std::string& model_na
   GEMMSERVE_ASSIGN_OR_RETURN(onnx::ModelProto proto, ReadModelProto(files, version, filename, ctx));
   const onnx::GraphProto& graph = proto.graph();
   if (graph.node_size() > 2) {  // a mixture-of-experts layer, or nothing served
-    GEMMSERVE_ASSIGN_OR_RETURN(MoeLayerSpec spec, ReadMoeLayerGraph(proto, files, version, ctx));
-    spec.accuracy_level = options.accuracy_level;
-    return WithContext(MakeMoeLayerModel(std::move(spec)), ctx);
+    return LoadMoeLayer(proto, files, version, options, ctx);
+  }
+  if (options.expert_range || !options.shards.empty()) {
+    return ctx.Invalid(
+        "parameters 'expert_range' and 'shards' shard a mixture-of-experts layer; this model "
+        "is one operator");
   }
   GEMMSERVE_ASSIGN_OR_RETURN(ServedNodes nodes, FindServedNodes(graph, ctx));
   if (nodes.dequantize != nullptr) {

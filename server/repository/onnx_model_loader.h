@@ -24,10 +24,12 @@
 #define GEMMSERVE_SERVER_REPOSITORY_ONNX_MODEL_LOADER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "server/core/model.h"
+#include "server/models/sharded_layer.h"
 #include "server/repository/model_files.h"
 
 namespace gemmserve {
@@ -37,6 +39,13 @@ struct OnnxLoadOptions {
   // accuracy_level (triton_config.h): 4 runs quantized weights on 8-bit
   // activations; it is refused for a model whose weights are not quantized.
   int accuracy_level = 0;
+  // expert_range: the model is a shard of a layer (models/sharded_layer.h).
+  std::optional<ExpertRange> expert_range;
+  // shards: the model is a sharded layer's router; its experts are not
+  // read, and `remote_experts` (null: routers are refused) reaches them.
+  std::string shards;
+  RemoteExpertsFactory remote_experts;
+  Metrics* metrics = nullptr;  // where a router's shard metrics go
 };
 
 // `version` is the version directory inside `files`; `filename` the model

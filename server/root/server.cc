@@ -12,6 +12,7 @@
 #include "server/common/logging.h"
 #include "server/common/status_macros.h"
 #include "server/process/compute_environment.h"
+#include "server/remote/grpc_remote_experts.h"
 #include "server/ops/kernels/cpu_features.h"
 
 namespace gemmserve {
@@ -55,6 +56,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(CheckedServerOptions check
   SetBf16Panels(options.compute.bf16_panels);  // before the repository loads
   FitDescriptors(options);
   std::unique_ptr<Server> server(new Server);
+  ShardClientOptions shard_client;
+  shard_client.max_message_bytes = options.serving.engine.max_message_bytes;
+  options.serving.remote_experts = GrpcRemoteExpertsFactory(shard_client);
   GEMMSERVE_ASSIGN_OR_RETURN(server->serving_, AssembleServing(std::move(options.serving)));
   if (absl::Status started = server->StartEndpoints(options); !started.ok()) {
     // Those already listening may have taken calls: they are refused from

@@ -114,7 +114,8 @@ absl::StatusOr<std::unique_ptr<Serving>> AssembleServing(ServingOptions options)
   GEMMSERVE_RETURN_IF_ERROR(InstallBuiltinModels(options.builtin_batching, *parts.engine));
   parts.repository = std::make_unique<ModelRepository>(
       options.model_repository, parts.engine.get(),
-      std::vector<std::string>{kGroupedMatMulModelName, kMatMulModelName});
+      std::vector<std::string>{kGroupedMatMulModelName, kMatMulModelName},
+      std::move(options.remote_experts));
   parts.repository->LoadAll();
   return std::make_unique<Serving>(std::move(parts));
 }

@@ -19,6 +19,7 @@
 #include "server/core/dynamic_batcher.h"
 #include "server/core/inference_engine.h"
 #include "server/metrics/metrics.h"
+#include "server/models/sharded_layer.h"
 #include "server/serving/serving.h"
 #include "server/serving/tracer.h"
 #include "server/shm/shared_memory_manager.h"
@@ -43,6 +44,9 @@ struct ServingOptions {
   std::string trace_file;
   TraceSettings trace = {false, 1000, -1, 0};
   TraceFileBounds trace_bounds;  // --trace_max_files, --trace_max_bytes
+  // How a sharded layer's router reaches its shards (server/remote; set by
+  // Server::Start, which links gRPC). Null: such a model is refused at load.
+  RemoteExpertsFactory remote_experts;
 };
 
 // INVALID_ARGUMENT, naming the flag, for a value out of range: the engine's

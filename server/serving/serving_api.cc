@@ -57,7 +57,10 @@ void Serving::ServerReady(inference::ServerReadyResponse* response) const {
 
 void Serving::ModelReady(const inference::ModelReadyRequest& request,
                          inference::ModelReadyResponse* response) const {
-  response->set_ready(engine_->FindModel(request.name(), request.version()).ok());
+  // A model that depends on other servers (a sharded layer's router) is
+  // ready only while they are.
+  auto served = engine_->FindModel(request.name(), request.version());
+  response->set_ready(served.ok() && (*served)->model().Available().ok());
 }
 
 absl::Status Serving::ServerMetadata(Authorization authorization,
@@ -120,7 +123,15 @@ absl::Status Serving::RepositoryIndex(Authorization authorization,
                                       const inference::RepositoryIndexRequest& request,
                                       inference::RepositoryIndexResponse* response) const {
   GEMMSERVE_RETURN_IF_ERROR(Authenticate(authorization));
-  for (const ModelStatus& status : repository_->Index()) {
+  for (ModelStatus& status : repository_->Index()) {
+    if (status.state == ModelState::kReady) {  // and what it depends on (a router's shards)
+      auto served = engine_->FindModel(status.name, status.version);
+      absl::Status available = served.ok() ? (*served)->model().Available() : served.status();
+      if (!available.ok()) {
+        status.state = ModelState::kFailed;
+        status.reason = std::string(available.message());
+      }
+    }
     if (request.ready() && status.state != ModelState::kReady) continue;
     EncodeModelIndexEntry(status, response->add_models());
   }

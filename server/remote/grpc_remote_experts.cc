@@ -1,0 +1,422 @@
+#include "server/remote/grpc_remote_experts.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "grpc_service.grpc.pb.h"
+#include "server/common/logging.h"
+#include "server/common/status_macros.h"
+#include "server/metrics/metrics.h"
+#include "server/tensor/shape.h"
+
+namespace gemmserve {
+namespace {
+
+// Reconnect soon after a replica comes back (gRPC's default backoff grows
+// to two minutes); calls are retried by us, once, not by gRPC.
+std::shared_ptr<grpc::Channel> ShardChannel(const std::string& target, int64_t max_message_bytes) {
+  grpc::ChannelArguments args;
+  args.SetServiceConfigJSON(R"({"loadBalancingConfig": [{"round_robin": {}}]})");
+  args.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(max_message_bytes, INT32_MAX)));
+  args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+// What a replica's metadata told the last probe: the tensors' names.
+// (Before any probe succeeded: the names scripts/make_moe_layer.py writes.)
+struct ShardNames {
+  std::string x = "x", ids = "ids", w = "w", out = "out";
+};
+
+struct Replica {
+  std::string address;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub;
+  absl::Mutex mu;
+  bool ready ABSL_GUARDED_BY(mu) = false;
+  std::string why ABSL_GUARDED_BY(mu) = "not probed yet";
+  ShardNames names ABSL_GUARDED_BY(mu);
+};
+
+struct Shard {
+  int index = 0;
+  ExpertRange range;
+  std::vector<std::unique_ptr<Replica>> replicas;
+  std::atomic<uint32_t> next{0};
+  prometheus::Histogram* latency = nullptr;
+  prometheus::Counter* errors = nullptr;
+
+  std::string Name() const {
+    return absl::StrCat("shard ", index, " (experts ", ExpertRangeText(range), ")");
+  }
+};
+
+// One shard's part of a call: its tokens, the request, and what came back.
+struct ShardCall {
+  Shard* shard = nullptr;
+  std::vector<int64_t> tokens;
+  inference::ModelInferRequest request;
+  inference::ModelInferResponse response;
+  std::unique_ptr<grpc::ClientContext> context;
+  grpc::Status status;
+  Replica* replica = nullptr;
+  absl::Status result;
+};
+
+absl::StatusCode FromGrpc(grpc::StatusCode code) { return static_cast<absl::StatusCode>(code); }
+
+class GrpcRemoteExperts final : public RemoteExperts {
+ public:
+  GrpcRemoteExperts(const ShardedLayerPlan& plan, const ShardClientOptions& options);
+  ~GrpcRemoteExperts() override;
+
+  absl::Status AddRoutedExperts(const RemoteExpertsCall& call, float* acc) const override;
+  absl::Status Available() const override;
+  int64_t WorkBytes(int64_t m) const override;
+
+ private:
+  void ProbeLoop();
+  void Probe(Replica& r) const;
+  absl::Status CheckMetadata(const inference::ModelMetadataResponse& md, ShardNames* names) const;
+  // The replica to ask: the next ready one after `not_this` (any when none
+  // is ready); null when the shard has no other.
+  Replica* Choose(Shard& shard, const Replica* not_this) const;
+  bool BuildRequest(const RemoteExpertsCall& call, ShardCall* sc) const;
+  // Starts every call in `calls` and waits for all of them.
+  void RunCalls(const std::vector<ShardCall*>& calls, absl::Time deadline) const;
+  absl::Status AddAnswer(const RemoteExpertsCall& call, const ShardCall& sc, float* acc) const;
+  void CountExperts(const RemoteExpertsCall& call) const;
+
+  const ShardedLayerPlan plan_;
+  const ShardClientOptions options_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::vector<prometheus::Counter*> expert_tokens_;  // [G]
+  absl::Notification stop_;
+  std::thread prober_;
+};
+
+GrpcRemoteExperts::GrpcRemoteExperts(const ShardedLayerPlan& plan,
+                                     const ShardClientOptions& options)
+    : plan_(plan), options_(options) {
+  prometheus::Family<prometheus::Histogram>* latency = nullptr;
+  prometheus::Family<prometheus::Counter>* errors = nullptr;
+  if (plan_.metrics != nullptr) {
+    prometheus::Registry& registry = *plan_.metrics->shared_registry();
+    latency = &prometheus::BuildHistogram()
+                   .Name("gemmserve_shard_call_duration_seconds")
+                   .Help("A sharded layer's calls to one shard, from sent to answered")
+                   .Register(registry);
+    errors = &prometheus::BuildCounter()
+                  .Name("gemmserve_shard_call_errors_total")
+                  .Help("A sharded layer's calls to one shard that failed (retries included)")
+                  .Register(registry);
+    auto& tokens = prometheus::BuildCounter()
+                       .Name("gemmserve_expert_tokens_total")
+                       .Help("Tokens a mixture-of-experts layer routed to each expert")
+                       .Register(registry);
+    for (int64_t e = 0; e < plan_.g; ++e) {
+      expert_tokens_.push_back(&tokens.Add({{"model", plan_.model}, {"expert", absl::StrCat(e)}}));
+    }
+  }
+  const prometheus::Histogram::BucketBoundaries buckets = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
+  for (size_t i = 0; i < plan_.shards.size(); ++i) {
+    auto shard = std::make_unique<Shard>();
+    shard->index = static_cast<int>(i);
+    shard->range = plan_.shards[i].range;
+    for (const std::string& address : plan_.shards[i].addresses) {
+      auto r = std::make_unique<Replica>();
+      r->address = address;
+      r->stub = inference::GRPCInferenceService::NewStub(
+          ShardChannel(address, options_.max_message_bytes));
+      shard->replicas.push_back(std::move(r));
+    }
+    if (latency != nullptr) {
+      const prometheus::Labels labels = {{"model", plan_.model}, {"shard", absl::StrCat(i)}};
+      shard->latency = &latency->Add(labels, buckets);
+      shard->errors = &errors->Add(labels);
+    }
+    shards_.push_back(std::move(shard));
+  }
+  prober_ = std::thread([this] { ProbeLoop(); });
+}
+
+GrpcRemoteExperts::~GrpcRemoteExperts() {
+  stop_.Notify();
+  prober_.join();
+}
+
+void GrpcRemoteExperts::ProbeLoop() {
+  do {
+    for (const auto& shard : shards_) {
+      for (const auto& r : shard->replicas) Probe(*r);
+    }
+  } while (!stop_.WaitForNotificationWithTimeout(options_.probe_interval));
+}
+
+absl::Status GrpcRemoteExperts::CheckMetadata(const inference::ModelMetadataResponse& md,
+                                              ShardNames* names) const {
+  const std::string t(DataTypeName(plan_.type));
+  if (md.inputs_size() != 3 || md.outputs_size() != 1) {
+    return absl::FailedPreconditionError("its model is not a shard (inputs x, ids, w; one output)");
+  }
+  const auto& x = md.inputs(0);
+  if (x.datatype() != t || x.shape_size() != 2 || x.shape(1) != plan_.k) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("its input '", x.name(), "' is not ", t, " [M, ", plan_.k, "]"));
+  }
+  for (int j : {1, 2}) {
+    const auto& in = md.inputs(j);
+    if (in.shape_size() != 2 || in.shape(1) != plan_.s) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("its input '", in.name(), "' is not [M, ", plan_.s, "]"));
+    }
+  }
+  if (md.outputs(0).datatype() != "FP32") {
+    return absl::FailedPreconditionError("its output is not the FP32 partial sum");
+  }
+  *names = {x.name(), md.inputs(1).name(), md.inputs(2).name(), md.outputs(0).name()};
+  return absl::OkStatus();
+}
+
+void GrpcRemoteExperts::Probe(Replica& r) const {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  inference::ModelMetadataRequest request;
+  request.set_name(plan_.model);
+  inference::ModelMetadataResponse md;
+  const grpc::Status status = r.stub->ModelMetadata(&context, request, &md);
+  ShardNames names;
+  absl::Status fit = status.ok()
+                         ? CheckMetadata(md, &names)
+                         : absl::Status(FromGrpc(status.error_code()), status.error_message());
+  absl::MutexLock lock(&r.mu);
+  if (fit.ok() != r.ready) {
+    GEMMSERVE_LOG(INFO) << "model '" << plan_.model << "': shard replica " << r.address
+                        << (fit.ok() ? " is ready" : " is not ready: ") << fit.message();
+  }
+  r.ready = fit.ok();
+  r.why = std::string(fit.message());
+  if (fit.ok()) r.names = std::move(names);
+}
+
+absl::Status GrpcRemoteExperts::Available() const {
+  std::string missing;
+  for (const auto& shard : shards_) {
+    std::string why;
+    bool any = false;
+    for (const auto& r : shard->replicas) {
+      absl::MutexLock lock(&r->mu);
+      any = any || r->ready;
+      absl::StrAppend(&why, why.empty() ? "" : "; ", r->address, ": ", r->why);
+    }
+    if (!any)
+      absl::StrAppend(&missing, missing.empty() ? "" : "; ", shard->Name(),
+                      " has no ready replica (", why, ")");
+  }
+  if (missing.empty()) return absl::OkStatus();
+  return absl::UnavailableError(missing);
+}
+
+int64_t GrpcRemoteExperts::WorkBytes(int64_t m) const {
+  // Each shard may get every token: x, ids and w out, an FP32 [m, K] back,
+  // each twice (the message and gRPC's buffers), plus a token list.
+  const int64_t per_token = 2 * (plan_.k * (DataTypeSize(plan_.type) + 4) + plan_.s * 12) + 8;
+  const int64_t shards = static_cast<int64_t>(shards_.size());
+  return SaturatingAdd(SaturatingMul(SaturatingMul(m, per_token), shards), 4096 * shards);
+}
+
+Replica* GrpcRemoteExperts::Choose(Shard& shard, const Replica* not_this) const {
+  const size_t n = shard.replicas.size();
+  const uint32_t start = shard.next.fetch_add(1, std::memory_order_relaxed);
+  Replica* fallback = nullptr;
+  for (size_t j = 0; j < n; ++j) {
+    Replica* r = shard.replicas[(start + j) % n].get();
+    if (r == not_this) continue;
+    absl::MutexLock lock(&r->mu);
+    if (r->ready) return r;
+    if (fallback == nullptr) fallback = r;
+  }
+  return fallback;
+}
+
+// The shard's tokens (those with a pair in its range), their rows of x, ids
+// and w, as one binary request. False when no token is routed to it.
+bool GrpcRemoteExperts::BuildRequest(const RemoteExpertsCall& call, ShardCall* sc) const {
+  const ExpertRange range = sc->shard->range;
+  for (int64_t t = 0; t < call.m; ++t) {
+    for (int64_t j = 0; j < call.s; ++j) {
+      const int64_t id = call.ids[t * call.s + j];
+      if (id >= range.first && id < range.last) {
+        sc->tokens.push_back(t);
+        break;
+      }
+    }
+  }
+  if (sc->tokens.empty()) return false;
+  ShardNames names;
+  {
+    absl::MutexLock lock(&sc->replica->mu);
+    names = sc->replica->names;
+  }
+  const int64_t rows = static_cast<int64_t>(sc->tokens.size());
+  const int64_t es = DataTypeSize(call.type);
+  inference::ModelInferRequest& req = sc->request;
+  req.Clear();
+  req.set_model_name(plan_.model);
+  auto add = [&](const std::string& name, absl::string_view datatype, int64_t width, int64_t bytes,
+                 const void* base) {
+    auto* in = req.add_inputs();
+    in->set_name(name);
+    in->set_datatype(std::string(datatype));
+    in->add_shape(rows);
+    in->add_shape(width);
+    std::string* raw = req.add_raw_input_contents();
+    raw->resize(static_cast<size_t>(rows * width * bytes));
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(raw->data() + r * width * bytes,
+                  static_cast<const uint8_t*>(base) + sc->tokens[r] * width * bytes,
+                  static_cast<size_t>(width * bytes));
+    }
+  };
+  add(names.x, DataTypeName(call.type), call.k, es, call.x);
+  add(names.ids, "INT64", call.s, 8, call.ids);
+  add(names.w, "FP32", call.s, 4, call.w);
+  req.add_outputs()->set_name(names.out);
+  return true;
+}
+
+void GrpcRemoteExperts::RunCalls(const std::vector<ShardCall*>& calls, absl::Time deadline) const {
+  absl::Mutex mu;
+  size_t pending = calls.size();
+  for (ShardCall* sc : calls) {
+    sc->context = std::make_unique<grpc::ClientContext>();
+    sc->context->set_deadline(absl::ToChronoTime(deadline));
+    sc->response.Clear();
+    const absl::Time sent = absl::Now();
+    sc->replica->stub->async()->ModelInfer(
+        sc->context.get(), &sc->request, &sc->response, [&, sc, sent](grpc::Status status) {
+          if (sc->shard->latency != nullptr) {
+            sc->shard->latency->Observe(absl::ToDoubleSeconds(absl::Now() - sent));
+          }
+          absl::MutexLock lock(&mu);
+          sc->status = std::move(status);
+          --pending;
+        });
+  }
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(
+      +[](size_t* n) { return *n == 0; }, &pending));
+}
+
+absl::Status GrpcRemoteExperts::AddAnswer(const RemoteExpertsCall& call, const ShardCall& sc,
+                                          float* acc) const {
+  const int64_t rows = static_cast<int64_t>(sc.tokens.size());
+  const inference::ModelInferResponse& res = sc.response;
+  if (res.outputs_size() != 1 || res.raw_output_contents_size() != 1 ||
+      res.outputs(0).datatype() != "FP32" || res.outputs(0).shape_size() != 2 ||
+      res.outputs(0).shape(0) != rows || res.outputs(0).shape(1) != call.k ||
+      res.raw_output_contents(0).size() != static_cast<size_t>(rows * call.k * 4)) {
+    return absl::InternalError(
+        absl::StrCat("its answer is not FP32 [", rows, ", ", call.k, "] in binary"));
+  }
+  const char* raw = res.raw_output_contents(0).data();
+  for (int64_t r = 0; r < rows; ++r) {
+    float* dst = acc + sc.tokens[r] * call.k;
+    for (int64_t j = 0; j < call.k; ++j) {
+      float v;
+      std::memcpy(&v, raw + (r * call.k + j) * 4, 4);
+      dst[j] += v;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void GrpcRemoteExperts::CountExperts(const RemoteExpertsCall& call) const {
+  if (expert_tokens_.empty()) return;
+  std::vector<int64_t> counts(static_cast<size_t>(plan_.g), 0);
+  for (int64_t p = 0; p < call.m * call.s; ++p) ++counts[call.ids[p]];
+  for (int64_t e = 0; e < plan_.g; ++e) {
+    if (counts[e] > 0) expert_tokens_[e]->Increment(static_cast<double>(counts[e]));
+  }
+}
+
+absl::Status GrpcRemoteExperts::AddRoutedExperts(const RemoteExpertsCall& call, float* acc) const {
+  if (call.k != plan_.k || call.s != plan_.s || call.type != plan_.type) {
+    return absl::InternalError("sharded layer: the call differs from the layer");
+  }
+  CountExperts(call);
+  const absl::Time deadline = std::min(call.deadline, absl::Now() + options_.default_timeout);
+  std::vector<ShardCall> parts(shards_.size());
+  std::vector<ShardCall*> first;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    parts[i].shard = shards_[i].get();
+    parts[i].replica = Choose(*parts[i].shard, nullptr);
+    if (BuildRequest(call, &parts[i])) first.push_back(&parts[i]);
+  }
+  RunCalls(first, deadline);
+  // A replica that is gone or answered nonsense: once more on another.
+  std::vector<ShardCall*> again;
+  for (ShardCall* sc : first) {
+    sc->result = sc->status.ok()
+                     ? AddAnswer(call, *sc, acc)
+                     : absl::Status(FromGrpc(sc->status.error_code()), sc->status.error_message());
+    if (sc->result.ok()) continue;
+    if (sc->shard->errors != nullptr) sc->shard->errors->Increment();
+    const bool retry = absl::IsUnavailable(sc->result) || absl::IsInternal(sc->result);
+    Replica* other = retry ? Choose(*sc->shard, sc->replica) : nullptr;
+    if (other != nullptr && absl::Now() < deadline) {
+      sc->replica = other;
+      again.push_back(sc);
+    }
+  }
+  RunCalls(again, deadline);
+  for (ShardCall* sc : again) {
+    sc->result = sc->status.ok()
+                     ? AddAnswer(call, *sc, acc)
+                     : absl::Status(FromGrpc(sc->status.error_code()), sc->status.error_message());
+    if (!sc->result.ok() && sc->shard->errors != nullptr) sc->shard->errors->Increment();
+  }
+  for (ShardCall* sc : first) {
+    if (sc->result.ok()) continue;
+    // The caller's request was valid: a shard's refusal is the server's
+    // fault, reported as unavailable, with what the shard said.
+    absl::StatusCode code = sc->result.code();
+    if (code != absl::StatusCode::kDeadlineExceeded && code != absl::StatusCode::kCancelled &&
+        code != absl::StatusCode::kResourceExhausted) {
+      code = absl::StatusCode::kUnavailable;
+    }
+    return absl::Status(code, absl::StrCat("model '", plan_.model, "': ", sc->shard->Name(), " at ",
+                                           sc->replica->address, ": ", sc->result.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+RemoteExpertsFactory GrpcRemoteExpertsFactory(ShardClientOptions options) {
+  return [options](const ShardedLayerPlan& plan) -> absl::StatusOr<std::shared_ptr<RemoteExperts>> {
+    return std::make_shared<GrpcRemoteExperts>(plan, options);
+  };
+}
+
+}  // namespace gemmserve
