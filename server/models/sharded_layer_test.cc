@@ -30,7 +30,9 @@ TEST(ExpertRangeTest, ParsesFirstColonLast) {
                           "1:1234567890", "+1:2", "a:b"}) {
     absl::StatusOr<ExpertRange> refused = ParseExpertRange(bad);
     EXPECT_FALSE(refused.ok()) << "'" << bad << "'";
-    if (!refused.ok()) EXPECT_THAT(refused.status().message(), HasSubstr("FIRST:LAST"));
+    if (!refused.ok()) {
+      EXPECT_THAT(refused.status().message(), HasSubstr("FIRST:LAST"));
+    }
   }
 }
 
@@ -62,7 +64,9 @@ TEST(ShardsTest, RefusesEachBrokenRuleNamingIt) {
   for (const auto& [text, want] : cases) {
     absl::StatusOr<std::vector<ShardSpec>> s = ParseShards(text, 64);
     EXPECT_FALSE(s.ok()) << text;
-    if (!s.ok()) EXPECT_THAT(s.status().message(), HasSubstr(want)) << text;
+    if (!s.ok()) {
+      EXPECT_THAT(s.status().message(), HasSubstr(want)) << text;
+    }
   }
   std::string many = "0:1=a:1";
   for (int e = 1; e <= kMaxShards; ++e) absl::StrAppend(&many, ";", e, ":", e + 1, "=a:1");
