@@ -34,9 +34,12 @@ RUN /src/scripts/install_deps.sh
 COPY . /src
 RUN cmake -S /src -B /src/build -DCMAKE_BUILD_TYPE=Release \
  && cmake --build /src/build -j"$(nproc)" --target gemmserve gemmserve-cli \
- && /usr/bin/python3 /src/scripts/make_model_repository.py /src/build/model_repository
+ && /usr/bin/python3 /src/scripts/make_model_repository.py /src/build/model_repository \
+      --sharded /src/build/sharded
 
 # The image: the runtime with the binaries and the example models built above.
 FROM runtime
 COPY --from=build /src/build/bin/gemmserve /src/build/bin/gemmserve-cli /usr/local/bin/
 COPY --from=build /src/build/model_repository /models
+# The example layer sharded in two (deploy/docker-compose.sharded.yml, deploy/k8s/sharded/).
+COPY --from=build /src/build/sharded /sharded

@@ -159,12 +159,41 @@ def moe_layer_model(repo, name, config):
         f.write(config)
 
 
+def _make_moe_layer():
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("make_moe_layer",
+                                                  os.path.join(here, "make_moe_layer.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The shards of the example's sharded layer, as deploy/docker-compose.sharded.yml and
+# deploy/k8s/sharded/ name their services (gRPC port 8001, DNS-resolved: a headless Service).
+SHARD_ADDRESSES = ["dns:///shard0:8001", "dns:///shard1:8001"]
+
+
+def sharded_moe_layer(out_dir, name="moe_layer"):
+    """The example's `moe_layer` (the same weights) sharded by expert (issue 53):
+    out_dir/router/, out_dir/shard0/ (experts 0-7), out_dir/shard1/ (experts 8-15)."""
+    m = _make_moe_layer()
+    graph = m.layer_graph(512, 256, 16, 2, "fp32", gate_up="fused", routing="softmax_topk",
+                          normalise=True, seed=4)
+    graph.name = name
+    return m.write_sharded(out_dir, name, m.layer_model(graph), 2, SHARD_ADDRESSES)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("repo")
     parser.add_argument("--olmoe", choices=sorted(ONNX_TYPES), help="also write olmoe models")
+    parser.add_argument("--sharded", metavar="DIR",
+                        help="also write the example's moe_layer sharded in two (DIR/router, "
+                        "DIR/shard0, DIR/shard1: deploy/docker-compose.sharded.yml)")
     args = parser.parse_args()
+    if args.sharded:
+        sharded_moe_layer(args.sharded)
     os.makedirs(args.repo, exist_ok=True)
     grouped_model(args.repo, "moe", 512, 256, 16, 2, "fp32", True, BATCHING, seed=1)
     quantized_copy(args.repo, "moe", "moe_int4", BATCHING)

@@ -153,7 +153,8 @@ else
   context="$work/prebuilt"
   mkdir -p "$context/bin"
   cp "$BUILD_DIR/bin/gemmserve" "$BUILD_DIR/bin/gemmserve-cli" "$context/bin/"
-  /usr/bin/python3 scripts/make_model_repository.py "$context/model_repository" >/dev/null
+  /usr/bin/python3 scripts/make_model_repository.py "$context/model_repository" \
+    --sharded "$context/sharded" >/dev/null
   "$DOCKER" build -f tests/container/prebuilt.Dockerfile \
     --build-arg RUNTIME=gemmserve-runtime:test -t "$IMAGE" "$context" >>"$work/build.log" 2>&1 \
     || { tail -30 "$work/build.log" >&2; exit 1; }

@@ -6,6 +6,7 @@ Prometheus, which must scrape it inside the compose network.
 
 Environment: GEMMSERVE_IMAGE (default gemmserve:test), GEMMSERVE_CLI (the host's
 gemmserve-cli, for health and the load generator)."""
+import importlib.util
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from gemmserve_client import decode_outputs, make_infer_request, pb2_grpc
+from gemmserve_client import decode_outputs, make_infer_request, pb2, pb2_grpc
 from gemmserve_client.http import HttpClient
 from gemmserve_testing.base import open_channel
 from gemmserve_testing.onnx_models import grouped_graph, grouped_reference, write_model
@@ -283,6 +284,54 @@ class ComposeTest(unittest.TestCase):
                                     "Prometheus to scrape gemmserve", timeout=120), True)
         wait_until(lambda: (query('sum(gemmserve_requests_total{model="matmul",code="OK"})')
                             or 0) >= 3, "the requests in Prometheus", timeout=120)
+
+
+class ShardedComposeTest(unittest.TestCase):
+    """deploy/docker-compose.sharded.yml: a router and two shard containers answer the
+    example's moe_layer as the unsharded layer (its graph in float64) does."""
+    PROJECT = "gemmserve-sharded-test"
+
+    def compose(self, *args, timeout=600):
+        env = {**os.environ, **self.ports}
+        result = subprocess.run(
+            ["docker-compose", "-p", self.PROJECT,
+             "-f", os.path.join(ROOT, "deploy", "docker-compose.sharded.yml"),
+             "-f", os.path.join(ROOT, "tests", "container", "compose.sharded.test.yml"), *args],
+            capture_output=True, text=True, env=env, timeout=timeout)
+        if result.returncode != 0:
+            raise AssertionError(f"docker-compose {' '.join(args)}:\n{result.stderr}")
+        return result.stdout
+
+    def test_router_and_two_shards_answer_as_the_unsharded_layer(self):
+        self.ports = {"GEMMSERVE_HTTP_PORT": str(free_port()),
+                      "GEMMSERVE_GRPC_PORT": str(free_port()),
+                      "GEMMSERVE_METRICS_PORT": str(free_port())}
+        self.addCleanup(self.compose, "down", "--volumes", "--remove-orphans")
+        self.compose("up", "-d", "shard0", "shard1", "router")
+        address = f"127.0.0.1:{self.ports['GEMMSERVE_GRPC_PORT']}"
+        channel = open_channel(address)
+        self.addCleanup(channel.close)
+        stub = pb2_grpc.GRPCInferenceServiceStub(channel)
+
+        def ready():
+            try:
+                return stub.ModelReady(pb2.ModelReadyRequest(name="moe_layer"), timeout=2).ready
+            except grpc.RpcError:
+                return False
+
+        wait_until(ready, "the router to see both shards ready", timeout=120)
+        spec = importlib.util.spec_from_file_location(
+            "make_moe_layer", os.path.join(ROOT, "scripts", "make_moe_layer.py"))
+        layer = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(layer)
+        model = layer.layer_model(layer.layer_graph(512, 256, 16, 2, "fp32", gate_up="fused",
+                                                    routing="softmax_topk", normalise=True,
+                                                    seed=4))
+        x = np.random.default_rng(53).uniform(-1, 1, (9, 512)).astype(np.float32)
+        got = decode_outputs(stub.ModelInfer(make_infer_request("moe_layer", [("x", x)]),
+                                             timeout=30))["out"]
+        ref = layer.evaluate(model, {"x": x.astype(np.float64)})["out"]
+        self.assertLessEqual(np.max(np.abs(got - ref)) / np.max(np.abs(ref)), 1e-4)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@
   grace longer than the server's own shutdown grace.
 """
 import glob
+import importlib.util
 import os
 import re
 import subprocess
@@ -58,7 +59,7 @@ class DockerfileTest(unittest.TestCase):
         prebuilt = read(os.path.join(ROOT, "tests", "container", "prebuilt.Dockerfile"))
         # The gate's image puts the Release stage's files where this one puts them.
         destinations = [re.findall(r"(?m)^COPY .* (\S+)$", text) for text in (image, prebuilt)]
-        self.assertEqual(destinations[0], ["/usr/local/bin/", "/models"])
+        self.assertEqual(destinations[0], ["/usr/local/bin/", "/models", "/sharded"])
         self.assertEqual(destinations[0], destinations[1])
         sources = [re.findall(r"(?m)^COPY (?:--from=build )?(.*) \S+$", text)
                    for text in (image, prebuilt)]
@@ -254,6 +255,53 @@ class KubernetesManifestsTest(unittest.TestCase):
             route = manager["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
             routed.add(route["cluster"])
         self.assertEqual(routed, set(clusters))
+
+class ShardedManifestsTest(unittest.TestCase):
+    """deploy/k8s/sharded/ and deploy/docker-compose.sharded.yml name what the image's
+    sharded repository (make_model_repository.py --sharded) expects: a headless Service
+    per shard address, each shard's Deployment with its own repository and a PDB."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.docs = [d for path in sorted(glob.glob(os.path.join(K8S, "sharded", "*.yaml")))
+                    for d in yaml.safe_load_all(read(path)) if d]
+        spec = importlib.util.spec_from_file_location(
+            "make_model_repository", os.path.join(ROOT, "scripts", "make_model_repository.py"))
+        cls.example = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(cls.example)
+
+    def of(self, kind):
+        return {d["metadata"]["name"]: d for d in self.docs if d["kind"] == kind}
+
+    def test_each_shard_address_is_a_headless_service_over_its_own_deployment(self):
+        services, deployments, pdbs = (self.of(k) for k in
+                                       ("Service", "Deployment", "PodDisruptionBudget"))
+        for j, address in enumerate(self.example.SHARD_ADDRESSES):
+            host, port = address.removeprefix("dns:///").split(":")
+            with self.subTest(address):
+                service = services[host]
+                self.assertEqual(service["spec"]["clusterIP"], "None")
+                self.assertIn(int(port), [p["port"] for p in service["spec"]["ports"]])
+                deployment = next(d for d in deployments.values() if
+                                  service["spec"]["selector"].items() <=
+                                  d["spec"]["template"]["metadata"]["labels"].items())
+                args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+                self.assertIn(f"--model_repository=/sharded/shard{j}", args)
+                self.assertGreaterEqual(deployment["spec"]["replicas"], 2)
+                pdb = pdbs[deployment["metadata"]["name"]]
+                self.assertLess(pdb["spec"]["minAvailable"], deployment["spec"]["replicas"])
+        router = deployments["gemmserve-router"]["spec"]["template"]["spec"]["containers"][0]
+        self.assertIn("--model_repository=/sharded/router", router["args"])
+
+    def test_compose_services_are_the_shard_addresses(self):
+        compose = yaml.safe_load(read(os.path.join(ROOT, "deploy", "docker-compose.sharded.yml")))
+        for j, address in enumerate(self.example.SHARD_ADDRESSES):
+            host = address.removeprefix("dns:///").split(":")[0]
+            self.assertEqual(compose["services"][host]["command"],
+                             [f"--model_repository=/sharded/shard{j}"])
+        self.assertEqual(compose["services"]["router"]["command"],
+                         ["--model_repository=/sharded/router"])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
