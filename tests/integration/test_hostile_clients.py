@@ -554,10 +554,16 @@ class GrpcMessagesCountedTest(unittest.TestCase):
                                           grpc.StatusCode.RESOURCE_EXHAUSTED}, codes)
         self.assertGreater(codes.get(grpc.StatusCode.OK, 0), 0, codes)
         # A full server's refusals, before the parse or at admission, are counted
-        # under the model the message names.
-        self.assertEqual(metric_sum(server.metrics_url, "gemmserve_rejected_total",
-                                    model="matmul", reason="queue_full"),
-                         codes.get(grpc.StatusCode.UNAVAILABLE, 0))
+        # under the model the message names. A refusal can race gRPC's own reset of
+        # the same stream (its quota full while the rest of the message came in):
+        # the server counted it, the client saw RESOURCE_EXHAUSTED (seen once in 20
+        # runs beside other work: 2 counted, 1 UNAVAILABLE seen).
+        counted = metric_sum(server.metrics_url, "gemmserve_rejected_total", model="matmul",
+                             reason="queue_full")
+        unavailable = codes.get(grpc.StatusCode.UNAVAILABLE, 0)
+        self.assertGreaterEqual(counted, unavailable)
+        self.assertLessEqual(counted, unavailable +
+                             codes.get(grpc.StatusCode.RESOURCE_EXHAUSTED, 0))
         if not server_is_sanitized():  # ASan's quarantine holds what was freed
             self.assertLess(growth, 1.75 * LIMIT_256_MIB)
         server.assert_alive()

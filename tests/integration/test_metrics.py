@@ -121,7 +121,34 @@ class PrometheusCountsTest(GemmServeTestCase):
         self.assertLessEqual(p99, max(latencies) + 0.00025 + 0.0025)
 
 
+_MADE = []
+
+
+def tearDownModule():
+    import shutil
+    for path in _MADE:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _sharded_router_repository():
+    """A sharded layer's router (its shards need not answer: its metric series exist from
+    load), so the router's metrics are in the scrape too."""
+    import importlib.util
+    import tempfile
+    spec = importlib.util.spec_from_file_location(
+        "make_moe_layer", os.path.join(ROOT, "scripts", "make_moe_layer.py"))
+    layer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(layer)
+    out = tempfile.mkdtemp(prefix="gemmserve-metrics-router-")
+    _MADE.append(out)
+    whole = layer.layer_model(layer.layer_graph(8, 4, 2, 1, "fp32", routing="softmax_topk"))
+    layer.write_sharded(out, "router", whole, 2, ["127.0.0.1:1", "127.0.0.1:1"])
+    return os.path.join(out, "router")
+
+
 class MetricNamesTest(GemmServeTestCase):
+    server_flags = (f"--model_repository={_sharded_router_repository()}",)
+
     def test_every_metric_the_dashboard_and_readme_name_exists_in_a_live_scrape(self):
         text = scrape(self.server.metrics_url)
         live = set(re.findall(r"^(gemmserve_[a-z_]+)", text, re.M))
