@@ -270,6 +270,7 @@ absl::Status MoeLayerModel::CheckIds(const PreparedMoeLayer& r, int64_t* dst) co
 absl::Status MoeLayerModel::RunSharded(const MoeLayerCall& call, absl::Time deadline,
                                        int threads) const {
   const int64_t m = call.m, k = layer_.k, s = layer_.s;
+  const absl::Time began = absl::Now();
   std::vector<int64_t> routed_ids;
   std::vector<float> routed_w;
   const int64_t* ids = call.ids;
@@ -296,6 +297,7 @@ absl::Status MoeLayerModel::RunSharded(const MoeLayerCall& call, absl::Time dead
   remote.ids = ids;
   remote.w = w;
   remote.deadline = deadline;
+  remote.began = began;
   GEMMSERVE_RETURN_IF_ERROR(spec_.remote->AddRoutedExperts(remote, acc.data()));
   if (layer_.type == DataType::kFP32) {
     std::memcpy(call.out, acc.data(), acc.size() * sizeof(float));

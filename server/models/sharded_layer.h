@@ -80,6 +80,7 @@ struct RemoteExpertsCall {
   const int64_t* ids = nullptr;
   const float* w = nullptr;
   absl::Time deadline = absl::InfiniteFuture();  // the earliest of the batch's callers
+  absl::Time began = absl::InfinitePast();  // when the router's batch began (its own time)
 };
 
 // The routed experts of a layer, computed by its shards.

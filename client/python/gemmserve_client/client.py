@@ -43,6 +43,12 @@ class GemmServeClient:
     def server_live(self, timeout=10.0):
         return self.stub.ServerLive(pb2.ServerLiveRequest(), timeout=timeout).live
 
+    def model_ready(self, name, version="", timeout=10.0):
+        """ModelReady: False while the model loads, is unloaded, or (a sharded layer's router)
+        a shard has no ready replica."""
+        return self.stub.ModelReady(pb2.ModelReadyRequest(name=name, version=version),
+                                    timeout=timeout).ready
+
     def model_metadata(self, name, timeout=10.0):
         return self.stub.ModelMetadata(pb2.ModelMetadataRequest(name=name), timeout=timeout)
 
