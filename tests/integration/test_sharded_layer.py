@@ -9,11 +9,14 @@ metadata is the unsharded layer's. A shard answers the FP32 partial sum of its o
 makes calls fail with UNAVAILABLE naming the shard, never a wrong answer; the router's
 readiness and repository index follow it, and it is used again once restarted; with two
 replicas per shard, killing one loses no call; a stopped (SIGSTOP) shard ends in the caller's
-deadline."""
+deadline. Where the run is root, shards in network namespaces behind veth links shaped like
+25 GbE answer too, and a host whose link goes down is named."""
 import importlib.util
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -370,6 +373,113 @@ class ShardFaultTest(unittest.TestCase):
         rng = np.random.default_rng(9)
         self.assertTrue(wait_ready(self.stub, "layer"))
         self.assertEqual(self.call(rng)[0], "ok")
+
+
+def _run(*argv):
+    subprocess.run(argv, check=True, capture_output=True, text=True)
+
+
+class Host:
+    """A network namespace joined to the test's by a veth pair, its link shaped like a 25 GbE
+    one: `tc netem` (rate and a 10 us delay) where the kernel has it, else a token bucket
+    (rate alone; `netem` is then named in `shaping`)."""
+
+    def __init__(self, index):
+        tag = f"{os.getpid() % 100000}{index}"
+        self.ns, self.outside, self.inside = f"gs{tag}", f"gsa{tag}", f"gsb{tag}"
+        subnet = f"10.{100 + index}.{os.getpid() % 250}"
+        self.address, self.gateway = f"{subnet}.2", f"{subnet}.1"
+        _run("ip", "netns", "add", self.ns)
+        try:
+            _run("ip", "link", "add", self.outside, "type", "veth", "peer", "name", self.inside)
+            _run("ip", "link", "set", self.inside, "netns", self.ns)
+            _run("ip", "addr", "add", f"{self.gateway}/30", "dev", self.outside)
+            _run("ip", "link", "set", self.outside, "up")
+            inside = ["ip", "netns", "exec", self.ns]
+            _run(*inside, "ip", "addr", "add", f"{self.address}/30", "dev", self.inside)
+            _run(*inside, "ip", "link", "set", self.inside, "up")
+            _run(*inside, "ip", "link", "set", "lo", "up")
+            self.shaping = []
+            for prefix, device in (([], self.outside), (inside, self.inside)):
+                try:
+                    _run(*prefix, "tc", "qdisc", "add", "dev", device, "root", "netem",
+                         "delay", "10us", "rate", "25gbit")
+                    self.shaping.append("netem 25gbit 10us")
+                except subprocess.CalledProcessError:
+                    _run(*prefix, "tc", "qdisc", "add", "dev", device, "root", "tbf", "rate",
+                         "25gbit", "burst", "512kb", "latency", "10ms")
+                    self.shaping.append("tbf 25gbit (no netem in this kernel)")
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        subprocess.run(["ip", "link", "del", self.outside], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+
+    def start(self, tmp, *flags):
+        """A gemmserve in this namespace, listening on its address."""
+        wrapper = os.path.join(tmp, f"gemmserve-in-{self.ns}")
+        with open(wrapper, "w") as f:
+            f.write(f"#!/bin/sh\nexec ip netns exec {self.ns} {os.environ['GEMMSERVE_BIN']} "
+                    "\"$@\"\n")
+        os.chmod(wrapper, 0o755)
+        real = os.environ["GEMMSERVE_BIN"]
+        os.environ["GEMMSERVE_BIN"] = wrapper
+        try:
+            server = ServerProcess(*flags, "--host=0.0.0.0", "--http_port=-1",
+                                   "--metrics_port=-1", compute_threads=1).start()
+        finally:
+            os.environ["GEMMSERVE_BIN"] = real
+        return server, f"{self.address}:{server.port}"
+
+
+@unittest.skipUnless(os.geteuid() == 0 and shutil.which("ip") and shutil.which("tc"),
+                     "network namespaces need root and iproute2 (ip, tc)")
+class NetworkNamespaceTest(unittest.TestCase):
+    """Hosts as the network sees them: two shards, each in its own network namespace behind
+    a veth link shaped like 25 GbE, the router (and the test) outside; the layer answers as
+    its graph does, and a shard whose host is gone fails calls by name."""
+
+    def test_shards_on_other_hosts_answer_and_a_lost_host_is_named(self):
+        root = tempfile.mkdtemp(prefix="gemmserve-netns-")
+        self.addCleanup(shutil.rmtree, root, True)
+        forms = {"layer": ("BF16", 2, dict(gate_up="fused", routing="softmax_topk",
+                                           shared_expert=True))}
+        dt, model, options = write_repositories(root, forms)["layer"]
+        addresses = []
+        for j in range(2):
+            host = Host(j)
+            self.addCleanup(host.close)
+            server, address = host.start(root, f"--model_repository={root}/shard{j}")
+            self.addCleanup(server._kill)
+            addresses.append([address])
+            print(f"shard {j} at {address}: {host.shaping}", file=sys.stderr)
+        write_routers(root, forms, addresses)
+        router = ServerProcess(f"--model_repository={root}/router", "--http_port=-1",
+                               compute_threads=1).start()
+        self.addCleanup(router.stop)
+        channel = open_channel(router.address)
+        self.addCleanup(channel.close)
+        stub = pb2_grpc.GRPCInferenceServiceStub(channel)
+        self.assertTrue(wait_ready(stub, "layer"))
+        rng = np.random.default_rng(535)
+        for m in (1, 33):
+            wire, feeds = inputs(model, dt, options, m, rng)
+            got = to_float(dt, decode_outputs(stub.ModelInfer(request("layer", wire),
+                                                              timeout=60))["out"])
+            ref = layer.evaluate(model, feeds)["out"]
+            self.assertLessEqual(np.max(np.abs(got - ref)) / np.max(np.abs(ref)), BOUND[dt])
+        # The second host's link goes down: its shard is unreachable, not refused.
+        _run("ip", "link", "set", f"gsa{os.getpid() % 100000}1", "down")
+        wire, _ = inputs(model, dt, options, 4, rng)
+        with self.assertRaises(grpc.RpcError) as failed:
+            stub.ModelInfer(request("layer", wire), timeout=3)
+        self.assertIn(failed.exception.code(), (grpc.StatusCode.UNAVAILABLE,
+                                                grpc.StatusCode.DEADLINE_EXCEEDED))
+        if failed.exception.code() == grpc.StatusCode.UNAVAILABLE:
+            self.assertIn("shard 1", failed.exception.details())
+        self.assertFalse(wait_ready(stub, "layer", ready=False))
 
 
 if __name__ == "__main__":
