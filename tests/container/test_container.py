@@ -237,14 +237,13 @@ class ComposeTest(unittest.TestCase):
     """deploy/docker-compose.yml with Debian's docker-compose, Prometheus from Debian's
     package (tests/container/compose.test.yml); Grafana is not started."""
     PROJECT = "gemmserve-container-test"
+    FILES = (("deploy", "docker-compose.yml"), ("tests", "container", "compose.test.yml"))
 
     def compose(self, *args, timeout=600):
         env = {**os.environ, **self.ports}
-        result = subprocess.run(
-            ["docker-compose", "-p", self.PROJECT,
-             "-f", os.path.join(ROOT, "deploy", "docker-compose.yml"),
-             "-f", os.path.join(ROOT, "tests", "container", "compose.test.yml"), *args],
-            capture_output=True, text=True, env=env, timeout=timeout)
+        files = [arg for path in self.FILES for arg in ("-f", os.path.join(ROOT, *path))]
+        result = subprocess.run(["docker-compose", "-p", self.PROJECT, *files, *args],
+                                capture_output=True, text=True, env=env, timeout=timeout)
         if result.returncode != 0:
             raise AssertionError(f"docker-compose {' '.join(args)}:\n{result.stderr}")
         return result.stdout
@@ -286,21 +285,13 @@ class ComposeTest(unittest.TestCase):
                             or 0) >= 3, "the requests in Prometheus", timeout=120)
 
 
-class ShardedComposeTest(unittest.TestCase):
+class ShardedComposeTest(ComposeTest):
     """deploy/docker-compose.sharded.yml: a router and two shard containers answer the
     example's moe_layer as the unsharded layer (its graph in float64) does."""
     PROJECT = "gemmserve-sharded-test"
-
-    def compose(self, *args, timeout=600):
-        env = {**os.environ, **self.ports}
-        result = subprocess.run(
-            ["docker-compose", "-p", self.PROJECT,
-             "-f", os.path.join(ROOT, "deploy", "docker-compose.sharded.yml"),
-             "-f", os.path.join(ROOT, "tests", "container", "compose.sharded.test.yml"), *args],
-            capture_output=True, text=True, env=env, timeout=timeout)
-        if result.returncode != 0:
-            raise AssertionError(f"docker-compose {' '.join(args)}:\n{result.stderr}")
-        return result.stdout
+    FILES = (("deploy", "docker-compose.sharded.yml"),
+             ("tests", "container", "compose.sharded.test.yml"))
+    test_prometheus_scrapes_gemmserve_inside_the_compose_network = None  # ComposeTest's own
 
     def test_router_and_two_shards_answer_as_the_unsharded_layer(self):
         self.ports = {"GEMMSERVE_HTTP_PORT": str(free_port()),
