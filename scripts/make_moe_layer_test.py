@@ -151,6 +151,44 @@ class CheckpointTest(unittest.TestCase):
                                        hf_checkpoint.hf_block(hf, x, 3, True, "olmoe"),
                                        rtol=1e-6, atol=1e-6)  # weights rounded to FP32
 
+    def test_shards_add_up_to_the_layer_and_the_router_holds_no_experts(self):
+        """write_sharded's shards (fused or separate gate/up, INT4 or not) on the whole
+        layer's ids, each given only the pairs of its experts (the rest weighted 0), sum to
+        the unsharded layer; the router's model keeps its routing and shared expert and
+        names the routed experts' weights by shape only."""
+        for gate_up, bits in (("fused", 0), ("separate", 0), ("fused", 4)):
+            with self.subTest(gate_up=gate_up, bits=bits), tempfile.TemporaryDirectory() as tmp:
+                whole = layer.layer_model(layer.layer_graph(K, I, G, S, "fp32", gate_up,
+                                                            routing="given", shared_expert=True))
+                served = layer.quantize_layer(whole, bits, 4) if bits else whole
+                text = layer.write_sharded(tmp, "m", whole, 3, ["a:1", "b:1|c:1", "d:1"], bits, 4)
+                self.assertEqual(text, "0:2=a:1;2:4=b:1|c:1;4:6=d:1")
+                rng = np.random.default_rng(5)
+                x = rng.standard_normal((M, K))
+                ids = np.stack([rng.permutation(G)[:S] for _ in range(M)])
+                w = rng.uniform(0, 1, (M, S))
+                want = layer.evaluate(served, {"x": x, "ids": ids, "w": w})["out"]
+                total = np.zeros((M, K))
+                for j, (first, last) in enumerate(layer.expert_ranges(G, 3)):
+                    shard = onnx.load(os.path.join(tmp, f"shard{j}", "m", "1", "model.onnx"))
+                    mine = (ids >= first) & (ids < last)
+                    total += layer.evaluate(shard, {"x": x, "ids": np.where(mine, ids - first, 0),
+                                                    "w": np.where(mine, w, 0.0)})["out"]
+                    config = open(os.path.join(tmp, f"shard{j}", "m", "config.pbtxt")).read()
+                    self.assertIn(f'string_value: "{first}:{last}"', config)
+                router = onnx.load(os.path.join(tmp, "router", "m", "1", "model.onnx"),
+                                   load_external_data=False)
+                stubs = [t for t in router.graph.initializer
+                         if t.data_location == onnx.TensorProto.EXTERNAL]
+                self.assertTrue(stubs)
+                for t in stubs:
+                    self.assertTrue(t.name.startswith(("W_gu", "W_g", "W_u", "W_d")), t.name)
+                    self.assertEqual(t.external_data[0].value, layer.ON_SHARDS)
+                # The shared expert is the router's: the shards' sum lacks exactly it (the
+                # layer with every routing weight 0).
+                shared = layer.evaluate(served, {"x": x, "ids": ids, "w": np.zeros_like(w)})
+                np.testing.assert_allclose(total, want - shared["out"], rtol=1e-9, atol=1e-9)
+
     def test_bad_checkpoints_are_refused_by_name(self):
         with tempfile.TemporaryDirectory() as d:
             hf_checkpoint.tiny_checkpoint(d, "mixtral", K, I, G, S)
