@@ -125,9 +125,13 @@ void ModelReady(Serving& serving, Routed& r) {
   inference::ModelReadyRequest request;
   request.set_name(r.args[0]);
   request.set_version(r.version());
-  inference::ModelReadyResponse response;
-  serving.ModelReady(request, &response);
-  std::move(r.reply)(Empty(response.ready() ? 200 : 400));
+  const absl::Status readiness = serving.ModelReadiness(request);
+  if (readiness.ok() || absl::IsNotFound(readiness)) {
+    return std::move(r.reply)(Empty(readiness.ok() ? 200 : 400));
+  }
+  HttpReply why = HttpService::Error(readiness);  // served, but missing what it needs
+  why.status = 400;
+  std::move(r.reply)(std::move(why));
 }
 
 void ServerMetadata(Serving& serving, Routed& r) {

@@ -112,6 +112,11 @@ class Serving {
   void ServerReady(inference::ServerReadyResponse* response) const;
   void ModelReady(const inference::ModelReadyRequest& request,
                   inference::ModelReadyResponse* response) const;
+  // Why a served model is not ready: OK when it is; NOT_FOUND when it is not
+  // served; UNAVAILABLE naming what it lacks when it depends on servers that
+  // are missing (a sharded layer's router and its shards). HTTP's model ready
+  // route sends it as the body of its 400.
+  absl::Status ModelReadiness(const inference::ModelReadyRequest& request) const;
 
   // Name, version and the extensions (Extensions()).
   absl::Status ServerMetadata(Authorization authorization,

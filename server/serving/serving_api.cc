@@ -57,10 +57,14 @@ void Serving::ServerReady(inference::ServerReadyResponse* response) const {
 
 void Serving::ModelReady(const inference::ModelReadyRequest& request,
                          inference::ModelReadyResponse* response) const {
+  response->set_ready(ModelReadiness(request).ok());
+}
+
+absl::Status Serving::ModelReadiness(const inference::ModelReadyRequest& request) const {
   // A model that depends on other servers (a sharded layer's router) is
   // ready only while they are.
-  auto served = engine_->FindModel(request.name(), request.version());
-  response->set_ready(served.ok() && (*served)->model().Available().ok());
+  GEMMSERVE_ASSIGN_OR_RETURN(auto served, engine_->FindModel(request.name(), request.version()));
+  return served->model().Available();
 }
 
 absl::Status Serving::ServerMetadata(Authorization authorization,

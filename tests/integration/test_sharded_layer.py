@@ -7,7 +7,8 @@ seed), within the value type's bound of the graph in float64, through gRPC and H
 metadata is the unsharded layer's. A shard answers the FP32 partial sum of its own experts
 (others' ids add nothing, a negative id is refused). Faults: a shard killed (-9) under load
 makes calls fail with UNAVAILABLE naming the shard, never a wrong answer; the router's
-readiness and repository index follow it, and it is used again once restarted; with two
+readiness (ModelReady, the repository index, HTTP's model ready with the reason) follows it,
+and it is used again once restarted; with two
 replicas per shard, killing one loses no call; a stopped (SIGSTOP) shard ends in the caller's
 deadline. Where the run is root, shards in network namespaces behind veth links shaped like
 25 GbE answer too, and a host whose link goes down is named."""
@@ -21,6 +22,8 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 import grpc
 import numpy as np
@@ -267,7 +270,7 @@ class ShardFaultTest(unittest.TestCase):
             self.shards.append([self.start_shard(f"{root}/shard{j}") for _ in range(replicas)])
         write_routers(root, forms, [[r.address for r in s] for s in self.shards])
         self.root = root
-        self.router = ServerProcess(f"--model_repository={root}/router", "--http_port=-1",
+        self.router = ServerProcess(f"--model_repository={root}/router",
                                     compute_threads=1).start()
         self.addCleanup(self.router.stop)
         channel = open_channel(self.router.address)
@@ -334,6 +337,11 @@ class ShardFaultTest(unittest.TestCase):
         entry = next(m for m in index.models if m.name == "layer")
         self.assertEqual(entry.state, "UNAVAILABLE")
         self.assertIn("shard 1", entry.reason)
+        with self.assertRaises(urllib.error.HTTPError) as http_ready:  # the HTTP probe says so too
+            urllib.request.urlopen(f"{self.router.http_url}/v2/models/layer/ready", timeout=10)
+        self.assertEqual(http_ready.exception.code, 400)
+        self.assertIn("shard 1 (experts 6:12) has no ready replica",
+                      http_ready.exception.read().decode())
         self.start_shard(f"{self.root}/shard1", port=port)
         self.assertTrue(wait_ready(self.stub, "layer"))
         rng = np.random.default_rng(7)
