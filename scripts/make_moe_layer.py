@@ -19,6 +19,10 @@ blocks along K, as scripts/quantize_model.py does for one-node models.
   /usr/bin/python3 scripts/make_moe_layer.py --out repo/olmoe_l3/1/model.onnx \\
       --checkpoint ~/OLMoE-1B-7B-0924 --layer 3 --dtype bf16
 
+`--all-layers` (with --checkpoint) writes every mixture-of-experts layer of the checkpoint, one
+model each (`--name` + `_l<index>`), into the model repository `--out` (with `--shards`, into
+its router/ and shard<j>/ repositories): a real model has 16 to 61.
+
 From a Hugging Face checkpoint (safetensors, read by the format's spec with numpy): OLMoE,
 Qwen-MoE and DeepSeek names (`mlp.experts.{e}.{gate,up,down}_proj.weight`, `mlp.gate.weight`,
 `mlp.shared_experts.*`: softmax then top-k) and Mixtral names
@@ -42,6 +46,7 @@ outputs of any graph of the operators above; `shard_models(...)` the sharded mod
 import argparse
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -417,6 +422,16 @@ def hf_layer_weights(checkpoint, layer):
     return weights, family, g
 
 
+def hf_moe_layers(checkpoint):
+    """The indices of the checkpoint's layers that hold a mixture-of-experts router, in order
+    (a dense layer, such as DeepSeek's first, has none)."""
+    pattern = re.compile(r"(?:^|\.)layers\.(\d+)\.(?:" +
+                         "|".join(re.escape(f["router"]) for f in HF_FAMILIES.values()) + r")$")
+    found = {int(m.group(1)) for n in open_checkpoint(checkpoint) for m in [pattern.search(n)]
+             if m}
+    return sorted(found)
+
+
 def hf_config(checkpoint):
     """config.json beside the checkpoint, or {}."""
     folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
@@ -551,6 +566,39 @@ def checkpoint_graph(args):
                        weights=weights)
 
 
+def write_layer(args, graph, out, name):
+    """One layer as the command writes it: model.onnx at `out`, or sharded into `out`."""
+    model = layer_model(graph)
+    if args.shards:
+        return write_sharded(out, name, model, args.shards,
+                             args.shard_addresses.split(",") if args.shard_addresses else [],
+                             args.bits, args.block_size, not args.asymmetric)
+    if args.bits:
+        model = quantize_layer(model, args.bits, args.block_size, not args.asymmetric)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    # Weights beside the graph (ONNX external data): a real layer is over protobuf's 2 GB.
+    onnx.save_model(model, out, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=os.path.basename(out) + ".weights", size_threshold=1024)
+    return out
+
+
+def write_all_layers(args):
+    """--all-layers: each MoE layer of --checkpoint as the model NAME_l<index> of the model
+    repository --out (or, with --shards, of --out's router/ and shard<j>/), one at a time."""
+    if not args.checkpoint:
+        raise SystemExit("--all-layers needs --checkpoint")
+    layers = hf_moe_layers(args.checkpoint)
+    if not layers:
+        raise SystemExit(f"{args.checkpoint}: no mixture-of-experts layer")
+    for index in layers:
+        args.layer = index
+        name = f"{args.name}_l{index}"
+        out = args.out if args.shards else os.path.join(args.out, name, "1", "model.onnx")
+        write_layer(args, checkpoint_graph(args), out, name)
+    print(f"{args.out}: {len(layers)} layers ({', '.join(map(str, layers))})")
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True,
@@ -560,7 +608,12 @@ def main():
     parser.add_argument("--shard_addresses", default="",
                         help="with --shards: one gRPC address per shard, comma-separated, "
                         "'|' between a shard's replicas")
-    parser.add_argument("--name", default="moe_layer", help="with --shards: the model's name")
+    parser.add_argument("--name", default="moe_layer", help="with --shards or --all-layers: "
+                        "the model's name (with --all-layers, each layer's is NAME_l<index>)")
+    parser.add_argument("--all-layers", dest="all_layers", action="store_true",
+                        help="with --checkpoint: every mixture-of-experts layer, one model each, "
+                        "into the model repository --out (with --shards, into its router/ and "
+                        "shard<j>/)")
     for name, default in (("k", 64), ("i", 32), ("g", 8), ("s", None), ("seed", 1)):
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--checkpoint", help="a Hugging Face checkpoint: a .safetensors file "
@@ -580,27 +633,17 @@ def main():
     parser.add_argument("--normalise", action="store_true")
     parser.add_argument("--shared_expert", action="store_true")
     args = parser.parse_args()
+    if args.all_layers:
+        return write_all_layers(args)
     if args.checkpoint:
         graph = checkpoint_graph(args)
     else:
         graph = layer_graph(args.k, args.i, args.g, args.s or 2, args.dtype, args.gate_up,
                             args.activation, args.routing or "softmax_topk", args.normalise,
                             args.shared_expert, args.seed)
-    model = layer_model(graph)
-    if args.shards:
-        text = write_sharded(args.out, args.name, model, args.shards,
-                             args.shard_addresses.split(",") if args.shard_addresses else [],
-                             args.bits, args.block_size, not args.asymmetric)
-        print(f"{args.out}: router (shards {text}) and {args.shards} shards")
-        return
-    if args.bits:
-        model = quantize_layer(model, args.bits, args.block_size, not args.asymmetric)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    # Weights beside the graph (ONNX external data): a real layer is over protobuf's 2 GB.
-    onnx.save_model(model, args.out, save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=os.path.basename(args.out) + ".weights", size_threshold=1024)
-    print(args.out)
-
+    written = write_layer(args, graph, args.out, args.name)
+    print(f"{args.out}: router (shards {written}) and {args.shards} shards" if args.shards
+          else written)
 
 if __name__ == "__main__":
     main()

@@ -139,6 +139,36 @@ class CheckpointTest(unittest.TestCase):
                 want = hf_checkpoint.hf_block(hf, x, S, norm, family)
                 np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
 
+    def test_all_layers_writes_each_moe_layer_as_its_block_and_sharded_too(self):
+        """--all-layers: one model per layer of the checkpoint (its two MoE layers), each the
+        Hugging Face block of that layer; with --shards, a router and shards per layer."""
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "make_moe_layer.py")
+        x = np.random.default_rng(10).standard_normal((4, K))
+        with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as out:
+            checkpoint = os.path.join(d, "ckpt")
+            os.makedirs(checkpoint)
+            blocks = [hf_checkpoint.tiny_checkpoint(checkpoint, "olmoe", K, I, G, S, layer=n)
+                      for n in (0, 1)]
+            self.assertEqual(layer.hf_moe_layers(checkpoint), [0, 1])
+            subprocess.run([sys.executable, script, "--checkpoint", checkpoint, "--all-layers",
+                            "--out", os.path.join(out, "plain"), "--name", "olmoe"],
+                           check=True, capture_output=True)
+            for n in (0, 1):
+                model = onnx.load(os.path.join(out, "plain", f"olmoe_l{n}", "1", "model.onnx"))
+                np.testing.assert_allclose(layer.evaluate(model, {"x": x})["out"],
+                                           hf_checkpoint.hf_block(blocks[n], x, S, False,
+                                                                  "olmoe"), rtol=1e-6, atol=1e-6)
+            subprocess.run([sys.executable, script, "--checkpoint", checkpoint, "--all-layers",
+                            "--out", os.path.join(out, "sharded"), "--name", "olmoe", "--shards",
+                            "2", "--shard_addresses", "a:1,b:1"], check=True, capture_output=True)
+            for part in ("router", "shard0", "shard1"):
+                self.assertEqual(sorted(os.listdir(os.path.join(out, "sharded", part))),
+                                 ["olmoe_l0", "olmoe_l1"], part)
+            refused = subprocess.run([sys.executable, script, "--all-layers", "--out", out],
+                                     capture_output=True, text=True)
+            self.assertNotEqual(refused.returncode, 0)
+            self.assertIn("--all-layers needs --checkpoint", refused.stderr)
+
     def test_the_command_reads_s_and_normalisation_from_config_json(self):
         with tempfile.TemporaryDirectory() as d:
             hf = hf_checkpoint.tiny_checkpoint(d, "olmoe", K, I, G, 3, norm=True)
@@ -174,7 +204,8 @@ class CheckpointTest(unittest.TestCase):
                     mine = (ids >= first) & (ids < last)
                     total += layer.evaluate(shard, {"x": x, "ids": np.where(mine, ids - first, 0),
                                                     "w": np.where(mine, w, 0.0)})["out"]
-                    config = open(os.path.join(tmp, f"shard{j}", "m", "config.pbtxt")).read()
+                    with open(os.path.join(tmp, f"shard{j}", "m", "config.pbtxt")) as f:
+                        config = f.read()
                     self.assertIn(f'string_value: "{first}:{last}"', config)
                 router = onnx.load(os.path.join(tmp, "router", "m", "1", "model.onnx"),
                                    load_external_data=False)
