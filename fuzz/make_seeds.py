@@ -325,6 +325,14 @@ def model_loader_seeds():
             b"", moe_layer("fp16", routing="topk_softmax", activation="gelu",
                            shared_expert=True)),
         "moe_layer_int4": case(b"", moe_layer("fp32", bits=4, routing="softmax_topk")),
+        # Sharded layers (issue 53): a shard of experts 1..2 of a layer, and a router whose
+        # shards are parsed and then refused (the fuzzer's repository has no shard client).
+        "moe_layer_shard": case(
+            b'parameters{key:"expert_range" value{string_value:"1:4"}}',
+            moe_layer("fp32", routing="given")),
+        "moe_layer_router": case(
+            b'parameters{key:"shards" value{string_value:"0:2=127.0.0.1:1|[::1]:2;2:3=dns:///s:3"}}',
+            moe_layer("bf16", routing="softmax_topk", shared_expert=True)),
         "moe_layer_warmup": case(
             b'model_warmup{name:"w" inputs{key:"x" value{data_type:TYPE_FP32 dims:[3,4] '
             b'random_data:true}}}', moe_layer("fp32", routing="topk_softmax")),

@@ -327,7 +327,10 @@ int64_t MoeWaveRows(const MoeLayer& layer) {
 }
 
 int64_t MoeLayerFlops(const MoeLayer& layer, int64_t m) {
-  int64_t per_token = SaturatingMul(SaturatingMul(layer.s, 3), SaturatingMul(layer.k, layer.i));
+  // A router's routed experts are computed (and counted) by its shards.
+  int64_t per_token =
+      layer.experts_elsewhere ? 0
+                              : SaturatingMul(SaturatingMul(layer.s, 3), SaturatingMul(layer.k, layer.i));
   per_token = SaturatingAdd(per_token, SaturatingMul(3, SaturatingMul(layer.k, layer.shared_i)));
   if (layer.router != nullptr)
     per_token = SaturatingAdd(per_token, SaturatingMul(layer.k, layer.g));

@@ -110,7 +110,8 @@ int64_t MoeWaveRows(const MoeLayer& layer);
 // linearly. Saturates.
 int64_t MoeLayerWorkBytes(const MoeLayer& layer, int64_t m, int threads);
 
-// Flops of m tokens: 2 * M * (S * 3 * K * I + shared 3 * K * I_s + router K * G).
+// Flops of m tokens: 2 * M * (S * 3 * K * I + shared 3 * K * I_s + router K * G); a
+// router's (experts_elsewhere) leave out S * 3 * K * I, which its shards count.
 int64_t MoeLayerFlops(const MoeLayer& layer, int64_t m);
 
 // Bytes RouteMoeLayer holds for m tokens beyond ids and w (0 for given

@@ -216,9 +216,6 @@ absl::StatusOr<std::unique_ptr<Model>> LoadMoeLayer(const onnx::ModelProto& prot
   spec.accuracy_level = options.accuracy_level;
   spec.expert_range = options.expert_range;
   if (router) {
-    if (!options.remote_experts) {
-      return ctx.Invalid("parameter 'shards': this server was built without a shard client");
-    }
     ShardedLayerPlan plan;
     plan.model = ctx.model();
     plan.k = spec.k;
@@ -230,6 +227,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadMoeLayer(const onnx::ModelProto& prot
     if (!shards.ok())
       return ctx.Invalid(absl::StrCat("parameter 'shards': ", shards.status().message()));
     plan.shards = *std::move(shards);
+    if (!options.remote_experts) {
+      return ctx.Invalid("parameter 'shards': this server was built without a shard client");
+    }
     GEMMSERVE_ASSIGN_OR_RETURN(spec.remote, options.remote_experts(plan));
     spec.shards = options.shards;
   }
