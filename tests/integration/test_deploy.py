@@ -290,8 +290,17 @@ class ShardedManifestsTest(unittest.TestCase):
                 self.assertGreaterEqual(deployment["spec"]["replicas"], 2)
                 pdb = pdbs[deployment["metadata"]["name"]]
                 self.assertLess(pdb["spec"]["minAvailable"], deployment["spec"]["replicas"])
-        router = deployments["gemmserve-router"]["spec"]["template"]["spec"]["containers"][0]
-        self.assertIn("--model_repository=/sharded/router", router["args"])
+        router = deployments["gemmserve-router"]["spec"]["template"]
+        self.assertIn("--model_repository=/sharded/router", router["spec"]["containers"][0]["args"])
+        # Behind the existing Envoy: the base Services (the headless one is Envoy's) select
+        # the router's pods, and its PDB selects them only.
+        base = {d["metadata"]["name"]: d for path in ("service.yaml",)
+                for d in yaml.safe_load_all(read(os.path.join(K8S, path))) if d}
+        for name in ("gemmserve", "gemmserve-headless"):
+            self.assertLessEqual(base[name]["spec"]["selector"].items(),
+                                 router["metadata"]["labels"].items(), name)
+        self.assertEqual(pdbs["gemmserve-router"]["spec"]["selector"]["matchLabels"],
+                         deployments["gemmserve-router"]["spec"]["selector"]["matchLabels"])
 
     def test_compose_services_are_the_shard_addresses(self):
         compose = yaml.safe_load(read(os.path.join(ROOT, "deploy", "docker-compose.sharded.yml")))
