@@ -442,7 +442,7 @@ absl::Status InferenceEngine::Dispatch(const std::shared_ptr<ServedModel>& serve
   const absl::Duration timeout = absl::Microseconds(
       static_cast<int64_t>(std::min<uint64_t>(pending->request().timeout_us, uint64_t{1} << 62)));
   const absl::Time deadline = pending->request().deadline;
-  const bool tiny = pending->request().may_run_inline &&
+  const bool tiny = pending->request().may_run_inline && pending->prepared()->may_run_inline() &&
                     pending->prepared()->flops() <= options_.inline_max_flops;
   DynamicBatcher* const batcher = served->batcher();
   if (tiny && (!batcher || batcher->TryBeginInline())) {

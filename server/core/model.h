@@ -144,6 +144,11 @@ class PreparedInference {
   int64_t weight_bytes_read() const { return weight_bytes_read_; }
   void set_weight_bytes_read(int64_t bytes) { weight_bytes_read_ = bytes; }
 
+  // False for a request that waits on other servers (a sharded layer's
+  // router): never computed inline on a front end's thread, however few its
+  // flops.
+  virtual bool may_run_inline() const { return true; }
+
   // The client's deadline (absl::InfiniteFuture() for none), set by the
   // engine after Prepare: a model that calls other servers (a sharded
   // layer's router) gives them no more time than its callers have.

@@ -88,6 +88,7 @@ class PreparedMoeLayer final : public PreparedInference {
     return {{output_name_, x_.shape}};
   }
   int64_t flops() const override { return MoeLayerFlops(layer_, m()); }
+  bool may_run_inline() const override { return remote_bytes_ == 0; }  // a router waits on shards
   int64_t rows() const override { return m(); }
   int64_t held_bytes(int threads) const override {
     // Its rows of the batch's x, int64 ids and float weights, its output
@@ -316,14 +317,16 @@ absl::Status MoeLayerModel::RunTogether(absl::Span<PreparedInference* const> bat
   const int64_t out_es = layer_.fp32_out ? 4 : es;
   const bool given = spec_.ids.has_value();
   int64_t capacity = 0;
-  absl::Time deadline = absl::InfiniteFuture();
+  // The shards get the latest of the callers' deadlines: a caller with little
+  // time left does not fail the others (its own answer is dropped as late).
+  absl::Time deadline = absl::InfinitePast();
   for (PreparedInference* p : batch) {
     const auto* r = static_cast<const PreparedMoeLayer*>(p);
     if (r->x().byte_size != SaturatingMul(SaturatingMul(r->m(), k), es)) {
       return absl::InternalError("mixture-of-experts layer: a request differs from its plan");
     }
     GEMMSERVE_ASSIGN_OR_RETURN(capacity, CheckedAdd(capacity, r->m()));
-    deadline = std::min(deadline, p->deadline());
+    deadline = std::max(deadline, p->deadline());
   }
   GEMMSERVE_ASSIGN_OR_RETURN(Tensor x, Tensor::Allocate(layer_.type, {capacity, k}));
   std::vector<int64_t> ids(given ? static_cast<size_t>(capacity * s) : 0);

@@ -32,10 +32,10 @@ absl::StatusOr<ExpertRange> ParseExpertRange(absl::string_view text) {
   const std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
   ExpertRange r;
   if (parts.size() != 2 || !SmallNumber(parts[0], &r.first) || !SmallNumber(parts[1], &r.last) ||
-      r.first >= r.last) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expert range '", ClientText(text, 64),
-                     "': expected FIRST:LAST, decimal, FIRST < LAST (experts FIRST to LAST-1)"));
+      r.first >= r.last || r.last > kMaxShardedExperts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expert range '", ClientText(text, 64), "': expected FIRST:LAST, decimal, FIRST < LAST <= ",
+        kMaxShardedExperts, " (experts FIRST to LAST-1)"));
   }
   return r;
 }

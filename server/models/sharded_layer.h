@@ -46,6 +46,9 @@ inline constexpr int kMaxShards = 256;
 inline constexpr int kMaxReplicas = 16;
 inline constexpr int kMaxAddressLength = 253;
 inline constexpr int kMaxShardsTextLength = 64 * 1024;
+// Experts of a sharded layer at most (DeepSeek-V3 has 256): a router reads G
+// from its graph's dimensions alone, and keeps a metric series per expert.
+inline constexpr int64_t kMaxShardedExperts = 4096;
 
 // Experts [first, last) of a layer, 0 <= first < last.
 struct ExpertRange {
@@ -54,7 +57,8 @@ struct ExpertRange {
   bool operator==(const ExpertRange& o) const { return first == o.first && last == o.last; }
 };
 
-// "first:last" (decimal, first < last); INVALID_ARGUMENT saying the form.
+// "first:last" (decimal, first < last <= kMaxShardedExperts); INVALID_ARGUMENT
+// saying the form.
 absl::StatusOr<ExpertRange> ParseExpertRange(absl::string_view text);
 std::string ExpertRangeText(const ExpertRange& r);
 
@@ -106,7 +110,7 @@ class RemoteExperts {
 // shards serve the same name), the layer's dimensions and type, and its
 // parsed shards.
 struct ShardedLayerPlan {
-  std::string model;
+  std::string model, version;  // the shards serve the same name and version
   int64_t k = 0, s = 0, g = 0;
   DataType type = DataType::kFP32;
   std::vector<ShardSpec> shards;

@@ -27,7 +27,7 @@ TEST(ExpertRangeTest, ParsesFirstColonLast) {
   EXPECT_EQ(r->count(), 32);
   EXPECT_EQ(ExpertRangeText(*r), "32:64");
   for (const char* bad : {"", ":", "3", "3:3", "4:3", "-1:3", "1:2:3", " 1:2", "1:2 ", "0x1:2",
-                          "1:1234567890", "+1:2", "a:b"}) {
+                          "1:1234567890", "+1:2", "a:b", "0:4097"}) {
     absl::StatusOr<ExpertRange> refused = ParseExpertRange(bad);
     EXPECT_FALSE(refused.ok()) << "'" << bad << "'";
     if (!refused.ok()) {

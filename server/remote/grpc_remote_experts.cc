@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "grpc_service.grpc.pb.h"
+#include "server/common/client_text.h"
 #include "server/common/logging.h"
 #include "server/common/status_macros.h"
 #include "server/metrics/metrics.h"
@@ -96,7 +97,8 @@ class GrpcRemoteExperts final : public RemoteExperts {
 
  private:
   void ProbeLoop();
-  void Probe(Replica& r) const;
+  void Probe(const Shard& shard, Replica& r) const;
+  absl::Status CheckConfig(const Shard& shard, const inference::ModelConfigResponse& c) const;
   absl::Status CheckMetadata(const inference::ModelMetadataResponse& md, ShardNames* names) const;
   // The replica to ask: the next ready one after `not_this` (any when none
   // is ready); null when the shard has no other.
@@ -179,7 +181,10 @@ GrpcRemoteExperts::~GrpcRemoteExperts() {
 void GrpcRemoteExperts::ProbeLoop() {
   do {
     for (const auto& shard : shards_) {
-      for (const auto& r : shard->replicas) Probe(*r);
+      for (const auto& r : shard->replicas) {
+        if (stop_.HasBeenNotified()) return;  // each probe takes up to a second
+        Probe(*shard, *r);
+      }
     }
   } while (!stop_.WaitForNotificationWithTimeout(options_.probe_interval));
 }
@@ -209,17 +214,46 @@ absl::Status GrpcRemoteExperts::CheckMetadata(const inference::ModelMetadataResp
   return absl::OkStatus();
 }
 
-void GrpcRemoteExperts::Probe(Replica& r) const {
+// The replica's model config names the shard's experts: a server that holds
+// other experts (or the whole layer, or the router itself) is not this shard.
+absl::Status GrpcRemoteExperts::CheckConfig(const Shard& shard,
+                                            const inference::ModelConfigResponse& c) const {
+  const auto& p = c.config().parameters();
+  auto range = p.find(kExpertRangeParameter);
+  const std::string want = ExpertRangeText(shard.range);
+  if (range == p.end() || range->second.string_value() != want) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("its model is not shard ", want, " (parameter expert_range is '",
+                     range == p.end() ? "" : ClientText(range->second.string_value(), 32), "')"));
+  }
+  return absl::OkStatus();
+}
+
+void GrpcRemoteExperts::Probe(const Shard& shard, Replica& r) const {
+  const absl::Time deadline = absl::Now() + absl::Seconds(1);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  context.set_deadline(absl::ToChronoTime(deadline));
   inference::ModelMetadataRequest request;
   request.set_name(plan_.model);
+  request.set_version(plan_.version);
   inference::ModelMetadataResponse md;
-  const grpc::Status status = r.stub->ModelMetadata(&context, request, &md);
+  grpc::Status status = r.stub->ModelMetadata(&context, request, &md);
   ShardNames names;
-  absl::Status fit = status.ok()
-                         ? CheckMetadata(md, &names)
-                         : absl::Status(FromGrpc(status.error_code()), status.error_message());
+  absl::Status fit = status.ok() ? CheckMetadata(md, &names)
+                                 : absl::Status(FromGrpc(status.error_code()),
+                                                ClientText(status.error_message(), 200));
+  if (fit.ok()) {
+    grpc::ClientContext config_context;
+    config_context.set_deadline(absl::ToChronoTime(deadline));
+    inference::ModelConfigRequest config_request;
+    config_request.set_name(plan_.model);
+    config_request.set_version(plan_.version);
+    inference::ModelConfigResponse config;
+    status = r.stub->ModelConfig(&config_context, config_request, &config);
+    fit = status.ok() ? CheckConfig(shard, config)
+                      : absl::Status(FromGrpc(status.error_code()),
+                                     ClientText(status.error_message(), 200));
+  }
   absl::MutexLock lock(&r.mu);
   if (fit.ok() != r.ready) {
     GEMMSERVE_LOG(INFO) << "model '" << plan_.model << "': shard replica " << r.address
@@ -251,9 +285,14 @@ absl::Status GrpcRemoteExperts::Available() const {
 int64_t GrpcRemoteExperts::WorkBytes(int64_t m) const {
   // Each shard may get every token: x, ids and w out, an FP32 [m, K] back,
   // each twice (the message and gRPC's buffers), plus a token list.
-  const int64_t per_token = 2 * (plan_.k * (DataTypeSize(plan_.type) + 4) + plan_.s * 12) + 8;
+  // A token reaches at most S shards.
+  const int64_t per_token = SaturatingAdd(
+      SaturatingMul(2, SaturatingAdd(SaturatingMul(plan_.k, DataTypeSize(plan_.type) + 4),
+                                     SaturatingMul(plan_.s, 12))),
+      8);
   const int64_t shards = static_cast<int64_t>(shards_.size());
-  return SaturatingAdd(SaturatingMul(SaturatingMul(m, per_token), shards), 4096 * shards);
+  const int64_t reached = std::min(shards, plan_.s);
+  return SaturatingAdd(SaturatingMul(SaturatingMul(m, per_token), reached), 4096 * shards);
 }
 
 Replica* GrpcRemoteExperts::Choose(Shard& shard, const Replica* not_this) const {
@@ -294,6 +333,7 @@ bool GrpcRemoteExperts::BuildRequest(const RemoteExpertsCall& call, ShardCall* s
   inference::ModelInferRequest& req = sc->request;
   req.Clear();
   req.set_model_name(plan_.model);
+  req.set_model_version(plan_.version);
   auto add = [&](const std::string& name, absl::string_view datatype, int64_t width, int64_t bytes,
                  const void* base) {
     auto* in = req.add_inputs();
@@ -403,7 +443,10 @@ absl::Status GrpcRemoteExperts::AddRoutedExperts(const RemoteExpertsCall& call, 
     if (sc->result.ok()) continue;
     if (sc->shard->errors != nullptr) sc->shard->errors->Increment();
     const bool retry = absl::IsUnavailable(sc->result) || absl::IsInternal(sc->result);
+    // Another replica; a shard of one address (a DNS name) is asked again on it:
+    // its round_robin moves on to the next of the name's backends.
     Replica* other = retry ? Choose(*sc->shard, sc->replica) : nullptr;
+    if (retry && other == nullptr) other = sc->replica;
     if (other != nullptr && absl::Now() < deadline) {
       sc->replica = other;
       again.push_back(sc);
@@ -430,8 +473,9 @@ absl::Status GrpcRemoteExperts::AddRoutedExperts(const RemoteExpertsCall& call, 
         code != absl::StatusCode::kResourceExhausted) {
       code = absl::StatusCode::kUnavailable;
     }
-    return absl::Status(code, absl::StrCat("model '", plan_.model, "': ", sc->shard->Name(), " at ",
-                                           sc->replica->address, ": ", sc->result.message()));
+    return absl::Status(
+        code, absl::StrCat("model '", plan_.model, "': ", sc->shard->Name(), " at ",
+                           sc->replica->address, ": ", ClientText(sc->result.message(), 200)));
   }
   return absl::OkStatus();
 }

@@ -6,18 +6,19 @@
 // and spreads calls over with round_robin: a Kubernetes headless Service is
 // a shard's address). A call sends each shard one ModelInfer of the model of
 // the router's own name, holding only the tokens routed to it (x of T, ids
-// INT64, w FP32, binary), on the callback API, all shards at once; it gets
-// the caller's deadline (or `default_timeout`). A shard whose call fails
-// with UNAVAILABLE, or whose answer is malformed, is asked once more on
-// another replica (layer calls are pure). The answer is checked (FP32
+// INT64, w FP32, binary), all shards at once on a completion queue the waiting
+// thread polls; it gets the latest of the batch's callers' deadlines (or
+// `default_timeout`), and the router's own model version. A shard whose call
+// fails with UNAVAILABLE, or whose answer is malformed, is asked once more on
+// another replica, or on its one address again (layer calls are pure). The answer is checked (FP32
 // [m, K], every byte) before it is added. Errors name the shard, its experts
 // and the replica: never a partial sum.
 //
-// A prober asks every replica for the model's metadata every
+// A prober asks every replica for the model's metadata and config every
 // `probe_interval` (and at once at start): a replica is ready while its last
-// probe succeeded and its metadata is the shard's (three inputs, one FP32
-// output, K and S as the router's). The router is available while every
-// shard has a ready replica; its status names the shards that have none.
+// probe succeeded, its metadata is a shard's (three inputs, one FP32 output,
+// K and S as the router's) and its expert_range is this shard's. The router is available while
+// every shard has a ready replica; its status names the shards that have none.
 //
 //   RemoteExpertsFactory f = GrpcRemoteExpertsFactory(options);  // the root
 //   ModelRepository repository(root, engine, builtin, f);

@@ -190,6 +190,7 @@ class BatchedInference final : public PreparedInference {
     return inner_->output_shapes();
   }
   int64_t flops() const override { return inner_->flops(); }
+  bool may_run_inline() const override { return inner_->may_run_inline(); }
   int64_t held_bytes(int threads) const override { return inner_->held_bytes(threads); }
   int64_t rows() const override { return batch_; }
   PreparedInference* inner() const { return inner_.get(); }

@@ -216,8 +216,12 @@ absl::StatusOr<std::unique_ptr<Model>> LoadMoeLayer(const onnx::ModelProto& prot
   spec.accuracy_level = options.accuracy_level;
   spec.expert_range = options.expert_range;
   if (router) {
+    if (options.expert_range) {
+      return ctx.Invalid("parameters 'shards' and 'expert_range': a layer is a router or a shard");
+    }
     ShardedLayerPlan plan;
     plan.model = ctx.model();
+    plan.version = version;
     plan.k = spec.k;
     plan.s = spec.s;
     plan.g = spec.g;

@@ -204,6 +204,27 @@ class ShardedLayerTest(unittest.TestCase):
         self.assertEqual(refused.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("negative", refused.exception.details())
 
+    def test_a_server_holding_other_experts_is_not_taken_for_the_shard(self):
+        """Shards listed the wrong way round: each answers, but its expert_range is not the
+        range the router names, so no replica is ready and no call is made to it."""
+        name = "given_fp32"
+        good = [[s.address] for s in self.shards]
+
+        def reload(addresses):
+            ranges = layer.expert_ranges(G, 2)
+            text = ";".join(f"{a}:{b}={addresses[j][0]}" for j, (a, b) in enumerate(ranges))
+            self.stub.RepositoryModelLoad(pb2.RepositoryModelLoadRequest(
+                model_name=name, parameters={"config": pb2.ModelRepositoryParameter(
+                    string_param=layer._config(name, {"shards": text}))}), timeout=60)
+
+        reload([good[1], good[0]])
+        self.addCleanup(wait_ready, self.stub, name)
+        self.addCleanup(reload, good)
+        self.assertFalse(wait_ready(self.stub, name, ready=False))
+        index = self.stub.RepositoryIndex(pb2.RepositoryIndexRequest(), timeout=10)
+        reason = next(m.reason for m in index.models if m.name == name)
+        self.assertIn("is not shard 0:6 (parameter expert_range is '6:12')", reason)
+
     def test_router_counts_tokens_per_expert_and_times_each_shard(self):
         name = "given_fp32"
         dt, model, options = self.models[name]
