@@ -221,9 +221,16 @@ class ShardedLayerTest(unittest.TestCase):
         self.addCleanup(wait_ready, self.stub, name)
         self.addCleanup(reload, good)
         self.assertFalse(wait_ready(self.stub, name, ready=False))
-        index = self.stub.RepositoryIndex(pb2.RepositoryIndexRequest(), timeout=10)
-        reason = next(m.reason for m in index.models if m.name == name)
-        self.assertIn("is not shard 0:6 (parameter expert_range is '6:12')", reason)
+
+        def reason():  # "not probed yet" until the new router's first probe
+            index = self.stub.RepositoryIndex(pb2.RepositoryIndexRequest(), timeout=10)
+            return next(m.reason for m in index.models if m.name == name)
+
+        end = time.monotonic() + 20
+        while "not probed yet" in reason() and time.monotonic() < end:
+            time.sleep(0.05)
+        self.assertIn("is not shard 0:6 (parameter expert_range is '6:12')", reason())
+        self.assertFalse(wait_ready(self.stub, name, ready=False))
 
     def test_router_counts_tokens_per_expert_and_times_each_shard(self):
         name = "given_fp32"
