@@ -25,7 +25,8 @@ from gemmserve_client import make_infer_request, pb2, pb2_grpc
 from gemmserve_client.http import HttpClient, encode_infer_request
 from gemmserve_testing.base import GemmServeTestCase, open_channel, serve_with_tokens
 from gemmserve_testing.onnx_models import grouped_graph, model_bytes
-from gemmserve_testing.process import ProcessMemory, metric_sum, server_is_sanitized
+from gemmserve_testing.process import (ProcessMemory, limit_descriptors, metric_sum,
+                                       server_is_sanitized)
 from gemmserve_testing.server import ServerProcess
 
 MIB = 1 << 20
@@ -637,7 +638,7 @@ class DescriptorsTest(unittest.TestCase):
         pid = server.proc.pid
         open_fds = len(os.listdir(f"/proc/{pid}/fd"))
         limit = open_fds + 40
-        os.system(f"prlimit --pid={pid} --nofile={limit}:{limit}")
+        limit_descriptors(pid, limit)  # checked in /proc: the test must run out for real
         # Idle TCP connections to the gRPC port take the rest.
         idle = []
         self.addCleanup(lambda: [s.close() for s in idle])

@@ -51,6 +51,19 @@ def limit_address_space(pid, limit_bytes):
                     f"--as={limit}:{limit}"], check=True)
 
 
+def limit_descriptors(pid, limit):
+    """Sets the running process's RLIMIT_NOFILE (util-linux prlimit) and checks, in
+    /proc/<pid>/limits, that it took effect: a test of running out of descriptors must
+    not pass because the limit was never set."""
+    subprocess.run([shutil.which("prlimit") or "/usr/bin/prlimit", f"--pid={pid}",
+                    f"--nofile={limit}:{limit}"], check=True)
+    with open(f"/proc/{pid}/limits") as f:
+        line = next(line for line in f if line.startswith("Max open files"))
+    soft, hard = line.split()[3:5]
+    if (soft, hard) != (str(limit), str(limit)):
+        raise AssertionError(f"RLIMIT_NOFILE of {pid} is {soft}:{hard}, not {limit}:{limit}")
+
+
 def scrape(url):
     with urllib.request.urlopen(url, timeout=10) as r:
         if r.status != 200:
