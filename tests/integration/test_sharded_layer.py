@@ -378,10 +378,21 @@ class ShardFaultTest(unittest.TestCase):
     def test_with_two_replicas_a_killed_one_loses_no_call(self):
         self.start_layer(replicas=2)
         url = self.router.metrics_url
-        outcomes = self.load(3.0, self.shards[0][1]._kill)
+        victim = self.shards[0][1]
+
+        def hang_then_die():
+            # Stopped first: the router takes turns between ready replicas, so within
+            # two calls one waits on the victim (its prober needs a second's probe
+            # deadline to see it gone). Killed then: that call's connection is reset
+            # under it and it must be asked again of the other replica.
+            os.kill(victim.proc.pid, signal.SIGSTOP)
+            time.sleep(0.5)
+            victim._kill()
+
+        outcomes = self.load(3.0, hang_then_die)
         self.assertGreater(len(outcomes), 5)
         self.assertEqual([o for o in outcomes if o[0] != "ok"][:3], [])
-        # The kill was felt (calls to the dead replica failed and were asked again).
+        # The kill was felt: a call to the dead replica failed and was asked again.
         self.assertGreater(metric_sum(url, "gemmserve_shard_call_errors_total", model="layer",
                                       shard="0"), 0)
 

@@ -330,49 +330,45 @@ class StreamTokenTest(unittest.TestCase):
 class StreamDrainTest(unittest.TestCase):
     """SIGTERM: the stream's accepted requests are answered, then it ends UNAVAILABLE."""
 
-    def test_sigterm_answers_accepted_requests_then_ends_the_stream(self):
-        server = ServerProcess("--shutdown_grace_seconds=60", "--builtin_max_batch_rows=1024",
-                               compute_threads=1).start()
+    def test_sigterm_writes_the_answers_a_slow_reader_has_not_taken_then_ends_the_stream(self):
+        # The client sends every request and reads nothing: HTTP/2 flow control holds
+        # the server's writes, so when the server has computed every request some of
+        # its answers are still unwritten (the engine's gauge counts their bytes until
+        # written), whatever the machine's speed. The signal comes then; the answers
+        # must all be written before the stream ends.
+        count = 12
+        server = ServerProcess("--shutdown_grace_seconds=60",
+                               f"--grpc_max_stream_inflight={count}").start()
         self.addCleanup(server.stop)
         channel = open_channel(server.address)
         self.addCleanup(channel.close)
         stub = pb2_grpc.GRPCInferenceServiceStub(channel)
-        a = np.ones((1024, 1024), np.float32)
-        count = 12
+        a, b = np.ones((1024, 64), np.float32), np.ones((64, 1024), np.float32)
+        before = statistics(stub, "matmul").inference_stats.success.count
         sent = HeldOpen()  # the client never finishes sending: the server ends the stream
         for i in range(count):
-            request = make_infer_request("matmul", [("A", a), ("B", a)])
+            request = make_infer_request("matmul", [("A", a), ("B", b)])
             request.id = str(i)
             sent.send(request)
         responses = stub.ModelStreamInfer(iter(sent), timeout=120)
-        answers, ended = [], []
-
-        def read():
-            try:
-                for response in responses:
-                    answers.append(response)
-            except grpc.RpcError as error:
-                ended.append(error)
-
-        reader = threading.Thread(target=read)
-        reader.start()
-        # Every request accepted (in flight or answered) before the signal: the answers
-        # not yet received are at most those in flight.
         deadline = time.time() + 60
-        while metric_sum(server.metrics_url, "gemmserve_inflight_requests") + len(answers) < count:
-            self.assertLess(time.time(), deadline, "the stream's requests were never all read")
-            time.sleep(0.002)
-        pending = count - len(answers)
+        while statistics(stub, "matmul").inference_stats.success.count - before < count:
+            self.assertLess(time.time(), deadline, "the stream's requests were never computed")
+            time.sleep(0.01)
+        unwritten = metric_sum(server.metrics_url, "gemmserve_inflight_bytes")
+        self.assertGreaterEqual(unwritten, 4 << 20, "no answer was held unwritten at the signal")
         server.proc.send_signal(signal.SIGTERM)
-        reader.join(timeout=120)
+        answers = []
+        with self.assertRaises(grpc.RpcError) as ended:
+            for response in responses:
+                answers.append(response)
         sent.close()
-        self.assertGreater(pending, 0, "every answer came before the signal: nothing drained")
-        self.assertEqual(len(ended), 1, "the stream did not end with an error")
-        self.assertEqual(ended[0].code(), grpc.StatusCode.UNAVAILABLE, ended[0].details())
+        self.assertEqual(ended.exception.code(), grpc.StatusCode.UNAVAILABLE,
+                         ended.exception.details())
+        self.assertEqual([r.error_message for r in answers], [""] * len(answers))
         self.assertEqual(sorted(int(r.infer_response.id) for r in answers), list(range(count)))
-        self.assertEqual([r.error_message for r in answers], [""] * count)
         y = np.frombuffer(answers[-1].infer_response.raw_output_contents[0], np.float32)
-        np.testing.assert_array_equal(y[:3], [1024.0] * 3)
+        np.testing.assert_array_equal(y[:3], [64.0] * 3)
         self.assertEqual(server.proc.wait(timeout=60), 0, server.stderr_text())
 
 
