@@ -17,7 +17,7 @@
 function(gemmserve_cpu_guard out)
   set(guard "")
   foreach(flag ${ARGN})
-    string(APPEND guard "grep -qw ${flag} /proc/cpuinfo || exit 77; ")
+    string(APPEND guard "grep -qw ${flag} /proc/cpuinfo || { echo 'this CPU lacks ${flag}'; exit 77; }; ")
   endforeach()
   set(${out} "${guard}" PARENT_SCOPE)
 endfunction()

@@ -6,11 +6,14 @@ run, so that growth is seen when it happens (docs/testing.md).
 
 GATE_DIR holds stages.tsv (a line per stage: name, seconds, outcome; an outcome starting
 "background" ran beside the others and is left out of the total) and the JUnit files that
-`ctest --output-junit` wrote there (ctest-<stage>.xml).
+`ctest --output-junit` wrote there (ctest-<stage>.xml). Every skipped test is listed with
+its reason, read from those files' captured output: googletest's "[  SKIPPED ]" and the
+line each Python test prints when it skips (tests/python_lib/gemmserve_testing).
 """
 import argparse
 import glob
 import os
+import re
 import sys
 import xml.etree.ElementTree as ElementTree
 
@@ -30,16 +33,61 @@ def read_stages(gate_dir):
     return stages
 
 
-def read_tests(gate_dir):
-    """(seconds, test, stage, status) of every test in the stages' JUnit files."""
-    tests = []
+PYTHON_SKIP = re.compile(r"^gemmserve-test: skipped (\S+): (.*)$")
+GTEST_RUN = re.compile(r"^\[ RUN      \] (\S+)")
+GTEST_SKIPPED = re.compile(r"^\[  SKIPPED \] (\S+\.\S+)")
+
+
+def skips_in_output(text):
+    """(test, reason) of every test the output of one ctest test says it skipped."""
+    skips, reason, collecting = {}, [], False
+    for line in text.splitlines():
+        if m := PYTHON_SKIP.match(line):
+            skips.setdefault(m.group(1), m.group(2))
+        elif GTEST_RUN.match(line):
+            reason, collecting = [], False
+        elif line.endswith(": Skipped"):
+            collecting = True
+        elif m := GTEST_SKIPPED.match(line):
+            # googletest's closing list names each again: the first, with its reason, counts.
+            skips.setdefault(m.group(1), " ".join(reason) or "(no reason given)")
+            reason, collecting = [], False
+        elif collecting and line.strip():
+            reason.append(line.strip())
+    return list(skips.items())
+
+
+def read_junit(gate_dir):
+    """(stage, root element) of every stage's JUnit file."""
     for path in sorted(glob.glob(os.path.join(gate_dir, "ctest-*.xml"))):
         stage = os.path.basename(path)[len("ctest-"):-len(".xml")]
         try:
-            root = ElementTree.parse(path).getroot()
+            yield stage, ElementTree.parse(path).getroot()
         except ElementTree.ParseError as e:
             print(f"gate: {path}: {e}", file=sys.stderr)
-            continue
+
+
+def read_skips(gate_dir):
+    """(stage, ctest test, test, reason) of every skipped test, ctest's own skips too."""
+    skips = []
+    for stage, root in read_junit(gate_dir):
+        for case in root.iter("testcase"):
+            name = case.get("name")
+            out = case.find("system-out")
+            text = (out.text or "") if out is not None else ""
+            if case.get("status") in ("notrun", "skipped", "disabled"):
+                said = " ".join(line.strip() for line in text.splitlines() if line.strip())
+                skips.append((stage, name, name, f"ctest: {case.get('status')}"
+                              + (f": {said[:200]}" if said else "")))
+            for test, reason in skips_in_output(text):
+                skips.append((stage, name, test, reason))
+    return skips
+
+
+def read_tests(gate_dir):
+    """(seconds, test, stage, status) of every test in the stages' JUnit files."""
+    tests = []
+    for stage, root in read_junit(gate_dir):
         for case in root.iter("testcase"):
             status = case.get("status", "run")
             tests.append((float(case.get("time", 0)), case.get("name"), stage, status))
@@ -68,6 +116,11 @@ def main():
         for seconds, name, stage, status in tests[:args.slowest]:
             note = "" if status in ("run", "passed") else f"  ({status})"
             print(f"  {seconds:8.1f}  {stage:<10} {name}{note}")
+
+    skips = read_skips(args.gate_dir)
+    print(f"\ngate: {len(skips)} skipped tests" + (":" if skips else ""))
+    for stage, binary, test, reason in skips:
+        print(f"  {stage:<10} {binary}: {test}: {reason}")
     return 0
 
 
