@@ -14,6 +14,7 @@
 #include "server/process/compute_environment.h"
 #include "server/remote/grpc_remote_experts.h"
 #include "server/ops/kernels/cpu_features.h"
+#include "server/ops/kernels/kernel_set.h"
 
 namespace gemmserve {
 namespace {
@@ -101,8 +102,8 @@ std::string Server::metrics_address() const {
 
 std::string Server::Description() const {
   return absl::StrCat(serving_->compute_threads(), " compute threads, kernels ",
-                      CpuIsaDescription(), ", BLIS config ", BlisArchitecture(),
-                      ", BF16 weights ", Bf16PanelsChoice());
+                      CpuIsaDescription(), ", 8-bit dot products ", Kernels().int8_dot_isa,
+                      ", BLIS config ", BlisArchitecture(), ", BF16 weights ", Bf16PanelsChoice());
 }
 
 void Server::Shutdown(std::chrono::system_clock::time_point deadline) {

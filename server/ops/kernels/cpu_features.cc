@@ -63,7 +63,8 @@ CpuFeatures CapCpuFeatures(CpuFeatures f, CpuIsa cap) {
   if (cap < CpuIsa::kAvx512) {
     f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512_vnni = false;
   }
-  if (cap < CpuIsa::kAvx2) f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
+  if (cap < CpuIsa::kAvx2Vnni) f.avx_vnni = false;
+  if (cap < CpuIsa::kAvx2) f.avx2 = f.fma = f.f16c = false;
   return f;
 }
 
@@ -71,6 +72,7 @@ const char* CpuIsaName(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kGeneric: return "generic";
     case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx2Vnni: return "avx2_vnni";
     case CpuIsa::kAvx512: return "avx512";
     case CpuIsa::kAvx512Bf16: return "avx512_bf16";
   }
@@ -78,7 +80,8 @@ const char* CpuIsaName(CpuIsa isa) {
 }
 
 bool ParseCpuIsa(const std::string& text, CpuIsa* isa) {
-  for (CpuIsa level : {CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16}) {
+  for (CpuIsa level :
+       {CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx2Vnni, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16}) {
     if (text == CpuIsaName(level)) {
       *isa = level;
       return true;
@@ -89,7 +92,8 @@ bool ParseCpuIsa(const std::string& text, CpuIsa* isa) {
 
 CpuIsa HighestCpuIsa(const CpuFeatures& f) {
   if (f.Avx512Build()) return f.avx512_bf16 ? CpuIsa::kAvx512Bf16 : CpuIsa::kAvx512;
-  return f.Avx2Build() ? CpuIsa::kAvx2 : CpuIsa::kGeneric;
+  if (!f.Avx2Build()) return CpuIsa::kGeneric;
+  return f.avx_vnni ? CpuIsa::kAvx2Vnni : CpuIsa::kAvx2;
 }
 
 const CpuFeatures& Cpu() {
@@ -101,7 +105,7 @@ std::string CpuIsaCapError() {
   const CapSetting& cap = Cap();
   if (cap.known) return "";
   return std::string(kCapVariable) + "='" + cap.text.substr(0, 64) +
-         "' is not one of avx512_bf16, avx512, avx2, generic";
+         "' is not one of avx512_bf16, avx512, avx2_vnni, avx2, generic";
 }
 
 std::string CpuIsaDescription() {

@@ -8,9 +8,13 @@
 //
 //   GEMMSERVE_MAX_CPU_ISA   the kernels use at most
 //   avx512_bf16 (or unset)  everything the CPU has
-//   avx512                  AVX-512 F/BW/VL/DQ, not AVX512-BF16
-//   avx2                    AVX2, FMA, F16C (and AVX-VNNI); no AVX-512
+//   avx512                  AVX-512 F/BW/VL/DQ and AVX512-VNNI (and AVX-VNNI), not
+//                           AVX512-BF16
+//   avx2_vnni               AVX2, FMA, F16C and AVX-VNNI; no AVX-512
+//   avx2                    AVX2, FMA, F16C; no VNNI of either kind
 //   generic                 portable C++ (and BLIS's reference kernels)
+// (after oneDNN's avx2 and avx2_vnni: each 8-bit dot-product build,
+// int8_dot.h, has a level that selects it on a CPU with more.)
 //
 // A cap never adds a feature the CPU lacks. The variable is read when the
 // kernel set is first asked for (at static initialisation); the server refuses to
@@ -26,7 +30,7 @@
 
 namespace gemmserve {
 
-enum class CpuIsa { kGeneric = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
+enum class CpuIsa { kGeneric = 0, kAvx2 = 1, kAvx2Vnni = 2, kAvx512 = 3, kAvx512Bf16 = 4 };
 
 struct CpuFeatures {
   bool avx2 = false;
@@ -52,7 +56,7 @@ CpuFeatures DetectCpuFeatures();
 // `features` less everything above `cap`.
 CpuFeatures CapCpuFeatures(CpuFeatures features, CpuIsa cap);
 
-// "avx512_bf16", "avx512", "avx2", "generic".
+// "avx512_bf16", "avx512", "avx2_vnni", "avx2", "generic".
 const char* CpuIsaName(CpuIsa isa);
 bool ParseCpuIsa(const std::string& text, CpuIsa* isa);
 

@@ -13,7 +13,7 @@
 namespace gemmserve {
 namespace {
 
-constexpr CpuIsa kLevels[] = {CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx512,
+constexpr CpuIsa kLevels[] = {CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx2Vnni, CpuIsa::kAvx512,
                               CpuIsa::kAvx512Bf16};
 
 CpuFeatures All() {
@@ -42,7 +42,7 @@ TEST(CpuFeaturesTest, ACapClearsEverythingAboveItsLevel) {
     EXPECT_EQ(f.Avx2Build(), cap >= CpuIsa::kAvx2);
     EXPECT_EQ(f.avx2 || f.fma || f.f16c, cap >= CpuIsa::kAvx2);
     EXPECT_EQ(f.avx512_vnni, cap >= CpuIsa::kAvx512);
-    EXPECT_EQ(f.avx_vnni, cap >= CpuIsa::kAvx2);  // AVX-VNNI is VEX: the AVX2 level keeps it
+    EXPECT_EQ(f.avx_vnni, cap >= CpuIsa::kAvx2Vnni);  // the level above AVX2 adds it
   }
 }
 
@@ -64,6 +64,8 @@ TEST(CpuFeaturesTest, ABuildNeedsAllOfItsFeatures) {
   f = All();
   f.avx512dq = false;  // Knights Landing: AVX-512 F without DQ, BW, VL
   EXPECT_FALSE(f.Avx512Build());
+  EXPECT_EQ(HighestCpuIsa(f), CpuIsa::kAvx2Vnni);
+  f.avx_vnni = false;
   EXPECT_EQ(HighestCpuIsa(f), CpuIsa::kAvx2);
 }
 
@@ -169,9 +171,11 @@ TEST(KernelSetTest, TheInt8DotBuildIsTheBestVnniTheFeaturesAllow) {
   EXPECT_EQ(KernelsFor(f).int8_dot, int8_dot_internal::Int8DotAvx512Vnni);
   f.avx_vnni = false;
   EXPECT_STREQ(KernelsFor(f).int8_dot_isa, "avx512_vnni");
-  // Capped to AVX2, a CPU with both keeps the 256-bit form.
+  // On a CPU with both, each build has a cap that selects it.
   f.avx_vnni = true;
-  EXPECT_STREQ(KernelsFor(CapCpuFeatures(f, CpuIsa::kAvx2)).int8_dot_isa, "avx_vnni");
+  EXPECT_STREQ(KernelsFor(CapCpuFeatures(f, CpuIsa::kAvx512)).int8_dot_isa, "avx512_vnni");
+  EXPECT_STREQ(KernelsFor(CapCpuFeatures(f, CpuIsa::kAvx2Vnni)).int8_dot_isa, "avx_vnni");
+  EXPECT_STREQ(KernelsFor(CapCpuFeatures(f, CpuIsa::kAvx2)).int8_dot_isa, "avx2");
   EXPECT_STREQ(KernelsFor(CapCpuFeatures(f, CpuIsa::kGeneric)).int8_dot_isa, "generic");
 }
 

@@ -116,6 +116,28 @@ struct Weights {
       m.scale_col_stride = 0;
     }
   }
+  // The same weights as expert `g` of a [G, K, N] tensor held in `storage`,
+  // after `g` experts of other values: a kernel that ignored
+  // QuantizedMatrix::first would read those (a 4-bit expert of odd K * N
+  // starts mid-byte).
+  QuantizedMatrix AsExpert(int64_t g, std::vector<uint8_t>* storage) const {
+    const bool four = type == QuantizedType::kInt4 || type == QuantizedType::kUint4;
+    const int64_t first = g * k * n;
+    storage->assign(static_cast<size_t>(QuantizedBytes(type, first + k * n)), 0);
+    auto put = [&](int64_t e, int v) {
+      if (four) {
+        (*storage)[e / 2] |= static_cast<uint8_t>((v & 15) << ((e & 1) * 4));
+      } else {
+        (*storage)[e] = static_cast<uint8_t>(v);
+      }
+    };
+    for (int64_t e = 0; e < first; ++e) put(e, static_cast<int>(e * 7 + 3) % (four ? 8 : 100) + 1);
+    for (int64_t e = 0; e < k * n; ++e) put(first + e, q[e]);
+    QuantizedMatrix expert = m;
+    expert.data = storage->data();
+    expert.first = first;
+    return expert;
+  }
 };
 
 // The kernel's arithmetic in float64: integer sums exact, then the scales;
@@ -274,7 +296,9 @@ class Int8DotBuildTest : public ::testing::TestWithParam<FastBuild> {};
 // (gathered) and shared by every column (stride 0); N not a multiple of the
 // lanes, lines or chunks; 1 to 9 rows (each row group, and remainders);
 // K ending in a partial block, in two slices on a block boundary; row-major
-// weights, and the packed copy for the builds that read it.
+// weights, and the packed copy for the builds that read it; the weights as
+// the first expert of a [G, K, N] tensor and as later ones
+// (QuantizedMatrix::first, mid-byte for 4-bit experts of odd K * N).
 TEST_P(Int8DotBuildTest, EqualsThePortableOneBitForBit) {
   const FastBuild& build = GetParam();
   if (!build.runs_on(Cpu())) {
@@ -303,27 +327,36 @@ TEST_P(Int8DotBuildTest, EqualsThePortableOneBitForBit) {
       Int8Rows a;
       QuantizeInt8Rows(DataType::kFP32, x.data(), k, m, k, Int8ActivationBlock(w.m), &a);
       const int64_t cut = a.block * std::max<int64_t>(1, (k / a.block) / 2);
-      std::vector<uint8_t> repacked(static_cast<size_t>(Int8PackedBytes(w.m, a.block)));
-      PackInt8Weights(w.m, a.block, repacked.data());
-      QuantizedMatrix on_packed = w.m;
-      on_packed.int8_packed = repacked.data();
-      std::vector<const QuantizedMatrix*> weights = {&w.m};
-      if (build.reads_packed) weights.push_back(&on_packed);
+      // Each build reads the weights as experts 0, 1 and 2 of a [G, K, N]
+      // tensor, row-major and (where it reads one) packed.
+      std::vector<std::vector<uint8_t>> storage(3), repacked(3);
+      std::vector<QuantizedMatrix> weights;
+      for (int64_t g = 0; g < 3; ++g) {
+        const QuantizedMatrix expert = w.AsExpert(g, &storage[g]);
+        weights.push_back(expert);
+        if (!build.reads_packed) continue;
+        repacked[g].resize(static_cast<size_t>(Int8PackedBytes(expert, a.block)));
+        PackInt8Weights(expert, a.block, repacked[g].data());
+        weights.push_back(expert);
+        weights.back().int8_packed = repacked[g].data();
+      }
       const int64_t gather[] = {6, 1, 1, 3, 0, 5, 2, 4, 6};  // rows gathered, some twice
       for (int64_t rows = 1; rows <= 9; ++rows) {
+        // The portable build on the matrix alone (first 0).
         std::vector<float> portable(rows * n, 0.5f);
         for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, cut}, {cut, k}}) {
           int8_dot_internal::Int8DotGeneric(rows, gather, a, k0, k1, w.m, portable.data(), n);
         }
-        for (const QuantizedMatrix* on : weights) {
+        for (const QuantizedMatrix& on : weights) {
           std::vector<float> fast(rows * n, 0.5f);
           for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, cut}, {cut, k}}) {
-            build.run(rows, gather, a, k0, k1, *on, fast.data(), n);
+            build.run(rows, gather, a, k0, k1, on, fast.data(), n);
           }
           for (size_t e = 0; e < portable.size(); ++e) {
             ASSERT_EQ(FloatBits(fast[e]), FloatBits(portable[e]))
-                << (on == &w.m ? "row-major" : "packed") << ", " << rows << " rows, " << e << ": "
-                << fast[e] << " vs " << portable[e];
+                << (on.int8_packed == nullptr ? "row-major" : "packed") << ", expert "
+                << on.first / (k * n) << ", " << rows << " rows, " << e << ": " << fast[e] << " vs "
+                << portable[e];
           }
         }
       }

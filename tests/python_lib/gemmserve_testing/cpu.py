@@ -13,11 +13,12 @@ import re
 import subprocess
 import sys
 
-# The flags each level of the cap adds to the one below it.
+# The flags each level of the cap adds to the one below it (CapCpuFeatures).
 _LEVELS = (
     ("generic", set()),
     ("avx2", {"avx2", "fma", "f16c"}),
-    ("avx512", {"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
+    ("avx2_vnni", {"avx_vnni"}),
+    ("avx512", {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"}),
     ("avx512_bf16", {"avx512_bf16"}),
 )
 # BLIS configurations whose kernels are AVX-512 (BLIS 0.9's x86_64 family).
@@ -59,13 +60,29 @@ def highest_isa(flags):
     """The highest GEMMSERVE_MAX_CPU_ISA level `flags` reach (HighestCpuIsa)."""
     if avx512_build(flags):
         return "avx512_bf16" if "avx512_bf16" in flags else "avx512"
-    return "avx2" if avx2_build(flags) else "generic"
+    if not avx2_build(flags):
+        return "generic"
+    return "avx2_vnni" if "avx_vnni" in flags else "avx2"
 
 
-def isa_levels_below():
-    """The cap levels under what this CPU reaches, highest first: each changes the kernels."""
+def int8_dot_build(flags):
+    """The 8-bit dot-product build the server picks on `flags` (PickInt8Dot, kernel_set.cc),
+    as its start-up line names it."""
+    if avx512_build(flags) and "avx512_vnni" in flags:
+        return "avx512_vnni"
+    if avx2_build(flags):
+        return "avx_vnni" if "avx_vnni" in flags else "avx2"
+    return "generic"
+
+
+def isa_levels_below(flags=None):
+    """The cap levels under what the CPU (`flags`; this one's by default) reaches, highest
+    first, each one that changes the kernels: a level that adds nothing the CPU has
+    (avx2_vnni without AVX-VNNI) runs what the level below it runs, and is left out."""
+    flags = cpu_flags() if flags is None else flags
     names = [name for name, _ in _LEVELS]
-    return list(reversed(names[:names.index(highest_isa(cpu_flags()))]))
+    return [names[i] for i in range(names.index(highest_isa(flags)) - 1, -1, -1)
+            if i == 0 or _LEVELS[i][1] & flags]
 
 
 def _blis_library(binary):
@@ -138,3 +155,23 @@ def expected_blis_config(binary, cap=None):
     (None: uncapped), from the machine's flags and BLIS's own choice on it."""
     flags = kernel_flags({} if cap is None else {"GEMMSERVE_MAX_CPU_ISA": cap})
     return blis_config_for(blis_own_choice(binary), flags, cpu_flags())
+
+
+def main(argv):
+    """`python3 -m gemmserve_testing.cpu --guard LEVEL`: exit 0 when LEVEL is one of this
+    CPU's levels below its own that change the kernels, else say why and exit 77 (ctest's
+    skip): the guard of the suites ctest runs again under each cap."""
+    if len(argv) != 2 or argv[0] != "--guard":
+        print("usage: python3 -m gemmserve_testing.cpu --guard LEVEL", file=sys.stderr)
+        return 2
+    levels = isa_levels_below()
+    if argv[1] in levels:
+        return 0
+    print(f"GEMMSERVE_MAX_CPU_ISA={argv[1]} changes no kernel on this CPU "
+          f"({highest_isa(cpu_flags())}; the levels below it that do: "
+          f"{', '.join(levels) or 'none'})")
+    return 77
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -4,11 +4,13 @@ integration tests' expectations and the server agree on machines other than this
 (ctest: testing_cpu_rules)."""
 import unittest
 
-from gemmserve_testing.cpu import blis_config_for, highest_isa
+from gemmserve_testing.cpu import blis_config_for, highest_isa, int8_dot_build, isa_levels_below
 
 AVX2 = {"avx2", "fma", "f16c"}
 AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
-ZEN4 = AVX512 | {"avx512_bf16"}  # also Zen 5; Sapphire Rapids adds avx512_fp16
+ZEN4 = AVX512 | {"avx512_bf16", "avx512_vnni"}  # Sapphire Rapids adds avx512_fp16
+ZEN5 = ZEN4 | {"avx_vnni"}
+ALDER_LAKE = AVX2 | {"avx_vnni"}
 OLDER = {"sse4_2", "avx"}
 
 
@@ -43,6 +45,26 @@ class BlisConfigForTest(unittest.TestCase):
         self.assertEqual(highest_isa(AVX512 - {"avx512dq"}), "avx2")
         self.assertEqual(highest_isa(AVX512 - {"fma"}), "generic")
         self.assertEqual(highest_isa(ZEN4), "avx512_bf16")
+
+
+class LevelsTest(unittest.TestCase):
+    """Every level below the CPU's that changes the kernels, each 8-bit build selected by
+    one (the rules of CapCpuFeatures and PickInt8Dot, cpu_features_test.cc)."""
+
+    def test_each_cpu_gets_the_levels_that_change_its_kernels(self):
+        self.assertEqual(isa_levels_below(ZEN5), ["avx512", "avx2_vnni", "avx2", "generic"])
+        self.assertEqual(isa_levels_below(ZEN4), ["avx512", "avx2", "generic"])
+        self.assertEqual(isa_levels_below(AVX512), ["avx2", "generic"])
+        self.assertEqual(isa_levels_below(ALDER_LAKE), ["avx2", "generic"])
+        self.assertEqual(isa_levels_below(AVX2), ["generic"])
+        self.assertEqual(isa_levels_below(OLDER), [])
+
+    def test_the_8_bit_build_follows_the_flags(self):
+        self.assertEqual(int8_dot_build(ZEN5), "avx512_vnni")
+        self.assertEqual(int8_dot_build(ALDER_LAKE), "avx_vnni")
+        self.assertEqual(int8_dot_build(AVX512 | {"avx_vnni"}), "avx_vnni")
+        self.assertEqual(int8_dot_build(AVX512), "avx2")
+        self.assertEqual(int8_dot_build(OLDER), "generic")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import tempfile
 import threading
 import time
 
+from gemmserve_testing.cpu import highest_isa, int8_dot_build, kernel_flags
+
 # What ASan, LeakSanitizer, UBSan and TSan print when they find something, in
 # a server built with them (tests/asan.sh).
 _SANITIZER_REPORT = re.compile(rb"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error: |"
@@ -141,6 +143,13 @@ class ServerProcess:
         if f"GEMMSERVE_MAX_CPU_ISA={cap}" not in text:
             raise AssertionError(f"GEMMSERVE_MAX_CPU_ISA={cap} is set but gemmserve does not "
                                  f"report running under it; stderr:\n{self.stderr_text()}")
+        # The level and the 8-bit build the cap selects on this CPU (cpu.py's rules).
+        flags = kernel_flags(os.environ if env is None else env)
+        for said in (f"kernels {highest_isa(flags)} (GEMMSERVE_MAX_CPU_ISA={cap};",
+                     f"8-bit dot products {int8_dot_build(flags)},"):
+            if said not in text:
+                raise AssertionError(f"under GEMMSERVE_MAX_CPU_ISA={cap} gemmserve should say "
+                                     f"{said!r}; stderr:\n{self.stderr_text()}")
 
     def _read_port_line(self, pattern, what):
         """The port of the next stdout line, which must match `pattern`."""
