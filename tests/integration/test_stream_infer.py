@@ -13,7 +13,7 @@ import unittest
 import grpc
 import numpy as np
 
-from gemmserve_client import GemmServeClient, make_infer_request, pb2, pb2_grpc
+from gemmserve_client import GemmServeClient, decode_outputs, make_infer_request, pb2, pb2_grpc
 from gemmserve_testing.base import GemmServeTestCase, open_channel, serve_with_tokens
 from gemmserve_testing.process import metric_sum
 from gemmserve_testing.server import ServerProcess
@@ -180,31 +180,6 @@ class StreamInferTest(GemmServeTestCase):
                     np.testing.assert_array_equal(answer.outputs["Y"], want, err_msg=answer.id)
         self.assert_server_still_serves()
 
-    def test_a_stream_holds_at_most_its_bound_in_flight(self):
-        """--grpc_max_stream_inflight=3: with 16 requests sent at once, the server never
-        has more than 3 of the stream's requests accepted and unanswered."""
-        a = np.ones((512, 512), np.float32)
-        seen, stop = [], threading.Event()
-
-        def watch():
-            while not stop.is_set():
-                seen.append(metric_sum(self.server.metrics_url, "gemmserve_inflight_requests"))
-                time.sleep(0.002)
-
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        try:
-            answers = list(self.client.stream_infer(
-                (("matmul", {"A": a, "B": a}, i) for i in range(16)), timeout=120))
-        finally:
-            stop.set()
-            watcher.join()
-        self.assertEqual(len(answers), 16)
-        self.assertTrue(all(a.error is None for a in answers))
-        self.assertLessEqual(max(seen), 3, seen)
-        self.assertGreaterEqual(max(seen), 1, "the watcher saw none in flight")
-
-
     def test_a_client_that_never_reads_its_answers_holds_only_its_bound(self):
         """A stream that writes 200 requests and reads nothing: the server computes the
         stream's bound, then stops reading it; it holds 3 answers, never 200, and serves
@@ -216,13 +191,23 @@ class StreamInferTest(GemmServeTestCase):
         before = statistics(self.stub, "matmul").inference_stats.success.count
         responses = self.stub.ModelStreamInfer(iter(sent), timeout=60)  # never read
         answer_bytes = 256 * 256 * 4
+        # What 3 accepted requests may hold: each its message, its copy and its answer.
+        bound = 3 * 8 * answer_bytes
         deadline = time.time() + 30  # until the stream's bound is computed and held
         while statistics(self.stub, "matmul").inference_stats.success.count < before + 3:
             self.assertLess(time.time(), deadline, "the stream's first requests were not served")
+        # Held to the bound at every moment from then on: 2 s in which a server that read
+        # on past unwritten answers would hold tens of them (a request takes a millisecond).
+        held = []
+        watch_until = time.time() + 2
+        while time.time() < watch_until:
+            held.append(metric_sum(self.server.metrics_url, "gemmserve_inflight_bytes"))
+            self.assertLess(held[-1], bound, f"the server holds more than the stream's bound: "
+                            f"{held[-1]:.0f} bytes after {len(held)} looks")
+            time.sleep(0.02)
+        self.assertGreater(max(held), 0, "nothing held: the answers were all written")
         self.assert_server_still_serves()
         stats = statistics(self.stub, "matmul")
-        held = metric_sum(self.server.metrics_url, "gemmserve_inflight_bytes")
-        self.assertLess(held, 3 * 8 * answer_bytes, "the server holds more than the stream's bound")
         responses.cancel()
         sent.close()
         deadline = time.time() + 30
@@ -232,6 +217,7 @@ class StreamInferTest(GemmServeTestCase):
         self.assertLess(statistics(self.stub, "matmul").inference_stats.success.count,
                         stats.inference_stats.success.count + 16,
                         "requests beyond the bound were read and computed")
+
 
 class StreamBatchingTest(GemmServeTestCase):
     """A stream's requests and unary ones merge into one kernel call. The long queue
@@ -279,33 +265,128 @@ class StreamBatchingTest(GemmServeTestCase):
                            f"no kernel call merged a stream request with a unary one: {by_rows}")
 
 
-class StreamCancelTest(GemmServeTestCase):
-    """A cancelled stream's queued requests are never computed."""
-    compute_threads = 1
-    server_flags = ("--builtin_max_batch_rows=1024",)
+class Blocker:
+    """A long MatMul on a unary call (FP32 3072 x 3072 x 3072, 58 GFLOP: 0.2 s or more on
+    one core of any CPU the gate meets) that holds a server of one compute thread: what a
+    stream sends meanwhile is read and queued behind it, whatever the machine's speed."""
 
-    def test_cancel_drops_queued_requests_and_the_server_stays_healthy(self):
-        a = np.ones((1024, 1024), np.float32)
+    def __init__(self, test):
+        self.test = test
+        a = np.ones((3072, 3072), np.float32)
+        self.future = test.stub.ModelInfer.future(
+            make_infer_request("matmul", [("A", a), ("B", a)]), timeout=120)
+        deadline = time.time() + 60  # running: accepted, and no longer queued
+        while not (self.inflight() >= 1 and self.queued() == 0):
+            test.assertLess(time.time(), deadline, "the long call never started")
+            time.sleep(0.005)
+
+    def inflight(self):
+        return metric_sum(self.test.server.metrics_url, "gemmserve_inflight_requests")
+
+    def queued(self):
+        return metric_sum(self.test.server.metrics_url, "gemmserve_queue_depth", model="matmul")
+
+    def wait_queued(self, count):
+        """Until `count` requests wait behind the long call, which must still run."""
+        deadline = time.time() + 30
+        while self.queued() < count:
+            self.test.assertLess(time.time(), deadline,
+                                 f"{self.queued():.0f} of the stream's requests were read and "
+                                 f"queued, not {count}")
+            time.sleep(0.005)
+        self.test.assertFalse(self.future.done(), "the long call ended before the stream's "
+                              "requests were read: nothing was queued behind it")
+
+    def finish(self):
+        y = decode_outputs(self.future.result(timeout=120))["Y"]
+        np.testing.assert_array_equal(y[:2, :2], [[3072.0] * 2] * 2)
+
+
+def stream_batches(before, after):
+    """{rows: kernel calls} of the model's calls between two statistics."""
+    was = {b.batch_size: b.compute_infer.count for b in before.batch_stats}
+    now = {b.batch_size: b.compute_infer.count for b in after.batch_stats}
+    return {rows: n - was.get(rows, 0) for rows, n in now.items() if n > was.get(rows, 0)}
+
+
+class StreamQueueTest(GemmServeTestCase):
+    """A stream's requests are read ahead of its answers, up to its bound and no further,
+    and a cancel drops those still queued: seen while a long call holds the server's one
+    compute thread, so that what the stream had read is in the queue, not yet computed."""
+    compute_threads = 1
+    server_flags = ("--grpc_max_stream_inflight=3",)
+
+    def test_a_stream_has_its_bound_in_flight_at_once_and_no_more(self):
+        rng = np.random.default_rng(5)
+        calls = [("matmul", {"A": small_ints(rng, (2, 64)), "B": small_ints(rng, (64, 64))}, i)
+                 for i in range(12)]
         before = statistics(self.stub, "matmul")
-        sent = 40
-        requests = [make_infer_request("matmul", [("A", a), ("B", a)]) for _ in range(sent)]
+        blocker = Blocker(self)
+        sent = HeldOpen()
+        for call in calls:
+            sent.send(call)
+        answers, failed = [], []
+
+        def read():
+            try:
+                answers.extend(self.client().stream_infer(iter(sent), timeout=120))
+            except Exception as e:  # noqa: BLE001 (reported below)
+                failed.append(e)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        # A server that took a stream's requests one at a time would queue one, never 3.
+        blocker.wait_queued(3)
+        blocker.finish()
+        sent.close()
+        reader.join(timeout=120)
+        self.assertEqual(failed, [])
+        self.assertEqual(sorted(int(a.id) for a in answers), list(range(12)))
+        for answer in answers:
+            _, inputs, _ = calls[int(answer.id)]
+            np.testing.assert_array_equal(answer.outputs["Y"], inputs["A"] @ inputs["B"])
+        # The three read while the long call ran left together, in one call of 6 rows,
+        # and no call held more: a server that read past the bound would have queued
+        # all 12 and computed 24 rows at once.
+        batches = stream_batches(before, statistics(self.stub, "matmul"))
+        batches.pop(3072, None)
+        self.assertIn(6, batches, batches)
+        self.assertLessEqual(set(batches), {2, 4, 6}, batches)
+
+    def test_cancel_drops_the_queued_requests_and_the_server_stays_healthy(self):
+        a = np.ones((2, 64), np.float32)
+        before = statistics(self.stub, "matmul")
+        url = self.server.metrics_url
+        cancelled = metric_sum(url, "gemmserve_rejected_total", model="matmul",
+                               reason="cancelled")
+        blocker = Blocker(self)
+        requests = [make_infer_request("matmul", [("A", a), ("B", np.ones((64, 64), np.float32))])
+                    for _ in range(12)]
         responses = self.stub.ModelStreamInfer(iter(requests), timeout=120)
-        first = next(responses)
-        self.assertEqual(first.error_message, "")
+        blocker.wait_queued(3)
         responses.cancel()
         with self.assertRaises(grpc.RpcError) as raised:
             for _ in responses:
                 pass
         self.assertEqual(raised.exception.code(), grpc.StatusCode.CANCELLED)
+        blocker.finish()
         deadline = time.time() + 30
-        while metric_sum(self.server.metrics_url, "gemmserve_inflight_requests") > 0:
+        while metric_sum(url, "gemmserve_inflight_requests") > 0:
             self.assertLess(time.time(), deadline, "cancelled requests still in flight")
             time.sleep(0.05)
+        # The three queued were dropped when a batch reached them, none computed; a server
+        # that ignored the cancel would have computed them after the long call.
         after = statistics(self.stub, "matmul")
-        computed = after.inference_stats.success.count - before.inference_stats.success.count
-        self.assertLess(computed, sent, "every queued request was computed after the cancel")
-        self.assertGreaterEqual(computed, 1)
+        self.assertEqual(after.inference_stats.success.count
+                         - before.inference_stats.success.count, 1)
+        self.assertEqual(metric_sum(url, "gemmserve_rejected_total", model="matmul",
+                                    reason="cancelled") - cancelled, 3)
         self.assert_server_still_serves()
+
+    def client(self):
+        client = GemmServeClient(self.server.address)
+        self.addCleanup(client.close)
+        return client
 
 
 class StreamTokenTest(unittest.TestCase):
