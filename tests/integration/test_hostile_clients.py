@@ -200,7 +200,8 @@ class AdmissionTest(ServedCase):
         self.assertEqual(status_of(raw), 503, raw[:300])
         self.assertIn(b"retry later", raw)
         self.assertTrue(closed)
-        self.assertLess(time.monotonic() - start, 2.0)
+        # Answered at its head (the body was never sent): the time only guards a hang.
+        self.assertLess(time.monotonic() - start, 10.0)
         # A chunked body is counted chunk by chunk, as each is announced.
         with connect(self.server.http_port) as s:
             s.sendall(b"POST /v2/models/matmul/infer HTTP/1.1\r\nHost: x\r\n"
@@ -353,17 +354,20 @@ class HealthStaysFastTest(unittest.TestCase):
             for t in storm + bombs:
                 t.start()
             latencies = [health_latency(port) for _ in range(20)]
+            # The event: every check was answered while the load (a warmup of minutes)
+            # was still running, so none waited for it.
             self.assertTrue(is_loading(port, "slow"), "the load ended before the checks")
-            # A sanitized server is several times slower at everything: the bound
-            # there only says that health never waits for the load or a bomb.
+            # The times are generous limits (a loaded 2-core machine answers in
+            # milliseconds; inflating a bomb on an I/O thread would take a second):
+            # a sanitized server is several times slower at everything.
             slack = 10 if server_is_sanitized() else 1
-            self.assertLess(statistics.median(latencies), 0.1 * slack, latencies)
-            self.assertLess(max(latencies), 1.0 * slack, latencies)
+            self.assertLess(statistics.median(latencies), 0.25 * slack, latencies)
+            self.assertLess(max(latencies), 2.0 * slack, latencies)
             status, _, _ = http_request(port, "POST", "/v2/repository/models/nobody/unload")
             self.assertEqual(status, 404, "an unknown name waits for nothing")
             for t in bombs:
                 t.join(timeout=60)
-            self.assertLess(health_latency(port), 1.0 * slack)
+            self.assertLess(health_latency(port), 2.0 * slack)
         finally:
             server.proc.kill()
             server.proc.wait(timeout=10)
@@ -666,7 +670,7 @@ class DescriptorsTest(unittest.TestCase):
         raw, _ = read_answers(waiting, timeout=10)
         self.assertEqual(status_of(raw), 200, raw[:200])
         server.assert_alive()
-        self.assertLess(health_latency(server.http_port), 1.0)
+        self.assertLess(health_latency(server.http_port), 2.0)
         # gRPC's port too: gRPC 1.51's own listener stopped accepting for good on the
         # first EMFILE; the server's (GrpcAcceptor) waits and accepts again.
         channel = open_channel(server.address, timeout=10)
