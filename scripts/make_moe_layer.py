@@ -504,12 +504,45 @@ def _dequantize(ins, attrs):
     return (x - zero) * scale
 
 
-def _run_node(node, v):
+def _int8_activations(x, weights):
+    """x [M, K] times one quantized weight matrix as accuracy_level 4 computes it
+    (quantize_model.int8_activation_matmul); `weights` (q, scale, zero point, block) as
+    DequantizeLinear reads them, for one matrix [K, N]."""
+    q, scale, zero, block = weights
+    if block == 0:  # per output column: one scale per column
+        scale = scale.reshape(-1)
+        zero = None if zero is None else zero.reshape(-1)
+    return qm.int8_activation_matmul(x, q, scale.astype(np.float64), zero, block)
+
+
+def _level4(op, ins, weights):
+    """MatMul or GroupedMatMul of activations ins[0] and dequantized weights, on 8-bit
+    activations: `weights` the DequantizeLinear's (q, scale, zero point, block)."""
+    if op == "MatMul":
+        return _int8_activations(ins[0], weights)
+    ids = ins[2].astype(np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= ins[1].shape[0]):
+        raise ValueError("group index out of range")
+    q, scale, zero, block = weights
+
+    def of(values, e):  # an expert's scales or zero points; per column, maybe shared by all
+        return None if values is None else (values if values.ndim == 1 else values[e])
+    out = np.zeros(ids.shape + (ins[1].shape[-1],))
+    for m in range(ids.shape[0]):
+        for j, e in enumerate(ids[m]):
+            out[m, j] = _int8_activations(ins[0][m:m + 1],
+                                          (q[e], of(scale, e), of(zero, e), block))[0]
+    return out
+
+
+def _run_node(node, v, quantized=None):
     ins = [v[name] for name in node.input if name]
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     op = node.op_type
     if op == "DequantizeLinear":
         return [_dequantize(ins, attrs)]
+    if op in ("MatMul", "GroupedMatMul") and quantized and node.input[1] in quantized:
+        return [_level4(op, ins, quantized[node.input[1]])]
     if op == "MatMul":
         return [ins[0] @ ins[1]]
     if op == "GroupedMatMul":
@@ -536,16 +569,31 @@ def _run_node(node, v):
     raise ValueError(f"operator {op} is not one of a layer's")
 
 
-def evaluate(model, feeds):
-    """The graph's outputs in float64 (indices as int64), from `feeds` by input name."""
+def evaluate(model, feeds, accuracy_level=0, values=None):
+    """The graph's outputs in float64 (indices as int64), from `feeds` by input name. With
+    accuracy_level 4, a MatMul or GroupedMatMul of weights that a DequantizeLinear gives
+    computes as gemmserve's level 4 does, on 8-bit activations quantized per block
+    (quantize_model.int8_activation_matmul), each term in float64. `values`: a dict that
+    gets every value the graph computed, by name."""
     graph = model.graph
     v = {init.name: _initializer(init) for init in graph.initializer}
+    quantized = {}
+    if accuracy_level == 4:
+        for node in graph.node:
+            if node.op_type == "DequantizeLinear":
+                attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+                ins = [v[name] for name in node.input if name]
+                quantized[node.output[0]] = (ins[0], np.asarray(ins[1], np.float64),
+                                             ins[2] if len(ins) > 2 else None,
+                                             attrs.get("block_size", 0))
     for name, value in feeds.items():
         value = np.asarray(value)
         v[name] = value.astype(np.float64) if value.dtype.kind == "f" else value
     for node in graph.node:
-        for name, value in zip(node.output, _run_node(node, v)):
+        for name, value in zip(node.output, _run_node(node, v, quantized)):
             v[name] = value
+    if values is not None:
+        values.update(v)
     return {out.name: v[out.name] for out in graph.output}
 
 

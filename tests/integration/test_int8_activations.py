@@ -106,20 +106,63 @@ class Int8ActivationsTest(GemmServeTestCase):
         exact = decode_outputs(self.infer(make_infer_request("l0_reported", inputs)))
         self.assertFalse(np.array_equal(exact["expert_out"], via_grpc["expert_out"]))
 
-    def test_a_quantized_layer_runs_on_8_bit_activations(self):
+    def test_a_quantized_layer_is_the_same_arithmetic_token_by_token(self):
+        """The whole layer at level 4 against an independent float64 evaluation of the same
+        arithmetic (make_moe_layer.evaluate at accuracy_level 4: both projections on
+        activations quantized per block of 16), each token to a bound derived from it: FP32
+        roundings (1e-5 of the token's largest output), plus, for each activation of the
+        down projection whose scaled value lies within 1e-3 of a rounding boundary (where
+        FP32 and float64 intermediates may round it apart), one step of it times the
+        weight it meets. The exact path (level 0) is outside FP32's part nearly everywhere."""
+        for bits, block in ((4, 16), (8, 0)):
+            with self.subTest(bits=bits, block=block):
+                self.check_layer(bits, block)
+
+    def check_layer(self, bits, block):
         model = make_moe_layer.quantize_layer(make_moe_layer.layer_model(
             make_moe_layer.layer_graph(64, 32, 8, 2, "fp32", routing="topk_softmax", seed=4)),
-            4, 16)
-        self.load_model("l4_layer", model)
-        self.load_model("l0_layer", model, config="")
+            bits, block)
+        name = f"l4_layer_{bits}_{block}"
+        self.load_model(name, model)
+        self.load_model(name + "_l0", model, config="")
         x = np.random.default_rng(422).uniform(-1, 1, (6, 64)).astype(np.float32)
-        approx = decode_outputs(self.infer(make_infer_request("l4_layer", [("x", x)])))["out"]
-        exact = decode_outputs(self.infer(make_infer_request("l0_layer", [("x", x)])))["out"]
-        rel = np.abs(approx - exact).max() / np.abs(exact).max()
+        got = decode_outputs(self.infer(make_infer_request(name, [("x", x)])))["out"]
+        exact = decode_outputs(self.infer(make_infer_request(name + "_l0", [("x", x)])))["out"]
+        values = {}
+        want = make_moe_layer.evaluate(model, {"x": x}, accuracy_level=4, values=values)["out"]
+        bound = self.layer_bound(values, want, 16 if block else 32)
+        for t in range(x.shape[0]):
+            err = np.abs(got[t] - want[t])
+            self.assertTrue(np.all(err <= bound[t]), f"token {t}: {err.max()} over "
+                            f"{bound[t][np.argmax(err - bound[t])]}")
+        # Level 4 was used: the exact path is outside FP32's part of the bound nearly
+        # everywhere, where the answer is inside all of it.
+        fp32 = 1e-5 * np.abs(want).max(axis=1, keepdims=True)
+        self.assertGreater(np.mean(np.abs(exact - want) > fp32), 0.9)
+        rel = np.abs(got - exact).max() / np.abs(exact).max()
         self.assertLess(rel, 3e-2)
-        self.assertGreater(rel, 0.0)
-        config = self.stub.ModelConfig(pb2.ModelConfigRequest(name="l4_layer"), timeout=10).config
+        config = self.stub.ModelConfig(pb2.ModelConfigRequest(name=name), timeout=10).config
         self.assertEqual(config.parameters["accuracy_level"].string_value, "4")
+
+    @staticmethod
+    def layer_bound(values, want, block):
+        """Per token and output: FP32's roundings, and one step of each down-projection
+        activation that lies near a rounding boundary times the largest weight it meets."""
+        bound = 1e-5 * np.abs(want).max(axis=1, keepdims=True) * np.ones_like(want)
+        a = values["a2"].astype(np.float32)  # [M * S, I], as the server holds it
+        ids, w, w_d = values["ids2"].reshape(-1), values["w"].reshape(-1), values["W_d"]
+        s = values["w"].shape[1]
+        q, scale = make_moe_layer.qm.quantize_activations(a, block)
+        for row in range(a.shape[0]):
+            for b in range(scale.shape[1]):
+                cols = slice(b * block, (b + 1) * block)
+                inv = np.float32(127) / np.float32(scale[row, b] * 127) if scale[row, b] else 0
+                scaled = a[row, cols].astype(np.float64) * inv
+                near = np.abs(np.abs(scaled - np.floor(scaled)) - 0.5) < 1e-3
+                for r in np.nonzero(near)[0]:
+                    weights = np.abs(w_d[ids[row], b * block + r])  # [K]
+                    bound[row // s] += abs(w[row]) * scale[row, b] * weights
+        return bound
 
     def test_other_levels_and_unquantized_weights_are_refused_by_name(self):
         rng = np.random.default_rng(423)
