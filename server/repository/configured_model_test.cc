@@ -14,7 +14,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kTritonJson[] = R"({
+constexpr char kConfiguredJson[] = R"({
   "name": "moe",
   "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [-1, 64]}],
   "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": ["-1", 3, 32]}]
@@ -29,7 +29,7 @@ ModelMetadata TwoTensorModel() {
 }
 
 TEST(TritonConfigTest, DeclaredTensorsAreCheckedAgainstTheModel) {
-  auto config = ParseLoadConfig(kTritonJson);
+  auto config = ParseLoadConfig(kConfiguredJson);
   ASSERT_TRUE(config.ok());
   EXPECT_TRUE(CheckDeclaredTensors(*config, TwoTensorModel()).ok());
   const struct {
