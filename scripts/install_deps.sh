@@ -20,7 +20,6 @@ if [[ "${1:-}" == "--test" ]]; then
   # tests/fuzz.sh: clang with libFuzzer and the sanitizer runtimes, clang's
   # OpenMP, and llvm-symbolizer for readable stacks.
   PACKAGES+=(clang libclang-rt-14-dev libomp-dev llvm)
-  PACKAGES+=(lld)  # the sanitizer tree's linker (tests/asan_tree.sh): half ld.bfd's time
   PACKAGES+=(libdnnl-dev)  # oneDNN: gemmserve-bench's baseline for resident GroupedMatMul
   PACKAGES+=(ccache)  # the gate's compiler cache (tests/build_env.sh)
   # tests/integration/test_tritonclient.py: NVIDIA's tritonclient (vendored in

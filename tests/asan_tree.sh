@@ -29,7 +29,8 @@ fi
 # Compilers named explicitly: a tree once configured with gcc is reconfigured.
 # The compiler cache and -Werror as in every tree of the gate.
 source tests/build_env.sh
-# lld where installed (install_deps.sh --test): linking the tree's two dozen
+# lld where installed (an option: this project's machines have it; Debian's
+# clang does not pull it in, and without it ld.bfd links): the two dozen
 # sanitized binaries took 34 s with ld.bfd and 16 s with it on 2 cores.
 linker=(-DCMAKE_EXE_LINKER_FLAGS= -DCMAKE_SHARED_LINKER_FLAGS=)
 if command -v ld.lld >/dev/null; then
