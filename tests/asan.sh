@@ -47,5 +47,7 @@ echo "asan: gemmserve has $instrumented instrumented translation units"
 export ASAN_OPTIONS="exitcode=86:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="exitcode=86:halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 cd "$BUILD_DIR"
+# Every passing test's whole output (ctest keeps 1 KiB by default) in the
+# JUnit file, where tests/gate_summary.py finds the skips and their reasons.
 ctest -LE '^(capped|soak|benchmark|script|release_only)$' -j"$(nproc)" --output-on-failure \
-  --timeout 900 "$@"
+  --test-output-size-passed 16000000 --timeout 900 "$@"

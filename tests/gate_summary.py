@@ -33,7 +33,8 @@ def read_stages(gate_dir):
     return stages
 
 
-PYTHON_SKIP = re.compile(r"^gemmserve-test: skipped (\S+): (.*)$")
+# A test's id, or "setUpClass (module.Class)" for a class skipped whole.
+PYTHON_SKIP = re.compile(r"^gemmserve-test: skipped (.+?): (.*)$")
 GTEST_RUN = re.compile(r"^\[ RUN      \] (\S+)")
 GTEST_SKIPPED = re.compile(r"^\[  SKIPPED \] (\S+\.\S+)")
 

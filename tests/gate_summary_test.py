@@ -46,11 +46,21 @@ def python_output():
         def test_needs_root(self):
             self.skipTest("not root: network namespaces need it")
 
+    class Whole(unittest.TestCase):
+        @classmethod
+        def setUpClass(cls):
+            raise unittest.SkipTest("no library: npm is offline")
+
+        def test_anything(self):
+            pass
+
     Case.__module__, Case.__qualname__ = "test_example", "Case"
+    Whole.__module__, Whole.__qualname__ = "test_example", "Whole"
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        unittest.TextTestRunner(stream=io.StringIO()).run(
-            unittest.defaultTestLoader.loadTestsFromTestCase(Case))
+        for case in (Case, Whole):
+            unittest.TextTestRunner(stream=io.StringIO()).run(
+                unittest.defaultTestLoader.loadTestsFromTestCase(case))
     return err.getvalue()
 
 
@@ -66,11 +76,13 @@ class SkipListTest(unittest.TestCase):
              "no AVX512-BF16 here: the native path is not used"),
             ("release", "integration_x", "test_example.Case.test_needs_root",
              "not root: network namespaces need it"),
+            ("release", "integration_x", "setUpClass (test_example.Whole)",
+             "no library: npm is offline"),
             ("release", "needs_amx", "needs_amx", "ctest: notrun: this CPU lacks amx_tile"),
         ])
         out = subprocess.run([sys.executable, os.path.join(HERE, "gate_summary.py"), gate],
                              capture_output=True, text=True, check=True).stdout
-        self.assertIn("gate: 3 skipped tests:", out)
+        self.assertIn("gate: 4 skipped tests:", out)
         self.assertIn("panel_gemm_test: Panels.NativeBf16: no AVX512-BF16 here", out)
 
     def test_a_run_without_skips_says_so(self):

@@ -17,6 +17,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "server/common/client_text.h"
 #include "server/common/status_macros.h"
+#include "server/repository/utf8_fields.h"
 
 namespace gemmserve {
 namespace {
@@ -349,6 +350,7 @@ absl::StatusOr<int> AccuracyLevel(const inference::ModelConfig& config) {
 }
 
 absl::Status CheckConfig(const inference::ModelConfig& config) {
+  GEMMSERVE_RETURN_IF_ERROR(CheckStringsAreUtf8(config));
   GEMMSERVE_RETURN_IF_ERROR(CheckPlacement(config));
   GEMMSERVE_RETURN_IF_ERROR(CheckVersionPolicy(config));
   GEMMSERVE_RETURN_IF_ERROR(CheckInstanceGroups(config));

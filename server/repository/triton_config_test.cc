@@ -111,6 +111,29 @@ TEST(TritonConfigTest, TextThatDoesNotStartWithABraceIsConfigPbtxt) {
 // accuracy_level, ONNX Runtime's setting of quantized weights, in both forms
 // and without a dynamic_batching block: "0" or "4", anything else refused by
 // name.
+// protobuf's text format takes invalid UTF-8 into a string field (its binary
+// and JSON forms refuse it): refused here, named by its path, so that what
+// ModelConfig answers always loads back (a fuzz_model_loader finding).
+TEST(TritonConfigTest, StringsThatAreNotUtf8AreRefusedByTheirPath) {
+  const std::string warmup =
+      "model_warmup { name: \"\\322\" inputs { key: \"x\" value { data_type: TYPE_FP32 "
+      "dims: [1] zero_data: true } } }";
+  auto refused = ParseModelConfigFile(warmup);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("model_warmup[0].name is not UTF-8"));
+  auto in_a_map =
+      ParseModelConfigFile("parameters { key: \"note\" value { string_value: \"\\377ok\" } }");
+  ASSERT_FALSE(in_a_map.ok());
+  EXPECT_THAT(std::string(in_a_map.status().message()),
+              HasSubstr("parameters[0].value.string_value is not UTF-8"));
+  // UTF-8 beyond ASCII is a string like any other.
+  EXPECT_TRUE(ParseModelConfigFile("parameters { key: \"note\" value { string_value: "
+                                   "\"h\\303\\251llo\" } }")
+                  .ok());
+}
+
 TEST(TritonConfigTest, AccuracyLevelIsZeroOrFour) {
   auto pbtxt =
       ParseLoadConfig(R"(parameters { key: "accuracy_level" value { string_value: "4" } })");

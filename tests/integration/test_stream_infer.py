@@ -266,13 +266,15 @@ class StreamBatchingTest(GemmServeTestCase):
 
 
 class Blocker:
-    """A long MatMul on a unary call (FP32 3072 x 3072 x 3072, 58 GFLOP: 0.2 s or more on
-    one core of any CPU the gate meets) that holds a server of one compute thread: what a
-    stream sends meanwhile is read and queued behind it, whatever the machine's speed."""
+    """A long MatMul on a unary call (FP32 4096 x 4096 x 4096, 137 GFLOP: 0.4 s or more on
+    one core of any CPU the gate meets, whose single-core FP32 peak is under 300 GFLOP/s)
+    that holds a server of one compute thread: what a stream sends meanwhile (a few small
+    requests, read in milliseconds) is read and queued behind it, and a cancel reaches the
+    server before it ends. wait_queued() checks that it still ran when the test looked."""
 
     def __init__(self, test):
         self.test = test
-        a = np.ones((3072, 3072), np.float32)
+        a = np.ones((4096, 4096), np.float32)
         self.future = test.stub.ModelInfer.future(
             make_infer_request("matmul", [("A", a), ("B", a)]), timeout=120)
         deadline = time.time() + 60  # running: accepted, and no longer queued
@@ -299,7 +301,7 @@ class Blocker:
 
     def finish(self):
         y = decode_outputs(self.future.result(timeout=120))["Y"]
-        np.testing.assert_array_equal(y[:2, :2], [[3072.0] * 2] * 2)
+        np.testing.assert_array_equal(y[:2, :2], [[4096.0] * 2] * 2)
 
 
 def stream_batches(before, after):
@@ -349,7 +351,7 @@ class StreamQueueTest(GemmServeTestCase):
         # and no call held more: a server that read past the bound would have queued
         # all 12 and computed 24 rows at once.
         batches = stream_batches(before, statistics(self.stub, "matmul"))
-        batches.pop(3072, None)
+        batches.pop(4096, None)
         self.assertIn(6, batches, batches)
         self.assertLessEqual(set(batches), {2, 4, 6}, batches)
 

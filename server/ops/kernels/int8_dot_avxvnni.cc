@@ -3,7 +3,7 @@
 // KernelSet names it: CPUs with the VEX-encoded, 256-bit vpdpbusd but not
 // AVX512-VNNI (Intel's client cores since Alder Lake, its E-core Xeons such
 // as Sierra Forest; and any CPU with AVX-VNNI under
-// GEMMSERVE_MAX_CPU_ISA=avx2). The AVX512-VNNI build's arithmetic in
+// GEMMSERVE_MAX_CPU_ISA=avx2_vnni). The AVX512-VNNI build's arithmetic in
 // half-width registers: four K rows of the weights interleaved into one
 // 32-bit lane per column (made unsigned: +128 for INT8, +8 for INT4, folded
 // into the zero point's correction), the four activations of a row
