@@ -84,7 +84,13 @@ struct ShardCall {
   absl::Status result;
 };
 
-absl::StatusCode FromGrpc(grpc::StatusCode code) { return static_cast<absl::StatusCode>(code); }
+// What a shard call's gRPC status says, as a Status (the shard's message
+// made safe to show and cut to 200 bytes: it reaches the router's caller).
+absl::Status ShardStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      ClientText(status.error_message(), 200));
+}
 
 class GrpcRemoteExperts final : public RemoteExperts {
  public:
@@ -229,31 +235,41 @@ absl::Status GrpcRemoteExperts::CheckConfig(const Shard& shard,
   return absl::OkStatus();
 }
 
-void GrpcRemoteExperts::Probe(const Shard& shard, Replica& r) const {
-  const absl::Time deadline = absl::Now() + absl::Seconds(1);
+// One of a probe's unary calls, `rpc(context, request, response)`, for the
+// layer's model name and version, ending by `deadline`.
+template <typename Request, typename Response, typename Rpc>
+absl::Status AskShard(const ShardedLayerPlan& plan, absl::Time deadline, Rpc rpc,
+                      Response* response) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
-  inference::ModelMetadataRequest request;
-  request.set_name(plan_.model);
-  request.set_version(plan_.version);
+  Request request;
+  request.set_name(plan.model);
+  request.set_version(plan.version);
+  return ShardStatus(rpc(&context, request, response));
+}
+
+void GrpcRemoteExperts::Probe(const Shard& shard, Replica& r) const {
+  const absl::Time deadline = absl::Now() + absl::Seconds(1);
+  auto* stub = r.stub.get();
   inference::ModelMetadataResponse md;
-  grpc::Status status = r.stub->ModelMetadata(&context, request, &md);
+  absl::Status fit = AskShard<inference::ModelMetadataRequest>(
+      plan_, deadline,
+      [stub](auto* context, const auto& request, auto* response) {
+        return stub->ModelMetadata(context, request, response);
+      },
+      &md);
   ShardNames names;
-  absl::Status fit = status.ok() ? CheckMetadata(md, &names)
-                                 : absl::Status(FromGrpc(status.error_code()),
-                                                ClientText(status.error_message(), 200));
+  if (fit.ok()) fit = CheckMetadata(md, &names);
+  inference::ModelConfigResponse config;
   if (fit.ok()) {
-    grpc::ClientContext config_context;
-    config_context.set_deadline(absl::ToChronoTime(deadline));
-    inference::ModelConfigRequest config_request;
-    config_request.set_name(plan_.model);
-    config_request.set_version(plan_.version);
-    inference::ModelConfigResponse config;
-    status = r.stub->ModelConfig(&config_context, config_request, &config);
-    fit = status.ok() ? CheckConfig(shard, config)
-                      : absl::Status(FromGrpc(status.error_code()),
-                                     ClientText(status.error_message(), 200));
+    fit = AskShard<inference::ModelConfigRequest>(
+        plan_, deadline,
+        [stub](auto* context, const auto& request, auto* response) {
+          return stub->ModelConfig(context, request, response);
+        },
+        &config);
   }
+  if (fit.ok()) fit = CheckConfig(shard, config);
   absl::MutexLock lock(&r.mu);
   if (fit.ok() != r.ready) {
     GEMMSERVE_LOG(INFO) << "model '" << plan_.model << "': shard replica " << r.address
@@ -437,9 +453,7 @@ absl::Status GrpcRemoteExperts::AddRoutedExperts(const RemoteExpertsCall& call, 
   // A replica that is gone or answered nonsense: once more on another.
   std::vector<ShardCall*> again;
   for (ShardCall* sc : first) {
-    sc->result = sc->status.ok()
-                     ? AddAnswer(call, *sc, acc)
-                     : absl::Status(FromGrpc(sc->status.error_code()), sc->status.error_message());
+    sc->result = sc->status.ok() ? AddAnswer(call, *sc, acc) : ShardStatus(sc->status);
     if (sc->result.ok()) continue;
     if (sc->shard->errors != nullptr) sc->shard->errors->Increment();
     const bool retry = absl::IsUnavailable(sc->result) || absl::IsInternal(sc->result);
@@ -454,9 +468,7 @@ absl::Status GrpcRemoteExperts::AddRoutedExperts(const RemoteExpertsCall& call, 
   }
   RunCalls(again, deadline);
   for (ShardCall* sc : again) {
-    sc->result = sc->status.ok()
-                     ? AddAnswer(call, *sc, acc)
-                     : absl::Status(FromGrpc(sc->status.error_code()), sc->status.error_message());
+    sc->result = sc->status.ok() ? AddAnswer(call, *sc, acc) : ShardStatus(sc->status);
     if (!sc->result.ok() && sc->shard->errors != nullptr) sc->shard->errors->Increment();
   }
   if (overhead_ != nullptr && call.began != absl::InfinitePast()) {
