@@ -13,7 +13,7 @@
 #                                    # the Release stage only
 #
 # Stages: Release build (build/, gcc -O3), Release tests (ctest, as many at
-# once as the machine has cores), TSan (the dynamic batcher), ASan + UBSan
+# once as the machine has cores), TSan build and tests (build-tsan/), ASan + UBSan
 # build and tests (build-asan/, clang), fuzzing (the same tree), container.
 # CI=true or GEMMSERVE_WERROR=1 makes our warnings errors (tests/build_env.sh).
 set -euo pipefail
@@ -91,17 +91,16 @@ if [[ "${GEMMSERVE_SKIP_CONTAINER:-0}" != 1 ]]; then
   container_pid=$!
 fi
 
-# ThreadSanitizer on the dynamic batcher's tests (their threaded stress test
-# included): the batcher locks with std::mutex, which TSan sees; Debian's
-# Abseil is not TSan-built, so the rest of the server would report its
-# absl::Mutex locking as races.
-tsan() {
-  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGEMMSERVE_TSAN=ON \
-    "${GEMMSERVE_CMAKE_ARGS[@]}" >/dev/null
-  cmake --build build-tsan -j"$JOBS" --target dynamic_batcher_test
-  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" build-tsan/bin/dynamic_batcher_test
-}
-if [[ "${GEMMSERVE_SKIP_TSAN:-0}" != 1 ]]; then stage tsan tsan; else skipped tsan GEMMSERVE_SKIP_TSAN; fi
+# ThreadSanitizer in build-tsan/ (tests/tsan.sh): the unit tests of the
+# concurrent layers and the integration suites of streams, HTTP sessions, the
+# tracer, the loader and concurrent callers, against a TSan-built server, with
+# Abseil's locks built with TSan from the installed version's source.
+if [[ "${GEMMSERVE_SKIP_TSAN:-0}" != 1 ]]; then
+  stage tsan-build tests/tsan.sh --build-only
+  stage tsan-tests tests/tsan.sh --output-junit "$GATE_DIR/ctest-tsan.xml"
+else
+  skipped tsan GEMMSERVE_SKIP_TSAN
+fi
 
 # ASan + UBSan in the clang tree build-asan/ (tests/asan.sh): the unit tests,
 # the request paths, loaders and front ends through the integration suites

@@ -395,7 +395,7 @@ class InferHandler {
     numbers_ = 0;
     writing_ = nullptr;
     if (pass_ == 1) in.dims.clear();
-    DataType type;
+    DataType type = DataType::kFP32;  // set by ConvertibleCount where count >= 0
     const int64_t count = ConvertibleCount(in, &type);
     const bool now = pass_ == 1 || in.deferred;
     if (count >= 0 && now && in.buffer == nullptr) {

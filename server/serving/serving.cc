@@ -120,7 +120,11 @@ Serving::Serving(ServingParts parts)
       max_message_bytes_(engine_->options().max_message_bytes),
       allow_log_file_setting_(parts.allow_log_file_setting) {}
 
-Serving::~Serving() = default;
+Serving::~Serving() {
+  // Found by TSan (http_test): a test that destroyed Serving once it had its
+  // answer freed the mutex Call::Finish was about to take.
+  WaitUntilIdle(absl::InfiniteFuture());
+}
 
 std::string Serving::ShmOwner(std::optional<absl::string_view> authorization) const {
   return auth_ == nullptr ? std::string() : std::string(authorization.value_or(""));

@@ -70,6 +70,9 @@ class Serving {
  public:
   // Takes the parts (ServingParts says which may be null).
   explicit Serving(ServingParts parts);
+  // Waits until every accepted call has finished: a call's answer goes out
+  // before its last bookkeeping (trace, statistics, the in-flight count), so
+  // whoever received the last answer may get here while that still runs.
   ~Serving();
 
   // For tests and benchmarks; front ends use the API below.

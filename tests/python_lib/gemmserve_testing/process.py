@@ -88,7 +88,9 @@ def metric_sum(url, family, **labels):
 
 @functools.lru_cache(maxsize=None)
 def server_is_sanitized():
-    """True for a server built with ASan (tests/asan.sh): its memory figures mean nothing
-    and it cannot run under an address-space limit (ASan reserves terabytes)."""
+    """True for a server built with ASan or TSan (tests/asan.sh, tests/tsan.sh): its
+    memory figures mean nothing (shadow memory, the sanitizer's own allocator) and it
+    cannot run under an address-space limit (both reserve terabytes)."""
     with open(server_binary(), "rb") as f:
-        return b"__asan_init" in f.read()
+        binary = f.read()
+    return b"__asan_init" in binary or b"__tsan_init" in binary

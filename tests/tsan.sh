@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The ThreadSanitizer stage (docs/testing.md): the tests labelled `tsan`, built
+# in build-tsan/ (gcc, -DGEMMSERVE_TSAN=ON) and run there: the unit tests of the
+# concurrent layers (the dynamic batcher and its threaded stress test, the
+# worker pool, Serving and its tracer and log settings, the repository's
+# loader, the gRPC and HTTP front ends, metrics, shared memory) and the
+# integration suites of streams, HTTP sessions, the tracer, the loader, the
+# stock Triton client and concurrent requests against a TSan-built server.
+# A TSan report fails the test: a unit test's process exits 66, and a
+# server's report in its stderr fails the test that ran it
+# (tests/python_lib/gemmserve_testing/server.py).
+#
+#   tests/tsan.sh                   # build, then the stage's tests
+#   tests/tsan.sh --build-only      # build only
+#   tests/tsan.sh -R stream         # extra ctest arguments
+#
+# Abseil's locks are compiled with TSan from the installed version's source
+# (tests/tsan_absl_source.sh fetches it from Debian's archive, cmake/
+# ThreadSanitizer.cmake links it), or TSan could not see absl::Mutex. The
+# operators (server/ops) are not instrumented: their threads are OpenMP's and
+# BLIS's, which TSan cannot see either.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${TSAN_BUILD_DIR:-build-tsan}
+build_only=0
+if [[ "${1:-}" == --build-only ]]; then
+  build_only=1
+  shift
+fi
+scripts/install_deps.sh --test
+source tests/build_env.sh
+absl_source=$(tests/tsan_absl_source.sh "$BUILD_DIR/abseil-source")
+# -O1 with line tables (-g1): reports that name file and line, and the least
+# compiling (the operators at -O1 too: uninstrumented, they compute the
+# integration suites' products a little slower than at -O3).
+cmake -S . -B "$BUILD_DIR" "${GEMMSERVE_CMAKE_ARGS[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DGEMMSERVE_TSAN=ON -DGEMMSERVE_TSAN_ABSL_SOURCE="$absl_source" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" >/dev/null
+# What the labelled tests run: their binaries, the server, the Python stubs.
+mapfile -t targets < <(ctest --test-dir "$BUILD_DIR" -N -L '^tsan$' |
+                         sed -n 's/^ *Test *#[0-9]*: \([a-z_]*_test\)$/\1/p')
+cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${targets[@]}" gemmserve gemmserve_python_stubs
+
+# Abseil's locks must be the instrumented ones: the server defines them itself.
+defined=$(nm -C "$BUILD_DIR/bin/gemmserve" | grep -c ' T absl::[a-z0-9_]*::Mutex::Lock()$' || true)
+if [[ "$defined" != 1 ]]; then
+  echo "tsan: $BUILD_DIR/bin/gemmserve does not define absl::Mutex::Lock: TSan would not" \
+       "see Abseil's locks (cmake/ThreadSanitizer.cmake)" >&2
+  exit 1
+fi
+[[ "$build_only" == 1 ]] && exit 0
+# A report ends a unit test's process with exit code 66; a server keeps
+# serving after one (halt_on_error=0), and its test fails on the report in its
+# stderr. tests/tsan_suppressions.txt says why each of its lines is there.
+export TSAN_OPTIONS="exitcode=66:second_deadlock_stack=1:ignore_noninstrumented_modules=1:history_size=7:suppressions=$(pwd)/tests/tsan_suppressions.txt${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+cd "$BUILD_DIR"
+ctest -L '^tsan$' -j"$(nproc)" --output-on-failure --test-output-size-passed 16000000 \
+  --timeout 900 "$@"
