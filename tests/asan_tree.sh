@@ -36,7 +36,8 @@ linker=(-DCMAKE_EXE_LINKER_FLAGS= -DCMAKE_SHARED_LINKER_FLAGS=)
 if command -v ld.lld >/dev/null; then
   linker=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=lld)
 fi
-cmake -S . -B "$BUILD_DIR" "${GEMMSERVE_CMAKE_ARGS[@]}" "${linker[@]}" \
+# shellcheck disable=SC2046
+cmake -S . -B "$BUILD_DIR" $(gemmserve_generator "$BUILD_DIR") "${GEMMSERVE_CMAKE_ARGS[@]}" "${linker[@]}" \
   -DCMAKE_C_COMPILER="$(command -v clang)" \
   -DCMAKE_CXX_COMPILER="$(command -v clang++)" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGEMMSERVE_SANITIZE=ON -DGEMMSERVE_FUZZ=ON \

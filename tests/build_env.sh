@@ -15,8 +15,14 @@
 #   or GEMMSERVE_WERROR=1; OFF otherwise, so a compiler other than the ones CI
 #   builds with does not stop a user.
 #
+# - Ninja for a new tree where it is installed (gemmserve_generator DIR): it
+#   compiles a library's files while the libraries below it still build,
+#   where Make waits for each library in turn; with the serving layers as
+#   unity builds of a few large units, Make kept the TSan tree's 2 cores 68%
+#   busy. A tree keeps the generator it was made with; without ninja, Make.
+#
 #   source tests/build_env.sh
-#   cmake -S . -B build "${GEMMSERVE_CMAKE_ARGS[@]}" ...
+#   cmake -S . -B build $(gemmserve_generator build) "${GEMMSERVE_CMAKE_ARGS[@]}" ...
 
 GEMMSERVE_CMAKE_ARGS=()
 if [[ "${GEMMSERVE_CCACHE:-1}" != 0 ]] && command -v ccache >/dev/null 2>&1; then
@@ -32,3 +38,11 @@ if [[ "${CI:-}" == true || "${GEMMSERVE_WERROR:-0}" == 1 ]]; then
 else
   GEMMSERVE_CMAKE_ARGS+=(-DGEMMSERVE_WERROR=OFF)
 fi
+
+# gemmserve_generator DIR: prints -GNinja when DIR is not yet a CMake tree
+# and ninja is installed; nothing otherwise (the tree's own, or Make).
+gemmserve_generator() {
+  if [[ ! -f "$1/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then
+    echo "-GNinja"
+  fi
+}

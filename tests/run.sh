@@ -65,9 +65,9 @@ stage dependencies scripts/install_deps.sh --test
 source tests/build_env.sh
 
 release_build() {
-  # shellcheck disable=SC2086
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${GEMMSERVE_CMAKE_ARGS[@]}" \
-    ${CMAKE_ARGS:-}
+  # shellcheck disable=SC2046,SC2086
+  cmake -S . -B "$BUILD_DIR" $(gemmserve_generator "$BUILD_DIR") -DCMAKE_BUILD_TYPE=Release \
+    "${GEMMSERVE_CMAKE_ARGS[@]}" ${CMAKE_ARGS:-}
   cmake --build "$BUILD_DIR" -j"$JOBS"
 }
 stage release-build release_build

@@ -37,10 +37,6 @@ constexpr char kGroupIndicesName[] = "group_indices";
 constexpr char kWeightsName[] = "weights";
 constexpr char kGroupsParameter[] = "groups";
 
-// Calls still in flight when the window closes get this long to finish
-// before they are cancelled; they are not counted either way, the grace only
-// spares the server a burst of cancellations.
-constexpr absl::Duration kDrainGrace = absl::Seconds(2);
 
 constexpr double kMaxRate = 1e6;
 constexpr absl::Duration kMaxDuration = absl::Hours(24);

@@ -61,6 +61,12 @@
 
 namespace gemmserve::client {
 
+// Calls still in flight when the window closes get this long to finish
+// before they are cancelled (unary and streaming loads alike); they are not
+// counted either way, the grace only spares the server a burst of
+// cancellations.
+inline constexpr absl::Duration kDrainGrace = absl::Seconds(2);
+
 // `--shape NAME:d1,d2,...`: the shape to send for one input.
 struct ShapeOverride {
   std::string name;

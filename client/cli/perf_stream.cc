@@ -33,7 +33,6 @@ constexpr char kModelStreamInferMethod[] = "/inference.GRPCInferenceService/Mode
 constexpr int kErrorMessageField = 1;
 constexpr int kInferResponseField = 2;
 constexpr int kIdField = 3;
-constexpr absl::Duration kDrainGrace = absl::Seconds(2);
 
 // Reads the id out of a serialized ModelInferResponse of `length` bytes.
 bool ReadResponseId(google::protobuf::io::CodedInputStream& in, uint32_t length,
