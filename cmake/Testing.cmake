@@ -9,6 +9,8 @@
 #   script              Release only: the Python-only tests of scripts/
 #   soak                Release only: the soak (10 s; 60 s with GEMMSERVE_LONG=1)
 #   release_only        Release only: checks of the Release binary itself
+#   client              Release only: the clients' own tests (language clients, perf)
+#   tsan                the TSan stage too (tests/tsan.sh)
 #
 # tests/asan.sh selects the sanitizer stage's tests by these labels.
 

@@ -49,5 +49,5 @@ export UBSAN_OPTIONS="exitcode=86:halt_on_error=1:print_stacktrace=1${UBSAN_OPTI
 cd "$BUILD_DIR"
 # Every passing test's whole output (ctest keeps 1 KiB by default) in the
 # JUnit file, where tests/gate_summary.py finds the skips and their reasons.
-ctest -LE '^(capped|soak|benchmark|script|release_only)$' -j"$(nproc)" --output-on-failure \
+ctest -LE '^(capped|soak|benchmark|script|release_only|client)$' -j"$(nproc)" --output-on-failure \
   --test-output-size-passed 16000000 --timeout 900 "$@"

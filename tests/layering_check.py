@@ -69,11 +69,20 @@ def include_failures(source_root):
 
 
 def link_line(build, target):
+    """The link of the executable `target` as CMake wrote it: Make's link.txt, or Ninja's
+    build statement for bin/TARGET with its variables (LINK_LIBRARIES)."""
     found = glob.glob(os.path.join(build, "**", f"{target}.dir", "link.txt"), recursive=True)
-    if len(found) != 1:
-        sys.exit(f"layering_check: {len(found)} link lines for {target} under {build}")
-    with open(found[0]) as f:
-        return f.read()
+    ninja = os.path.join(build, "build.ninja")
+    if not found and os.path.exists(ninja):
+        with open(ninja) as f:
+            found = re.findall(rf"^build bin/{re.escape(target)}: .*\n(?:  .*\n)*", f.read(),
+                               re.MULTILINE)
+        if len(found) == 1:
+            return found[0]
+    elif len(found) == 1:
+        with open(found[0]) as f:
+            return f.read()
+    sys.exit(f"layering_check: {len(found)} link lines for {target} under {build}")
 
 
 def link_failures(build):

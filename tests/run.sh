@@ -115,9 +115,9 @@ fi
 
 # Fuzzing under ASan + UBSan (fuzz/README.md): every saved regression input,
 # then each libFuzzer target from its seed corpus, as many at once as there
-# are cores: 30 s each (GEMMSERVE_FUZZ_SECONDS), 300 s with GEMMSERVE_LONG=1.
+# are cores: 15 s each (GEMMSERVE_FUZZ_SECONDS), 300 s with GEMMSERVE_LONG=1.
 if [[ "${GEMMSERVE_SKIP_FUZZ:-0}" != 1 ]]; then
-  fuzz_seconds=${GEMMSERVE_FUZZ_SECONDS:-$([[ "$GEMMSERVE_LONG" == 1 ]] && echo 300 || echo 30)}
+  fuzz_seconds=${GEMMSERVE_FUZZ_SECONDS:-$([[ "$GEMMSERVE_LONG" == 1 ]] && echo 300 || echo 15)}
   stage fuzz tests/fuzz.sh "$fuzz_seconds"
 else
   skipped fuzz GEMMSERVE_SKIP_FUZZ
