@@ -2,7 +2,8 @@
 # of the variants that need a feature, and the labels that place each test in
 # the stages of tests/run.sh (docs/testing.md):
 #
-#   unit, integration   every stage: Release, and ASan + UBSan
+#   unit, integration   Release, and ASan + UBSan (the TSan stage: those also
+#                       labelled tsan)
 #   capped              Release only: a suite again under GEMMSERVE_MAX_CPU_ISA
 #                       or a forced BLIS configuration
 #   benchmark           Release only: benchmark smoke tests and reports
@@ -12,7 +13,7 @@
 #   client              Release only: the clients' own tests (language clients, perf)
 #   tsan                the TSan stage too (tests/tsan.sh)
 #
-# tests/asan.sh selects the sanitizer stage's tests by these labels.
+# tests/asan.sh and tests/tsan.sh select their stages' tests by these labels.
 
 # gemmserve_cpu_guard(OUT FLAG...): the start of a `sh -c` command that exits
 # 77 (ctest's skip, SKIP_RETURN_CODE) unless /proc/cpuinfo lists every FLAG.

@@ -1,4 +1,5 @@
-// Included before every C++ file of the TSan tree (cmake/ThreadSanitizer.cmake).
+// Included before every C++ file of a TSan tree built with gcc (CMakeLists.txt;
+// clang, which tests/tsan.sh uses, does not define __SANITIZE_THREAD__).
 //
 // protobuf 3.21's MapFieldBase has two more fields when __SANITIZE_THREAD__ is
 // defined (map_field.h, its const/mutable access counters). Debian's

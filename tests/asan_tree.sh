@@ -26,7 +26,8 @@ if ! command -v clang++ >/dev/null || ! echo 'extern "C" int LLVMFuzzerTestOneIn
   exit 1
 fi
 
-# Compilers named explicitly: a tree once configured with gcc is reconfigured.
+# Compilers named explicitly (CMake starts a tree once configured with gcc anew,
+# keeping only the compilers: run this script on it twice, or remove it).
 # The compiler cache and -Werror as in every tree of the gate.
 source tests/build_env.sh
 # lld where installed (an option: this project's machines have it; Debian's

@@ -1,4 +1,4 @@
-# Sourced by tests/run.sh and tests/asan_tree.sh (from the repository root):
+# Sourced by tests/run.sh, tests/asan_tree.sh and tests/tsan.sh (from the repository root):
 # what every build tree of the gate is configured with, in the array
 # GEMMSERVE_CMAKE_ARGS (docs/testing.md):
 #

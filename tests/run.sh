@@ -104,7 +104,7 @@ fi
 
 # ASan + UBSan in the clang tree build-asan/ (tests/asan.sh): the unit tests,
 # the request paths, loaders and front ends through the integration suites
-# and clients, against a sanitized server; not the reruns under a CPU cap, the
+# and cli_test, against a sanitized server; not the reruns under a CPU cap, the
 # soak, the benchmarks or the scripts' own tests (their labels).
 if [[ "${GEMMSERVE_SKIP_ASAN:-0}" != 1 ]]; then
   stage asan-build tests/asan.sh --build-only

@@ -29,6 +29,18 @@ if [[ "${1:-}" == --build-only ]]; then
   shift
 fi
 scripts/install_deps.sh --test
+if ! command -v clang++ >/dev/null || ! echo 'int main() {}' |
+     clang++ -x c++ -fsanitize=thread -o /dev/null - 2>/dev/null; then
+  echo "tsan: clang++ with the TSan runtime is missing (scripts/install_deps.sh --test" \
+       "installs clang libclang-rt-14-dev)" >&2
+  exit 1
+fi
+# A tree an older gate configured with gcc: CMake would drop every other
+# setting when the compiler changes, so it is configured anew.
+if [[ -f "$BUILD_DIR/CMakeCache.txt" ]] &&
+   ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++' "$BUILD_DIR/CMakeCache.txt"; then
+  rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
+fi
 source tests/build_env.sh
 absl_source=$(tests/tsan_absl_source.sh "$BUILD_DIR/abseil-source")
 # clang at -O0 with line tables: reports that name file and line, and the
@@ -48,20 +60,25 @@ cmake -S . -B "$BUILD_DIR" $(gemmserve_generator "$BUILD_DIR") "${GEMMSERVE_CMAK
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -gline-tables-only" >/dev/null
 # What the labelled tests run: their binaries, the server, the Python stubs.
 mapfile -t targets < <(ctest --test-dir "$BUILD_DIR" -N -L '^tsan$' |
-                         sed -n 's/^ *Test *#[0-9]*: \([a-z_]*_test\)$/\1/p')
+                         sed -n 's/^ *Test *#[0-9]*: \([A-Za-z0-9_]*_test\)$/\1/p')
+if [[ ${#targets[@]} -eq 0 ]]; then
+  echo "tsan: no unit test is labelled tsan in $BUILD_DIR" >&2
+  exit 1
+fi
 cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${targets[@]}" gemmserve gemmserve_python_stubs
 
 # Abseil's locks must be the instrumented ones: the server defines them itself.
-defined=$(nm -C "$BUILD_DIR/bin/gemmserve" | grep -c ' T absl::[a-z0-9_]*::Mutex::Lock()$' || true)
+# (exported: gRPC's and Debian's Abseil's calls resolve to it at run time).
+defined=$(nm -DC --defined-only "$BUILD_DIR/bin/gemmserve" |
+            grep -c ' T absl::[a-z0-9_]*::Mutex::Lock()$' || true)
 if [[ "$defined" != 1 ]]; then
   echo "tsan: $BUILD_DIR/bin/gemmserve does not define absl::Mutex::Lock: TSan would not" \
        "see Abseil's locks (cmake/ThreadSanitizer.cmake)" >&2
   exit 1
 fi
 [[ "$build_only" == 1 ]] && exit 0
-# A report ends a unit test's process with exit code 66; a server keeps
-# serving after one (halt_on_error=0), and its test fails on the report in its
-# stderr. tests/tsan_suppressions.txt says why each of its lines is there.
+# A report makes a unit test's process exit 66 when it ends; a server keeps
+# serving after one, and its test fails on the report in its stderr. tests/tsan_suppressions.txt says why each of its lines is there.
 export TSAN_OPTIONS="exitcode=66:second_deadlock_stack=1:ignore_noninstrumented_modules=1:history_size=7:suppressions=$(pwd)/tests/tsan_suppressions.txt${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 cd "$BUILD_DIR"
 ctest -L '^tsan$' -j"$(nproc)" --output-on-failure --test-output-size-passed 16000000 \

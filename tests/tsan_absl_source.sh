@@ -26,8 +26,13 @@ if [[ -f "$tree/.gemmserve-version" && "$(cat "$tree/.gemmserve-version")" == "$
   exit 0
 fi
 
+# Only a directory this script made (or an empty or missing one) is replaced.
+if [[ -d "$dir" && -n "$(ls -A "$dir")" && ! -f "$dir/sources.list" ]]; then
+  echo "tsan_absl_source: $dir is not empty and not one this script made" >&2
+  exit 1
+fi
 rm -rf "$dir"
-mkdir -p "$dir/lists/partial" "$dir/archives/partial" "$dir/sources.list.d"
+mkdir -p "$dir/lists/partial" "$dir/archives/partial" "$dir/cache" "$dir/sources.list.d"
 # The machine's Debian sources as deb-src: one-line lists and deb822 files.
 sed -n 's/^deb \(.*debian.*\)$/deb-src \1/p' /etc/apt/sources.list >"$dir/sources.list" 2>/dev/null || true
 for file in /etc/apt/sources.list.d/*.sources; do
@@ -38,8 +43,13 @@ for file in /etc/apt/sources.list.d/*.list; do
   [[ -e "$file" ]] || continue
   sed -n 's/^deb \(.*debian.*\)$/deb-src \1/p' "$file" >>"$dir/sources.list"
 done
+if ! grep -qs '^deb-src\|^Types: deb-src' "$dir/sources.list" "$dir"/sources.list.d/*; then
+  echo "tsan_absl_source: no Debian archive found in /etc/apt/sources.list{,.d}" >&2
+  exit 1
+fi
 apt_options=(-o "Dir::Etc::sourcelist=$dir/sources.list" -o "Dir::Etc::sourceparts=$dir/sources.list.d"
-             -o "Dir::State::lists=$dir/lists" -o "Dir::Cache::archives=$dir/archives"
+             -o "Dir::State::lists=$dir/lists" -o "Dir::Cache=$dir/cache"
+             -o "Dir::Cache::archives=$dir/archives"
              -o APT::Sandbox::User=root -q)
 apt-get "${apt_options[@]}" update >&2
 # The installed version's source; where the archive has moved on to another
